@@ -1,0 +1,48 @@
+# The two commands of the README: `make demo` and `make test`. Each sets up what it needs.
+VENV   := .venv
+PY     := $(abspath $(VENV))/bin/python
+BUILD  := build/dev
+JOBS   ?= $(shell nproc)
+
+.PHONY: all deps build test test-cpp test-python demo data bench check-install format clean
+
+all: build
+
+deps:
+	@scripts/bootstrap.sh
+
+# Incremental CMake build of the core, the C++ tests and the extension module, placed in
+# python/loadscope and put on the venv's path (an editable install without pip).
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOADSCOPE_TESTS=ON -DLOADSCOPE_PYTHON=ON \
+	  -DPython3_EXECUTABLE=$(PY) -DLOADSCOPE_MODULE_DIR=$(abspath python/loadscope) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"
+
+test: test-cpp test-python
+
+test-cpp: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-python: build
+	@$(PY) -m pytest tests/python -q
+
+# Generates the demo dataset when missing, then compares loadscope with torch's DataLoader.
+demo: build
+	@$(PY) -m loadscope demo
+
+data: build
+	@$(PY) -m loadscope.datasets --out data/demo
+
+bench: build
+	@$(PY) benchmarks/bench_images.py
+
+# A real `pip install --no-build-isolation .` into a throwaway venv, then an import.
+check-install: deps
+	@scripts/check-install.sh
+
+format:
+	@clang-format -i $$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc')
+
+clean:
+	rm -rf build python/loadscope/_native*.so

@@ -1,0 +1,369 @@
+#include "loadscope/core/engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include "loadscope/core/error.h"
+
+namespace loadscope {
+
+namespace {
+
+// Note [TBB worker count]
+// An arena created with no slots reserved for external threads is served only by TBB's global
+// workers, of which there are hardware_concurrency - 1 by default: a 2-thread loader on a
+// 2-core machine would get one. Each run therefore asks for `threads` workers, and the process
+// keeps a single global_control at (sum of active requests + 1). A single control matters:
+// with several, TBB applies the smallest.
+class WorkerBudget {
+ public:
+  static WorkerBudget& instance() {
+    static WorkerBudget budget;
+    return budget;
+  }
+  void add(int n) { update(n); }
+  void remove(int n) { update(-n); }
+
+ private:
+  void update(int delta) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    requested_ += delta;
+    control_.reset();
+    if (requested_ > 0) {
+      control_ = std::make_unique<tbb::global_control>(
+          tbb::global_control::max_allowed_parallelism, static_cast<size_t>(requested_ + 1));
+    }
+  }
+  std::mutex mutex_;
+  int requested_ = 0;
+  std::unique_ptr<tbb::global_control> control_;
+};
+
+SampleNote note_from(const SampleError& e, int64_t position) {
+  return SampleNote{e.key(), e.reason(), failure_kind_name(e.kind()), position};
+}
+
+}  // namespace
+
+struct EpochRun::Arena {
+  explicit Arena(int threads) : threads(threads), handle(tbb::attach{}), arena(threads, 0) {
+    WorkerBudget::instance().add(threads);
+  }
+  ~Arena() { shutdown(); }
+  // Joins TBB's workers when no other user of TBB in the process holds them, so that
+  // nothing of loadscope keeps running after stop (and a later fork sees no live workers).
+  void shutdown() {
+    if (shut) return;
+    shut = true;
+    arena.terminate();
+    WorkerBudget::instance().remove(threads);
+    tbb::finalize(handle, std::nothrow);
+  }
+  bool shut = false;
+  int threads;
+  tbb::task_scheduler_handle handle;
+  tbb::task_arena arena;
+};
+
+struct EpochRun::Job {
+  int64_t index = 0;
+  std::vector<Sample> samples;
+  std::vector<SampleNote> source_failures;  // shard-level failures met while filling this job
+  std::unique_ptr<Batch> batch;
+  std::vector<SampleNote> failures;         // per slot; kind empty = ok
+  std::vector<std::string> warnings;        // per slot
+  std::atomic<int> pending{0};
+  bool done = false;
+};
+
+EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcessor> processor,
+                   EngineOptions options)
+    : source_(std::move(source)), processor_(std::move(processor)), options_(options) {
+  if (options_.threads < 1) throw ConfigError("threads must be >= 1");
+  if (options_.batch_size < 1) throw ConfigError("batch_size must be >= 1");
+  if (options_.prefetch < 1) throw ConfigError("prefetch must be >= 1");
+  if (options_.batch_stride < 1 || options_.batch_offset < 0 ||
+      options_.batch_offset >= options_.batch_stride) {
+    throw ConfigError("batch_offset must be in [0, batch_stride)");
+  }
+  size_t offset = 0;
+  for (size_t bytes : processor_->fixed_bytes_per_sample()) {
+    layout_.fixed.push_back(FixedSlot{offset, bytes});
+    offset += (bytes * options_.batch_size + 63) / 64 * 64;
+  }
+  layout_.bytes_per_batch = offset;
+  // Jobs in flight plus a couple held by the consumer are reused; more are returned.
+  pool_ = BufferPool::create(layout_.bytes_per_batch, options_.prefetch + 2);
+}
+
+EpochRun::~EpochRun() { stop(); }
+
+void EpochRun::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (started_) throw Error("EpochRun::start called twice");
+  started_ = true;
+  arena_ = std::make_unique<Arena>(options_.threads);
+  planner_ = std::thread([this] { plan(); });
+}
+
+void EpochRun::plan() {
+  const int64_t batch = options_.batch_size;
+  try {
+    source_->start_epoch(options_.order);
+    int64_t position = 0;
+    for (int64_t k = 0; !stop_flag_.load(); ++k) {
+      if (k % options_.batch_stride != options_.batch_offset) {
+        int64_t n = source_->skip(batch);
+        position += n;
+        if (n < batch) break;
+        continue;
+      }
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        space_cv_.wait(lock, [&] {
+          return stop_flag_.load() || jobs_.size() < static_cast<size_t>(options_.prefetch);
+        });
+        if (stop_flag_.load()) break;
+      }
+      auto job = std::make_unique<Job>();
+      job->index = k;
+      job->samples.reserve(batch);
+      bool end = false;
+      while (static_cast<int64_t>(job->samples.size()) < batch && !stop_flag_.load()) {
+        Sample sample;
+        try {
+          if (!source_->next(sample)) {
+            end = true;
+            break;
+          }
+        } catch (const SampleError& e) {
+          job->source_failures.push_back(SampleNote{e.key(), e.reason(), "source", -1});
+          continue;
+        }
+        sample.position = position++;
+        job->samples.push_back(std::move(sample));
+      }
+      bool partial = static_cast<int64_t>(job->samples.size()) < batch;
+      if (partial && options_.drop_last) job->samples.clear();
+      if (job->samples.empty() && job->source_failures.empty()) break;
+      submit(std::move(job));
+      if (end) break;
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    planner_error_ = std::current_exception();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  planner_done_ = true;
+  ready_cv_.notify_all();
+}
+
+void EpochRun::submit(std::unique_ptr<Job> job) {
+  const int n = static_cast<int>(job->samples.size());
+  auto batch = std::make_unique<Batch>();
+  batch->index = job->index;
+  batch->size = n;
+  batch->layout = &layout_;
+  batch->block = pool_->acquire();
+  batch->keys.resize(n);
+  batch->positions.resize(n);
+  batch->strings.assign(processor_->num_string_fields(), std::vector<std::string>(n));
+  for (int i = 0; i < n; ++i) {
+    batch->keys[i] = job->samples[i].key;
+    batch->positions[i] = job->samples[i].position;
+  }
+  job->batch = std::move(batch);
+  job->failures.resize(n);
+  job->warnings.resize(n);
+  job->pending.store(n);
+  Job* raw = job.get();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job->done = (n == 0);
+    jobs_.push_back(std::move(job));
+    outstanding_tasks_ += n;
+    if (n == 0) ready_cv_.notify_all();
+  }
+  for (int i = 0; i < n; ++i) {
+    arena_->arena.enqueue([this, raw, i] { run_sample(raw, i); });
+  }
+}
+
+void EpochRun::run_sample(Job* job, int slot) {
+  Sample& sample = job->samples[slot];
+  if (stop_flag_.load()) {
+    job->failures[slot] = SampleNote{sample.key, "cancelled", "cancelled", sample.position};
+  } else {
+    auto t0 = std::chrono::steady_clock::now();
+    SampleContext ctx;
+    ctx.order = &options_.order;
+    try {
+      processor_->process(sample, *job->batch, slot, ctx);
+      job->warnings[slot] = std::move(ctx.warning);
+    } catch (const SampleError& e) {
+      job->failures[slot] = note_from(e, sample.position);
+    } catch (const std::bad_alloc&) {
+      job->failures[slot] = SampleNote{sample.key, "out of memory", "read", sample.position};
+    } catch (const std::exception& e) {
+      job->failures[slot] = SampleNote{sample.key, e.what(), "decode", sample.position};
+    }
+    bytes_read_.fetch_add(ctx.bytes_read, std::memory_order_relaxed);
+    process_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                              std::chrono::steady_clock::now() - t0)
+                              .count(),
+                          std::memory_order_relaxed);
+  }
+  sample = Sample{};  // the encoded bytes are no longer needed
+  bool last = job->pending.fetch_sub(1) == 1;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (last) {
+    job->done = true;
+    ready_cv_.notify_all();
+  }
+  if (--outstanding_tasks_ == 0) idle_cv_.notify_all();
+}
+
+EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    std::unique_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!started_) throw Error("EpochRun::next before start");
+      while (true) {
+        if (failed_ || stopped_) return Status::kEnd;
+        if (!jobs_.empty() && jobs_.front()->done) {
+          job = std::move(jobs_.front());
+          jobs_.pop_front();
+          space_cv_.notify_one();
+          break;
+        }
+        if (jobs_.empty() && planner_done_) {
+          if (planner_error_) {
+            failed_ = true;
+            std::rethrow_exception(planner_error_);
+          }
+          return Status::kEnd;
+        }
+        if (ready_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+            !(!jobs_.empty() && jobs_.front()->done) && !(jobs_.empty() && planner_done_)) {
+          return Status::kTimeout;
+        }
+      }
+    }
+    if (finish(*job, out)) return Status::kBatch;
+  }
+}
+
+bool EpochRun::finish(Job& job, std::unique_ptr<Batch>& out) {
+  std::unique_ptr<Batch> batch = std::move(job.batch);
+  const int n = batch->size;
+  std::vector<bool> failed(n, false);
+  std::vector<SampleNote> failures = job.source_failures;
+  for (int i = 0; i < n; ++i) {
+    if (!job.failures[i].kind.empty()) {
+      failed[i] = true;
+      failures.push_back(job.failures[i]);
+    }
+    if (!job.warnings[i].empty()) {
+      batch->warnings.push_back(
+          SampleNote{batch->keys[i], job.warnings[i], "warning", batch->positions[i]});
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  stats_.warnings += static_cast<int64_t>(batch->warnings.size());
+  for (const auto& w : batch->warnings) {
+    if (stats_.warning_notes.size() < kMaxNotes) stats_.warning_notes.push_back(w);
+  }
+  if (!failures.empty()) {
+    if (options_.on_error == ErrorPolicy::kRaise) {
+      failed_ = true;
+      const SampleNote& f = failures.front();
+      FailureKind kind = f.kind == "read" || f.kind == "source" ? FailureKind::kRead
+                         : f.kind == "field"                    ? FailureKind::kField
+                                                                : FailureKind::kDecode;
+      throw SampleError(f.key, f.reason, kind);
+    }
+    stats_.failures += static_cast<int64_t>(failures.size());
+    for (const auto& f : failures) {
+      if (stats_.skipped.size() < kMaxNotes) stats_.skipped.push_back(f);
+    }
+    const int64_t seen = stats_.samples + stats_.failures;
+    const bool over_count = options_.max_errors >= 0 && stats_.failures > options_.max_errors;
+    const bool over_rate =
+        options_.max_error_rate >= 0 &&
+        static_cast<double>(stats_.failures) >
+            options_.max_error_rate * static_cast<double>(std::max<int64_t>(seen, 100));
+    if (over_count || over_rate) {
+      failed_ = true;
+      const SampleNote& f = failures.front();
+      throw BudgetError("error budget exceeded: " + std::to_string(stats_.failures) +
+                        " samples failed out of " + std::to_string(seen) + " (budget: " +
+                        (over_count ? std::to_string(options_.max_errors) + " failures"
+                                    : std::to_string(options_.max_error_rate) + " of samples") +
+                        "); latest: '" + f.key + "': " + f.reason);
+    }
+    batch->skipped = std::move(failures);
+    compact(*batch, failed);
+  }
+  stats_.samples += batch->size;
+  if (batch->size == 0) return false;
+  ++stats_.batches;
+  out = std::move(batch);
+  return true;
+}
+
+void EpochRun::compact(Batch& batch, const std::vector<bool>& failed) const {
+  int dst = 0;
+  for (int src = 0; src < batch.size; ++src) {
+    if (failed[src]) continue;
+    if (dst != src) {
+      for (size_t f = 0; f < layout_.fixed.size(); ++f) {
+        const size_t bytes = layout_.fixed[f].bytes_per_sample;
+        uint8_t* base = batch.fixed_data(f);
+        std::memmove(base + dst * bytes, base + src * bytes, bytes);
+      }
+      batch.keys[dst] = std::move(batch.keys[src]);
+      batch.positions[dst] = batch.positions[src];
+      for (auto& column : batch.strings) column[dst] = std::move(column[src]);
+    }
+    ++dst;
+  }
+  batch.size = dst;
+  batch.keys.resize(dst);
+  batch.positions.resize(dst);
+  for (auto& column : batch.strings) column.resize(dst);
+}
+
+void EpochRun::stop() {
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+    stop_flag_.store(true);
+    space_cv_.notify_all();
+    ready_cv_.notify_all();
+  }
+  if (planner_.joinable()) planner_.join();
+  {
+    // Queued tasks see the stop flag and return at once; running ones finish their sample.
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_cv_.wait(lock, [&] { return outstanding_tasks_ == 0; });
+    jobs_.clear();
+  }
+  if (arena_) arena_->shutdown();
+  arena_.reset();
+}
+
+EpochStats EpochRun::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  EpochStats s = stats_;
+  s.bytes_read = bytes_read_.load();
+  s.process_seconds = static_cast<double>(process_ns_.load()) * 1e-9;
+  return s;
+}
+
+}  // namespace loadscope

@@ -1,0 +1,139 @@
+#pragma once
+// The batch engine: one EpochRun turns a Source into ordered batches.
+//
+//   planner thread: source.next() in stream order -> groups of batch_size samples ("jobs")
+//   oneTBB arena:   one task per sample -> SampleProcessor::process writes into the job's block
+//   consumer:       next() hands over jobs strictly in order once all their samples are done
+//
+// Determinism: a sample's bytes depend only on (data, config, seed, epoch, position); which
+// thread processed it or when does not matter, and batches leave in order. So batches are
+// identical for any thread count.
+//
+// Memory: at most `prefetch` jobs exist (being filled or ready), each owning one batch block;
+// blocks handed to the consumer return to the pool when dropped.
+//
+// Thread-safety: next(), stop() and stats() may be called from any one consumer thread;
+// stop() is idempotent and also runs in the destructor.
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loadscope/core/batch.h"
+#include "loadscope/core/source.h"
+
+namespace loadscope {
+
+// Per-call context handed to SampleProcessor::process.
+struct SampleContext {
+  const EpochOrder* order = nullptr;
+  std::string warning;      // set by the processor when a decoder complained but succeeded
+  uint64_t bytes_read = 0;  // file bytes read by the processor (members that were paths)
+};
+
+// Turns one sample into slot `slot` of a batch. Called concurrently from many threads with
+// distinct slots; implementations keep per-thread scratch. Throws SampleError on bad input.
+class SampleProcessor {
+ public:
+  virtual ~SampleProcessor() = default;
+  virtual std::vector<size_t> fixed_bytes_per_sample() const = 0;
+  virtual size_t num_string_fields() const = 0;
+  virtual void process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) = 0;
+};
+
+enum class ErrorPolicy { kRaise, kSkip };
+
+struct EngineOptions {
+  int threads = 1;
+  int batch_size = 1;
+  int prefetch = 2;            // jobs in flight or ready, >= 1
+  bool drop_last = false;
+  ErrorPolicy on_error = ErrorPolicy::kRaise;
+  int64_t max_errors = -1;     // under kSkip: more failures than this raise BudgetError; -1 = none
+  double max_error_rate = -1;  // under kSkip: failures / max(samples seen, 100) above this raise
+  int64_t batch_offset = 0;    // this consumer takes batches k with k % batch_stride == offset
+  int64_t batch_stride = 1;    // (torch DataLoader workers)
+  EpochOrder order;
+};
+
+struct EpochStats {
+  int64_t batches = 0;
+  int64_t samples = 0;          // delivered
+  int64_t failures = 0;         // skipped samples and source failures
+  int64_t warnings = 0;
+  uint64_t bytes_read = 0;      // file bytes read by workers (tar bytes are counted by the source)
+  double process_seconds = 0;   // summed over threads
+  std::vector<SampleNote> skipped;       // first kMaxNotes
+  std::vector<SampleNote> warning_notes; // first kMaxNotes
+};
+
+class EpochRun {
+ public:
+  static constexpr size_t kMaxNotes = 1000;
+
+  EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcessor> processor,
+           EngineOptions options);
+  ~EpochRun();
+  EpochRun(const EpochRun&) = delete;
+  EpochRun& operator=(const EpochRun&) = delete;
+
+  // Starts the planner and the worker threads. Called once.
+  void start();
+
+  enum class Status { kBatch, kEnd, kTimeout };
+  // Waits up to `wait` for the next batch. Throws SampleError (on_error="raise"), BudgetError,
+  // or whatever stopped the planner, after delivering every batch before the failure.
+  Status next(std::unique_ptr<Batch>& out, std::chrono::milliseconds wait);
+
+  // Stops promptly: no new samples start, running ones finish, threads are joined.
+  void stop();
+  EpochStats stats() const;
+  const BatchLayout& layout() const { return layout_; }
+
+ private:
+  struct Job;
+  void plan();
+  void submit(std::unique_ptr<Job> job);
+  void run_sample(Job* job, int slot);
+  // Applies the error policy and removes failed samples; returns false for an empty batch.
+  bool finish(Job& job, std::unique_ptr<Batch>& out);
+  void compact(Batch& batch, const std::vector<bool>& failed) const;
+
+  std::shared_ptr<Source> source_;
+  std::shared_ptr<SampleProcessor> processor_;
+  const EngineOptions options_;
+  BatchLayout layout_;
+  std::shared_ptr<BufferPool> pool_;
+
+  struct Arena;
+  std::unique_ptr<Arena> arena_;
+  std::thread planner_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable ready_cv_;  // consumer waits: a job finished, or the planner ended
+  std::condition_variable space_cv_;  // planner waits: a job was taken
+  std::condition_variable idle_cv_;   // stop() waits: outstanding tasks reached zero
+  std::deque<std::unique_ptr<Job>> jobs_;
+  int64_t outstanding_tasks_ = 0;
+  bool planner_done_ = false;
+  std::exception_ptr planner_error_;
+  bool started_ = false;
+  bool stopped_ = false;
+  bool failed_ = false;  // an error was raised to the consumer: the run is over
+  std::atomic<bool> stop_flag_{false};
+
+  // Accounting; the atomics are written by workers, the rest by the consumer.
+  std::atomic<uint64_t> bytes_read_{0};
+  std::atomic<int64_t> process_ns_{0};
+  EpochStats stats_;
+};
+
+}  // namespace loadscope

@@ -1,0 +1,32 @@
+#pragma once
+// A sample as sources hand it to the pipeline: a key and named members. A member either holds
+// its bytes (tar shards, inline manifest fields) or names a file that a worker thread reads
+// later, so that file I/O runs in parallel and the planner thread never blocks on it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loadscope {
+
+struct Member {
+  std::string name;  // lower-case extension, e.g. "jpg", "cls", "seg.png"
+  std::string data;  // the bytes, when !is_path
+  std::string path;  // the file to read, when is_path
+  bool is_path = false;
+};
+
+struct Sample {
+  std::string key;               // names the sample in errors: a path, or "shard.tar:key"
+  std::vector<Member> members;   // in source order
+  int64_t position = -1;         // index in the epoch's stream, set by the engine
+
+  const Member* find(const std::string& name) const {
+    for (const auto& m : members) {
+      if (m.name == name) return &m;
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace loadscope

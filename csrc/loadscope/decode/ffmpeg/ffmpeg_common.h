@@ -1,0 +1,46 @@
+#pragma once
+// RAII and error helpers for FFmpeg. Every FFmpeg object is owned by a unique_ptr the moment
+// it exists, and every failing call becomes an exception carrying FFmpeg's own reason.
+
+#include <memory>
+#include <string>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavutil/frame.h>
+}
+
+namespace loadscope::decode::ffmpeg {
+
+struct CodecContextDeleter {
+  void operator()(AVCodecContext* p) const { avcodec_free_context(&p); }
+};
+struct FrameDeleter {
+  void operator()(AVFrame* p) const { av_frame_free(&p); }
+};
+struct PacketDeleter {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextDeleter>;
+using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
+using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
+
+// FFmpeg's text for an error code.
+std::string error_string(int code);
+
+// While alive on a thread, FFmpeg log messages of level <= AV_LOG_ERROR issued on that thread
+// are captured here instead of printed (they become part of the exception); messages from
+// other threads go to FFmpeg's default logger unchanged.
+class LogCapture {
+ public:
+  LogCapture();
+  ~LogCapture();
+  const std::string& text() const { return text_; }
+  void append(const char* line);
+
+ private:
+  LogCapture* previous_;
+  std::string text_;
+};
+
+}  // namespace loadscope::decode::ffmpeg

@@ -1,0 +1,125 @@
+#include "loadscope/decode/png/png_decoder.h"
+
+#include <cstring>
+
+extern "C" {
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+}
+
+#include "loadscope/core/error.h"
+
+namespace loadscope::decode {
+
+using ffmpeg::error_string;
+
+PngDecoder::PngDecoder() {
+  const AVCodec* codec = avcodec_find_decoder(AV_CODEC_ID_PNG);
+  if (codec == nullptr) throw DecodeFailure("PNG: this FFmpeg build has no PNG decoder");
+  context_.reset(avcodec_alloc_context3(codec));
+  packet_.reset(av_packet_alloc());
+  frame_.reset(av_frame_alloc());
+  if (!context_ || !packet_ || !frame_) throw std::bad_alloc();
+  context_->thread_count = 1;  // parallelism comes from the engine's threads
+  int rc = avcodec_open2(context_.get(), codec, nullptr);
+  if (rc < 0) throw DecodeFailure("PNG: cannot open decoder: " + error_string(rc));
+}
+
+PngDecoder::~PngDecoder() { sws_freeContext(sws_); }
+
+RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
+  ffmpeg::LogCapture log;
+  input_.resize(size + AV_INPUT_BUFFER_PADDING_SIZE);
+  std::memcpy(input_.data(), data, size);
+  std::memset(input_.data() + size, 0, AV_INPUT_BUFFER_PADDING_SIZE);
+  av_packet_unref(packet_.get());
+  packet_->data = input_.data();
+  packet_->size = static_cast<int>(size);
+  avcodec_flush_buffers(context_.get());
+  auto fail = [&](const char* what, int rc) {
+    std::string reason = std::string("PNG: ") + what + ": " + error_string(rc);
+    if (!log.text().empty()) reason += " (" + log.text() + ")";
+    return DecodeFailure(reason);
+  };
+  int rc = avcodec_send_packet(context_.get(), packet_.get());
+  if (rc < 0) throw fail("cannot decode", rc);
+  rc = avcodec_receive_frame(context_.get(), frame_.get());
+  if (rc < 0) throw fail("cannot decode", rc);
+  // FFmpeg's decoder tolerates some damage; a message at error level means the pixels are
+  // not trustworthy, so the image fails rather than being delivered half-decoded.
+  if (!log.text().empty()) throw DecodeFailure("PNG: corrupt data (" + log.text() + ")");
+
+  const AVFrame& f = *frame_;
+  const int w = f.width, h = f.height;
+  const size_t stride = static_cast<size_t>(w) * 3;
+  pixels_.resize(stride * h);
+  const auto fmt = static_cast<AVPixelFormat>(f.format);
+  for (int y = 0; y < h && fmt != AV_PIX_FMT_NONE; ++y) {
+    const uint8_t* s = f.data[0] + static_cast<ptrdiff_t>(y) * f.linesize[0];
+    uint8_t* d = pixels_.data() + y * stride;
+    switch (fmt) {
+      case AV_PIX_FMT_RGB24:
+        std::memcpy(d, s, stride);
+        break;
+      case AV_PIX_FMT_RGBA:
+        for (int x = 0; x < w; ++x) std::memcpy(d + 3 * x, s + 4 * x, 3);
+        break;
+      case AV_PIX_FMT_GRAY8:
+      case AV_PIX_FMT_YA8: {
+        const int step = fmt == AV_PIX_FMT_GRAY8 ? 1 : 2;
+        for (int x = 0; x < w; ++x) d[3 * x] = d[3 * x + 1] = d[3 * x + 2] = s[step * x];
+        break;
+      }
+      case AV_PIX_FMT_PAL8: {
+        const auto* pal = reinterpret_cast<const uint32_t*>(f.data[1]);  // native-endian ARGB
+        for (int x = 0; x < w; ++x) {
+          const uint32_t c = pal[s[x]];
+          d[3 * x] = static_cast<uint8_t>(c >> 16);
+          d[3 * x + 1] = static_cast<uint8_t>(c >> 8);
+          d[3 * x + 2] = static_cast<uint8_t>(c);
+        }
+        break;
+      }
+      case AV_PIX_FMT_RGB48BE:
+      case AV_PIX_FMT_RGBA64BE: {
+        const int step = fmt == AV_PIX_FMT_RGB48BE ? 6 : 8;
+        for (int x = 0; x < w; ++x) {
+          d[3 * x] = s[step * x];  // big-endian: the high byte comes first
+          d[3 * x + 1] = s[step * x + 2];
+          d[3 * x + 2] = s[step * x + 4];
+        }
+        break;
+      }
+      case AV_PIX_FMT_GRAY16BE:
+      case AV_PIX_FMT_YA16BE: {
+        const int step = fmt == AV_PIX_FMT_GRAY16BE ? 2 : 4;
+        for (int x = 0; x < w; ++x) d[3 * x] = d[3 * x + 1] = d[3 * x + 2] = s[step * x];
+        break;
+      }
+      default: {
+        // Anything else (1-bit monochrome, ...): let swscale convert the whole frame.
+        sws_ = sws_getCachedContext(sws_, w, h, fmt, w, h, AV_PIX_FMT_RGB24, SWS_POINT, nullptr,
+                                    nullptr, nullptr);
+        if (sws_ == nullptr) {
+          const char* name = av_get_pix_fmt_name(fmt);
+          throw DecodeFailure(std::string("PNG: unsupported pixel format ") +
+                              (name ? name : "?"));
+        }
+        uint8_t* dst[4] = {pixels_.data(), nullptr, nullptr, nullptr};
+        int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};
+        sws_scale(sws_, f.data, f.linesize, 0, h, dst, dst_stride);
+        y = h;  // whole frame done
+        break;
+      }
+    }
+  }
+  av_frame_unref(frame_.get());
+  RgbView view;
+  view.data = pixels_.data();
+  view.width = w;
+  view.height = h;
+  view.stride = stride;
+  return view;
+}
+
+}  // namespace loadscope::decode

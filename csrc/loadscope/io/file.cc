@@ -1,0 +1,47 @@
+#include "loadscope/io/file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "loadscope/core/error.h"
+
+namespace loadscope::io {
+
+namespace {
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+}  // namespace
+
+uint64_t read_file(const std::string& path, std::string& out) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw ReadFailure(std::string("cannot stat: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw ReadFailure("is a directory");
+  out.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::read(f.fd, out.data() + done, out.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw ReadFailure(std::string("read failed: ") + std::strerror(errno));
+    }
+    if (n == 0) break;  // the file shrank while we read it
+    done += static_cast<size_t>(n);
+  }
+  if (done != out.size()) {
+    throw ReadFailure("short read: expected " + std::to_string(out.size()) + " bytes, got " +
+                      std::to_string(done));
+  }
+  return done;
+}
+
+}  // namespace loadscope::io

@@ -1,0 +1,150 @@
+#include "loadscope/io/sources.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "loadscope/core/error.h"
+
+namespace loadscope::io {
+
+ListSource::ListSource(std::vector<Sample> samples) : samples_(std::move(samples)) {
+  if (samples_.size() > UINT32_MAX) throw ConfigError("ListSource holds at most 2^32 samples");
+}
+
+void ListSource::start_epoch(const EpochOrder& order) {
+  cursor_ = 0;
+  order_.clear();
+  if (!order.shuffle) return;
+  order_.resize(samples_.size());
+  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<uint32_t>(i);
+  Rng rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kOrder);
+  for (size_t i = order_.size(); i > 1; --i) {  // Fisher-Yates
+    std::swap(order_[i - 1], order_[rng.below(i)]);
+  }
+}
+
+bool ListSource::next(Sample& out) {
+  if (cursor_ >= samples_.size()) return false;
+  const size_t index = order_.empty() ? cursor_ : order_[cursor_];
+  ++cursor_;
+  out = samples_[index];  // a copy: members of a list sample are paths or short inline fields
+  return true;
+}
+
+int64_t ListSource::skip(int64_t n) {
+  const int64_t left = static_cast<int64_t>(samples_.size() - cursor_);
+  const int64_t done = std::min(n, left);
+  cursor_ += static_cast<size_t>(done);
+  return done;
+}
+
+bool split_member_name(const std::string& name, std::string& key, std::string& ext) {
+  const size_t slash = name.rfind('/');
+  const size_t base = slash == std::string::npos ? 0 : slash + 1;
+  const size_t dot = name.find('.', base);
+  if (dot == std::string::npos || dot == base || dot + 1 == name.size()) return false;
+  key = name.substr(0, dot);
+  ext = name.substr(dot + 1);
+  for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return true;
+}
+
+TarSource::TarSource(std::vector<std::string> shards, size_t shuffle_buffer)
+    : shards_(std::move(shards)), shuffle_buffer_(std::max<size_t>(shuffle_buffer, 1)) {
+  if (shards_.empty()) throw ConfigError("TarSource needs at least one shard");
+}
+
+void TarSource::start_epoch(const EpochOrder& order) {
+  shuffle_ = order.shuffle;
+  shard_order_.resize(shards_.size());
+  for (size_t i = 0; i < shard_order_.size(); ++i) shard_order_[i] = i;
+  if (shuffle_) {
+    Rng shard_rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShardOrder);
+    for (size_t i = shard_order_.size(); i > 1; --i) {
+      std::swap(shard_order_[i - 1], shard_order_[shard_rng.below(i)]);
+    }
+  }
+  rng_ = Rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShuffleBuffer);
+  shard_cursor_ = 0;
+  reader_.reset();
+  have_lookahead_ = false;
+  exhausted_ = false;
+  buffer_.clear();
+}
+
+bool TarSource::open_next_shard() {
+  reader_.reset();
+  have_lookahead_ = false;
+  if (shard_cursor_ >= shard_order_.size()) return false;
+  shard_path_ = shards_[shard_order_[shard_cursor_++]];
+  try {
+    reader_ = std::make_unique<TarReader>(shard_path_);
+  } catch (const ReadFailure& e) {
+    throw SampleError(shard_path_, e.what(), FailureKind::kRead);
+  }
+  return true;
+}
+
+bool TarSource::read_sample(Sample& out) {
+  out.key.clear();
+  out.members.clear();
+  std::string key, ext;
+  while (true) {
+    if (!reader_ && !open_next_shard()) return false;
+    if (!have_lookahead_) {
+      try {
+        have_lookahead_ = reader_->next(lookahead_);
+      } catch (const ReadFailure& e) {
+        // The rest of this shard is unreachable; the sample being assembled is incomplete.
+        std::string where = shard_path_ + (out.key.empty() ? "" : ":" + out.key);
+        reader_.reset();
+        throw SampleError(where, e.what(), FailureKind::kRead);
+      }
+      if (!have_lookahead_) {
+        reader_.reset();
+        if (!out.members.empty()) return true;
+        continue;
+      }
+      bytes_read_.fetch_add(lookahead_.data.size(), std::memory_order_relaxed);
+    }
+    if (!split_member_name(lookahead_.name, key, ext)) {
+      have_lookahead_ = false;  // no extension: not part of any sample (WebDataset skips these)
+      continue;
+    }
+    const std::string full_key = shard_path_ + ":" + key;
+    if (!out.members.empty() && full_key != out.key) return true;  // lookahead starts the next
+    if (out.members.empty()) out.key = full_key;
+    if (out.find(ext) != nullptr) {
+      have_lookahead_ = false;
+      std::string dup_key = out.key;
+      out.members.clear();
+      out.key.clear();
+      throw SampleError(dup_key, "member '" + ext + "' appears twice", FailureKind::kRead);
+    }
+    Member m;
+    m.name = ext;
+    m.data = std::move(lookahead_.data);
+    out.members.push_back(std::move(m));
+    have_lookahead_ = false;
+  }
+}
+
+bool TarSource::next(Sample& out) {
+  if (!shuffle_) return read_sample(out);
+  while (buffer_.size() < shuffle_buffer_ && !exhausted_) {
+    Sample s;
+    if (!read_sample(s)) {
+      exhausted_ = true;
+      break;
+    }
+    buffer_.push_back(std::move(s));
+  }
+  if (buffer_.empty()) return false;
+  const size_t j = rng_.below(buffer_.size());
+  out = std::move(buffer_[j]);
+  if (j + 1 != buffer_.size()) buffer_[j] = std::move(buffer_.back());
+  buffer_.pop_back();
+  return true;
+}
+
+}  // namespace loadscope::io

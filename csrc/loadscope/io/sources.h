@@ -1,0 +1,67 @@
+#pragma once
+// Concrete sources: an in-memory list of samples (folders and manifests, scanned by the caller)
+// and WebDataset-style tar shards read sequentially.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loadscope/core/rng.h"
+#include "loadscope/core/source.h"
+#include "loadscope/io/tar.h"
+
+namespace loadscope::io {
+
+// Samples known up front. A shuffled epoch is a permutation drawn from (seed, epoch).
+class ListSource : public Source {
+ public:
+  explicit ListSource(std::vector<Sample> samples);
+  int64_t size() const override { return static_cast<int64_t>(samples_.size()); }
+  void start_epoch(const EpochOrder& order) override;
+  bool next(Sample& out) override;
+  int64_t skip(int64_t n) override;
+
+ private:
+  std::vector<Sample> samples_;
+  std::vector<uint32_t> order_;  // empty when not shuffled
+  size_t cursor_ = 0;
+};
+
+// Splits a member path the way WebDataset does: the key is everything up to the first dot of
+// the file name (directories included), the extension the rest, lower-cased.
+// Returns false for names without an extension.
+bool split_member_name(const std::string& name, std::string& key, std::string& ext);
+
+// WebDataset-style shards: members with the same key that follow each other form a sample.
+// Shuffling permutes the shard order per epoch and passes samples through a bounded buffer
+// (`shuffle_buffer` samples held in memory), both seeded from (seed, epoch).
+class TarSource : public Source {
+ public:
+  TarSource(std::vector<std::string> shards, size_t shuffle_buffer);
+  int64_t size() const override { return -1; }
+  void start_epoch(const EpochOrder& order) override;
+  bool next(Sample& out) override;
+  uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
+
+ private:
+  bool read_sample(Sample& out);  // next sample in shard order, no shuffling
+  bool open_next_shard();
+
+  std::vector<std::string> shards_;
+  size_t shuffle_buffer_;
+  std::vector<size_t> shard_order_;
+  size_t shard_cursor_ = 0;
+  std::unique_ptr<TarReader> reader_;
+  std::string shard_path_;
+  TarEntry lookahead_;
+  bool have_lookahead_ = false;
+  bool shuffle_ = false;
+  bool exhausted_ = false;
+  Rng rng_{0};
+  std::vector<Sample> buffer_;
+  std::atomic<uint64_t> bytes_read_{0};
+};
+
+}  // namespace loadscope::io

@@ -1,0 +1,187 @@
+#include "loadscope/io/tar.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "loadscope/core/error.h"
+
+namespace loadscope::io {
+
+namespace {
+
+constexpr size_t kBlock = 512;
+
+// Numeric header fields are octal text, or base-256 with the high bit set (GNU, > 8 GiB).
+bool parse_number(const char* field, size_t len, uint64_t& out) {
+  const auto* p = reinterpret_cast<const unsigned char*>(field);
+  if (p[0] & 0x80) {
+    uint64_t v = p[0] & 0x7f;
+    for (size_t i = 1; i < len; ++i) v = (v << 8) | p[i];
+    out = v;
+    return true;
+  }
+  uint64_t v = 0;
+  size_t i = 0;
+  while (i < len && (field[i] == ' ' || field[i] == '\0')) ++i;
+  bool any = false;
+  for (; i < len && field[i] >= '0' && field[i] <= '7'; ++i) {
+    v = v * 8 + static_cast<uint64_t>(field[i] - '0');
+    any = true;
+  }
+  for (; i < len; ++i) {
+    if (field[i] != ' ' && field[i] != '\0') return false;
+  }
+  out = v;
+  return any || field[0] == '\0' || field[0] == ' ';
+}
+
+std::string field_string(const char* field, size_t len) {
+  return std::string(field, strnlen(field, len));
+}
+
+bool checksum_ok(const char* header) {
+  uint64_t stored = 0;
+  if (!parse_number(header + 148, 8, stored)) return false;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < kBlock; ++i) {
+    sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(header[i]);
+  }
+  return sum == stored;
+}
+
+// pax records: "<len> <key>=<value>\n"; returns the value of "path" if present.
+std::string pax_path(const std::string& records) {
+  size_t pos = 0;
+  std::string path;
+  while (pos < records.size()) {
+    size_t space = records.find(' ', pos);
+    if (space == std::string::npos) break;
+    size_t len = std::strtoul(records.c_str() + pos, nullptr, 10);
+    if (len == 0 || pos + len > records.size()) break;
+    std::string record = records.substr(space + 1, pos + len - space - 2);
+    size_t eq = record.find('=');
+    if (eq != std::string::npos && record.compare(0, eq, "path") == 0) path = record.substr(eq + 1);
+    pos += len;
+  }
+  return path;
+}
+
+}  // namespace
+
+struct TarReader::Handle {
+  gzFile file = nullptr;
+  ~Handle() {
+    if (file) gzclose(file);
+  }
+};
+
+TarReader::TarReader(const std::string& path) : handle_(std::make_unique<Handle>()), path_(path) {
+  // gzread reads plain files transparently, so one code path serves .tar and .tar.gz.
+  handle_->file = gzopen(path.c_str(), "rb");
+  if (handle_->file == nullptr) {
+    throw ReadFailure(std::string("cannot open: ") + std::strerror(errno ? errno : ENOENT));
+  }
+  gzbuffer(handle_->file, 1 << 18);
+}
+
+TarReader::~TarReader() = default;
+
+void TarReader::read_exact(char* dst, size_t n, const char* what) {
+  size_t done = 0;
+  while (done < n) {
+    unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30));
+    int got = gzread(handle_->file, dst + done, chunk);
+    if (got < 0) {
+      int errnum = 0;
+      const char* msg = gzerror(handle_->file, &errnum);
+      throw ReadFailure(std::string("read error in ") + what + " at byte " +
+                        std::to_string(position_ + done) + ": " +
+                        (errnum == Z_ERRNO ? std::strerror(errno) : msg));
+    }
+    if (got == 0) {
+      throw ReadFailure(std::string("truncated archive: ") + what + " at byte " +
+                        std::to_string(position_) + " needs " + std::to_string(n) +
+                        " bytes, only " + std::to_string(done) + " left");
+    }
+    done += static_cast<size_t>(got);
+  }
+  position_ += n;
+}
+
+void TarReader::skip(uint64_t n) {
+  std::vector<char> sink(std::min<uint64_t>(n, 1 << 16));
+  while (n > 0) {
+    size_t chunk = static_cast<size_t>(std::min<uint64_t>(n, sink.size()));
+    read_exact(sink.data(), chunk, "member data");
+    n -= chunk;
+  }
+}
+
+bool TarReader::next(TarEntry& entry) {
+  std::string long_name;
+  char header[kBlock];
+  while (true) {
+    const uint64_t header_offset = position_;
+    int got = gzread(handle_->file, header, kBlock);
+    if (got == 0) return false;  // archives without the two zero blocks end here
+    if (got < 0 || static_cast<size_t>(got) != kBlock) {
+      position_ += got > 0 ? got : 0;
+      int errnum = 0;
+      const char* msg = got < 0 ? gzerror(handle_->file, &errnum) : "partial header block";
+      throw ReadFailure("truncated or unreadable tar header at byte " +
+                        std::to_string(header_offset) + ": " + msg);
+    }
+    position_ += kBlock;
+    bool zero = true;
+    for (char c : header) {
+      if (c != 0) {
+        zero = false;
+        break;
+      }
+    }
+    if (zero) return false;  // end-of-archive marker
+    if (!checksum_ok(header)) {
+      throw ReadFailure("corrupt tar header at byte " + std::to_string(header_offset) +
+                        " (checksum mismatch)");
+    }
+    uint64_t size = 0;
+    if (!parse_number(header + 124, 12, size)) {
+      throw ReadFailure("corrupt tar header at byte " + std::to_string(header_offset) +
+                        " (bad size field)");
+    }
+    const char type = header[156];
+    const uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
+    if (type == 'L' || type == 'x') {
+      std::string meta(static_cast<size_t>(size), '\0');
+      read_exact(meta.data(), meta.size(), "extended header");
+      skip(padded - size);
+      long_name = type == 'L' ? field_string(meta.data(), meta.size()) : pax_path(meta);
+      continue;
+    }
+    if (type != '0' && type != '\0' && type != '7') {  // dirs, links, pax globals, ...
+      skip(padded);
+      long_name.clear();
+      continue;
+    }
+    if (!long_name.empty()) {
+      entry.name = std::move(long_name);
+      long_name.clear();
+    } else {
+      std::string name = field_string(header, 100);
+      std::string prefix = field_string(header + 345, 155);
+      const bool ustar = std::memcmp(header + 257, "ustar", 5) == 0;
+      entry.name = (ustar && !prefix.empty()) ? prefix + "/" + name : name;
+    }
+    entry.offset = header_offset;
+    entry.data.resize(static_cast<size_t>(size));
+    read_exact(entry.data.data(), entry.data.size(), "member data");
+    skip(padded - size);
+    return true;
+  }
+}
+
+}  // namespace loadscope::io

@@ -1,0 +1,43 @@
+#pragma once
+// Sequential reader of tar archives (POSIX ustar, GNU long names, pax path records), plain or
+// gzip-compressed. Regular files only; directories, links and pax globals are passed over.
+// Not thread-safe: one reader per thread.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace loadscope::io {
+
+struct TarEntry {
+  std::string name;     // path inside the archive
+  std::string data;     // contents
+  uint64_t offset = 0;  // byte offset of the member's header in the (uncompressed) archive
+};
+
+class TarReader {
+ public:
+  // Throws ReadFailure when the file cannot be opened.
+  explicit TarReader(const std::string& path);
+  ~TarReader();
+  TarReader(const TarReader&) = delete;
+  TarReader& operator=(const TarReader&) = delete;
+
+  // Reads the next regular file; false at the end of the archive. Throws ReadFailure on a
+  // corrupt header, a truncated member or a gzip error; the reader is unusable afterwards.
+  bool next(TarEntry& entry);
+
+  // Uncompressed bytes consumed so far.
+  uint64_t position() const { return position_; }
+
+ private:
+  void read_exact(char* dst, size_t n, const char* what);
+  void skip(uint64_t n);
+
+  struct Handle;
+  std::unique_ptr<Handle> handle_;
+  std::string path_;
+  uint64_t position_ = 0;
+};
+
+}  // namespace loadscope::io

@@ -1,0 +1,316 @@
+// The only translation unit that knows Python. It exposes the engine to python/loadscope and
+// turns C++ exceptions into loadscope's Python exceptions.
+//
+// Note [no libtorch here]
+// Batches leave C++ as objects implementing the buffer protocol; python/loadscope wraps them
+// with torch.frombuffer, which shares the memory and keeps the object (and through it the
+// batch block) alive for as long as the tensor lives. Not linking libtorch means the module
+// does not depend on the C++ ABI of the torch it runs with: the same build works with
+// Debian's torch 1.13 and a pip-installed torch 2.x, and it compiles in seconds.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <chrono>
+#include <memory>
+
+#include "loadscope/bench/decode_only.h"
+#include "loadscope/core/engine.h"
+#include "loadscope/core/error.h"
+#include "loadscope/io/sources.h"
+#include "loadscope/pipeline/fields.h"
+
+namespace py = pybind11;
+using namespace loadscope;
+
+namespace {
+
+// A span of a batch block that Python can wrap without copying.
+struct BlockView {
+  std::shared_ptr<uint8_t> block;
+  uint8_t* data;
+  size_t bytes;
+};
+
+// One loader configuration: a source and what to make of each sample.
+struct Pipeline {
+  std::shared_ptr<Source> source;
+  std::shared_ptr<pipeline::FieldProcessor> processor;
+};
+
+py::list notes_to_list(const std::vector<SampleNote>& notes) {
+  py::list out;
+  for (const auto& n : notes) {
+    py::dict d;
+    d["key"] = n.key;
+    d["reason"] = n.reason;
+    d["kind"] = n.kind;
+    d["position"] = n.position;
+    out.append(d);
+  }
+  return out;
+}
+
+py::object error_class(const char* name) {
+  return py::module_::import("loadscope._errors").attr(name);
+}
+
+void raise_python(const char* cls_name, py::tuple args) {
+  py::object cls = error_class(cls_name);
+  py::object instance = cls(*args);
+  PyErr_SetObject(cls.ptr(), instance.ptr());
+}
+
+pipeline::FieldKind parse_kind(const std::string& kind) {
+  if (kind == "int") return pipeline::FieldKind::kInt;
+  if (kind == "text") return pipeline::FieldKind::kText;
+  if (kind == "json") return pipeline::FieldKind::kJson;
+  if (kind == "bytes") return pipeline::FieldKind::kBytes;
+  throw ConfigError("unknown field kind '" + kind + "' (allowed: int, text, json, bytes)");
+}
+
+pipeline::CropMode parse_crop(const std::string& crop) {
+  if (crop == "random_resized") return pipeline::CropMode::kRandomResized;
+  if (crop == "center") return pipeline::CropMode::kCenter;
+  if (crop == "resize") return pipeline::CropMode::kResize;
+  throw ConfigError("unknown crop '" + crop + "' (allowed: random_resized, center, resize)");
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "loadscope's native engine (internal; use the loadscope package)";
+
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const SampleError& e) {
+      const char* cls = e.kind() == FailureKind::kRead     ? "ReadError"
+                        : e.kind() == FailureKind::kDecode ? "DecodeError"
+                                                           : "FieldError";
+      raise_python(cls, py::make_tuple(e.key(), e.reason()));
+    } catch (const BudgetError& e) {
+      raise_python("ErrorBudgetExceeded", py::make_tuple(e.what()));
+    } catch (const ConfigError& e) {
+      raise_python("ConfigError", py::make_tuple(e.what()));
+    } catch (const Error& e) {
+      raise_python("LoadscopeError", py::make_tuple(e.what()));
+    }
+  });
+
+  py::class_<BlockView>(m, "BlockView", py::buffer_protocol())
+      .def_buffer([](BlockView& v) {
+        return py::buffer_info(v.data, 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(v.bytes)}, {1});
+      })
+      .def_property_readonly("nbytes", [](const BlockView& v) { return v.bytes; });
+
+  py::class_<pipeline::FieldSpec>(m, "FieldSpec")
+      .def_readonly("name", &pipeline::FieldSpec::name)
+      .def_readonly("keys", &pipeline::FieldSpec::keys);
+
+  m.def(
+      "image_field",
+      [](std::string name, std::vector<std::string> keys, int height, int width,
+         const std::string& crop, std::pair<double, double> scale,
+         std::pair<double, double> ratio, int resize, double flip, bool channels_last, bool exif,
+         bool dct_scaling) {
+        pipeline::FieldSpec f;
+        f.name = std::move(name);
+        f.keys = std::move(keys);
+        f.kind = pipeline::FieldKind::kImage;
+        auto& s = f.image;
+        s.height = height;
+        s.width = width;
+        s.crop = parse_crop(crop);
+        s.scale_min = scale.first;
+        s.scale_max = scale.second;
+        s.ratio_min = ratio.first;
+        s.ratio_max = ratio.second;
+        s.resize = resize;
+        s.flip = flip;
+        s.channels_last = channels_last;
+        s.exif = exif;
+        s.dct_scaling = dct_scaling;
+        pipeline::validate({f});
+        return f;
+      },
+      py::arg("name"), py::arg("keys"), py::arg("height"), py::arg("width"), py::arg("crop"),
+      py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
+      py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"));
+
+  m.def(
+      "plain_field",
+      [](std::string name, std::vector<std::string> keys, const std::string& kind) {
+        pipeline::FieldSpec f;
+        f.name = std::move(name);
+        f.keys = std::move(keys);
+        f.kind = parse_kind(kind);
+        return f;
+      },
+      py::arg("name"), py::arg("keys"), py::arg("kind"));
+
+  py::class_<Source, std::shared_ptr<Source>>(m, "Source")
+      .def_property_readonly("size", &Source::size);
+
+  py::class_<io::ListSource, Source, std::shared_ptr<io::ListSource>>(m, "ListSource")
+      .def(py::init([](const py::list& samples) {
+             // samples: [(key, [(name, is_path, value: str|bytes), ...]), ...]
+             std::vector<Sample> out;
+             out.reserve(samples.size());
+             for (const auto& item : samples) {
+               auto t = item.cast<py::tuple>();
+               Sample s;
+               s.key = t[0].cast<std::string>();
+               for (const auto& mm : t[1].cast<py::list>()) {
+                 auto mt = mm.cast<py::tuple>();
+                 Member member;
+                 member.name = mt[0].cast<std::string>();
+                 member.is_path = mt[1].cast<bool>();
+                 (member.is_path ? member.path : member.data) = mt[2].cast<std::string>();
+                 s.members.push_back(std::move(member));
+               }
+               out.push_back(std::move(s));
+             }
+             return std::make_shared<io::ListSource>(std::move(out));
+           }),
+           py::arg("samples"));
+
+  py::class_<io::TarSource, Source, std::shared_ptr<io::TarSource>>(m, "TarSource")
+      .def(py::init<std::vector<std::string>, size_t>(), py::arg("shards"),
+           py::arg("shuffle_buffer"))
+      .def_property_readonly("bytes_read", &io::TarSource::bytes_read);
+
+  py::class_<Batch>(m, "Batch")
+      .def_readonly("index", &Batch::index)
+      .def_readonly("size", &Batch::size)
+      .def_readonly("keys", &Batch::keys)
+      .def_readonly("positions", &Batch::positions)
+      .def_property_readonly("skipped", [](const Batch& b) { return notes_to_list(b.skipped); })
+      .def_property_readonly("warnings", [](const Batch& b) { return notes_to_list(b.warnings); })
+      .def("fixed",
+           [](const Batch& b, size_t slot) {
+             if (slot >= b.layout->fixed.size()) throw py::index_error("no such fixed field");
+             return BlockView{b.block, b.fixed_data(slot),
+                              b.layout->fixed[slot].bytes_per_sample * b.size};
+           })
+      .def("strings",
+           [](const Batch& b, size_t slot, bool as_bytes) {
+             if (slot >= b.strings.size()) throw py::index_error("no such string field");
+             py::list out;
+             for (const auto& s : b.strings[slot]) {
+               if (as_bytes) {
+                 out.append(py::bytes(s));
+               } else {
+                 out.append(py::str(s));  // validated UTF-8 by the engine
+               }
+             }
+             return out;
+           },
+           py::arg("slot"), py::arg("as_bytes"));
+
+  py::class_<EpochRun, std::shared_ptr<EpochRun>>(m, "EpochRun")
+      .def("next",
+           [](EpochRun& run, int timeout_ms) -> py::object {
+             std::unique_ptr<Batch> batch;
+             EpochRun::Status status;
+             {
+               py::gil_scoped_release release;
+               status = run.next(batch, std::chrono::milliseconds(timeout_ms));
+             }
+             if (status == EpochRun::Status::kTimeout) return py::str("timeout");
+             if (status == EpochRun::Status::kEnd) return py::none();
+             return py::cast(std::move(batch));
+           },
+           py::arg("timeout_ms"))
+      .def("stop", &EpochRun::stop, py::call_guard<py::gil_scoped_release>())
+      .def("stats", [](const EpochRun& run) {
+        EpochStats s = run.stats();
+        py::dict d;
+        d["batches"] = s.batches;
+        d["samples"] = s.samples;
+        d["failures"] = s.failures;
+        d["warnings"] = s.warnings;
+        d["bytes_read"] = s.bytes_read;
+        d["process_seconds"] = s.process_seconds;
+        d["skipped"] = notes_to_list(s.skipped);
+        d["warning_notes"] = notes_to_list(s.warning_notes);
+        return d;
+      });
+
+  py::class_<Pipeline>(m, "Pipeline")
+      .def(py::init([](std::shared_ptr<Source> source, std::vector<pipeline::FieldSpec> fields) {
+             return Pipeline{std::move(source),
+                             std::make_shared<pipeline::FieldProcessor>(std::move(fields))};
+           }),
+           py::arg("source"), py::arg("fields"))
+      .def("slot_of", [](const Pipeline& p, size_t i) { return p.processor->slot_of(i); })
+      .def(
+          "start",
+          [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,
+             const std::string& on_error, int64_t max_errors, double max_error_rate,
+             uint64_t seed, int64_t epoch, bool shuffle, int64_t batch_offset,
+             int64_t batch_stride) {
+            EngineOptions o;
+            o.threads = threads;
+            o.batch_size = batch_size;
+            o.prefetch = prefetch;
+            o.drop_last = drop_last;
+            if (on_error == "raise") {
+              o.on_error = ErrorPolicy::kRaise;
+            } else if (on_error == "skip") {
+              o.on_error = ErrorPolicy::kSkip;
+            } else {
+              throw ConfigError("on_error must be 'raise' or 'skip'");
+            }
+            o.max_errors = max_errors;
+            o.max_error_rate = max_error_rate;
+            o.order = EpochOrder{seed, epoch, shuffle};
+            o.batch_offset = batch_offset;
+            o.batch_stride = batch_stride;
+            auto run = std::make_shared<EpochRun>(p.source, p.processor, o);
+            run->start();
+            return run;
+          },
+          py::arg("threads"), py::arg("batch_size"), py::arg("prefetch"), py::arg("drop_last"),
+          py::arg("on_error"), py::arg("max_errors"), py::arg("max_error_rate"), py::arg("seed"),
+          py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"));
+
+  m.def(
+      "decode_image",
+      [](const py::bytes& data, const pipeline::FieldSpec& field, uint64_t seed, int64_t epoch,
+         int64_t position) {
+        // One image through the same path as the loader (tests, debugging).
+        std::string bytes = data;
+        const auto& spec = field.image;
+        std::string out(static_cast<size_t>(spec.height) * spec.width * 3, '\0');
+        std::string warning;
+        {
+          py::gil_scoped_release release;
+          Rng rng(seed, static_cast<uint64_t>(epoch), RngStream::kAugment,
+                  static_cast<uint64_t>(position));
+          try {
+            warning = pipeline::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                             bytes.size(), spec, rng,
+                                             reinterpret_cast<uint8_t*>(out.data()));
+          } catch (const DecodeFailure& e) {
+            throw SampleError("<bytes>", e.what(), FailureKind::kDecode);
+          }
+        }
+        return py::make_tuple(py::bytes(out), warning);
+      },
+      py::arg("data"), py::arg("field"), py::arg("seed") = 0, py::arg("epoch") = 0,
+      py::arg("position") = 0);
+
+  m.def(
+      "turbojpeg_decode_only",
+      [](const std::vector<std::string>& jpegs, int threads, int repeat) {
+        bench::DecodeOnlyResult r;
+        {
+          py::gil_scoped_release release;
+          r = bench::turbojpeg_decode_only(jpegs, threads, repeat);
+        }
+        return py::make_tuple(r.seconds, r.images, r.failures);
+      },
+      py::arg("jpegs"), py::arg("threads"), py::arg("repeat") = 1);
+}

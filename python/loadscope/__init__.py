@@ -1,0 +1,31 @@
+"""loadscope: a native data loader for PyTorch training on images and video, with telemetry.
+
+    import loadscope as ls
+    loader = ls.Loader(ls.Folder("train/"), fields={"jpg": ls.Image(224, flip=0.5), "cls": ls.Int()},
+                       batch_size=256, shuffle=True)
+    for batch in loader:
+        images, labels = batch["jpg"], batch["cls"]
+"""
+
+import torch  # noqa: F401  (loaded before the native module; tensors are made with torch)
+
+from ._errors import (
+    ConfigError,
+    DecodeError,
+    ErrorBudgetExceeded,
+    FieldError,
+    LoadscopeError,
+    ReadError,
+    SampleError,
+)
+from ._fields import Bytes, Field, Image, Int, Json, Text
+from ._loader import Dataset, Loader, default_threads
+from ._sources import IMAGE_EXTENSIONS, FileList, Folder, Source, WebDataset, expand_braces
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Bytes", "ConfigError", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
+    "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError",
+    "ReadError", "SampleError", "Source", "Text", "WebDataset", "default_threads", "expand_braces",
+]

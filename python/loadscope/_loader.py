@@ -1,0 +1,348 @@
+"""The public loader: ``Loader`` (an iterable of batches) and ``Dataset`` (the same engine as a
+``torch.utils.data.IterableDataset``)."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import math
+import os
+import threading
+import warnings
+import weakref
+from typing import Any, Dict, Iterator, Mapping, Optional, Union
+
+import torch
+
+from . import _native
+from ._errors import ConfigError
+from ._fields import Bytes, Field, Image, Int, Json, Text
+from ._sources import Source
+
+log = logging.getLogger("loadscope")
+
+ON_ERROR = ("raise", "skip")
+_WAIT_MS = 100  # how long one native wait lasts; between waits Python sees Ctrl-C
+
+Batch = Dict[str, Any]
+
+
+def default_threads() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def _int_arg(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class Loader:
+    """Loads batches with native threads. Iterate it like a ``torch.utils.data.DataLoader``.
+
+    Args:
+        source: ``Folder``, ``FileList`` or ``WebDataset``.
+        fields: output name -> field (``Image``, ``Int``, ``Text``, ``Json``, ``Bytes``). Each
+            field reads the sample member of the same name unless it says ``keys=``.
+        batch_size: samples per batch.
+        threads: decoding threads (default: the cores this process may use).
+        shuffle: a new order every epoch, drawn from ``(seed, epoch)``.
+        seed: seeds the order and every random augmentation.
+        drop_last: drop the last, partial batch.
+        prefetch: batches decoded ahead (memory: prefetch x batch bytes).
+        on_error: ``"raise"``: a bad sample raises a ``SampleError`` naming it when its batch is
+            reached; ``"skip"``: it is left out of its batch, counted and listed in ``stats()``.
+        error_budget: under ``"skip"``, raise ``ErrorBudgetExceeded`` when more samples fail than
+            this: an int is a count per epoch, a float a fraction of the samples seen (at least
+            100 are assumed seen, so one early failure does not trip it); ``None``: no limit.
+
+    Every batch is a dict: images ``uint8 [B, 3, H, W]``, ints ``int64 [B]``, text a list of
+    ``str``, JSON a list of objects, bytes a list of ``bytes``; plus ``"__key__"`` (list of
+    sample keys) and ``"__index__"`` (``int64 [B]``, each sample's position in the epoch).
+    Batches are identical for any ``threads``: randomness is a function of ``(seed, epoch,
+    position)``.
+
+    The epoch is the one given to ``set_epoch``; without it, each new iteration advances it by
+    one (0, 1, 2, ...), so ``shuffle=True`` reshuffles every epoch as DataLoader does.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        fields: Mapping[str, Field],
+        batch_size: int,
+        threads: Optional[int] = None,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        prefetch: int = 2,
+        on_error: str = "raise",
+        error_budget: Union[int, float, None] = 0.05,
+    ) -> None:
+        if not isinstance(source, Source):
+            raise ConfigError(
+                f"source must be a loadscope Folder, FileList or WebDataset, got {type(source).__name__}"
+            )
+        if not isinstance(fields, Mapping) or not fields:
+            raise ConfigError("fields must be a non-empty dict of name -> loadscope field (Image, Int, Text, Json, Bytes)")
+        for name, f in fields.items():
+            if not isinstance(f, Field) or type(f) is Field:
+                raise ConfigError(
+                    f"fields[{name!r}] must be one of Image, Int, Text, Json, Bytes, got {type(f).__name__}"
+                )
+            if name.startswith("__"):
+                raise ConfigError(f"fields[{name!r}]: names starting with '__' are reserved")
+        if on_error not in ON_ERROR:
+            raise ConfigError(f"on_error={on_error!r}: allowed are {', '.join(map(repr, ON_ERROR))}")
+        if error_budget is not None:
+            if isinstance(error_budget, bool) or not isinstance(error_budget, (int, float)):
+                raise ConfigError(f"error_budget must be an int count, a float fraction or None, got {error_budget!r}")
+            if isinstance(error_budget, float) and not 0.0 <= error_budget < 1.0:
+                raise ConfigError(f"error_budget={error_budget}: a fraction must be in [0, 1)")
+            if isinstance(error_budget, int) and error_budget < 0:
+                raise ConfigError(f"error_budget={error_budget}: a count must be >= 0")
+        self._args = dict(
+            source=source, fields=dict(fields), batch_size=_int_arg("batch_size", batch_size, 1),
+            threads=_int_arg("threads", default_threads() if threads is None else threads, 1),
+            shuffle=bool(shuffle), seed=_int_arg("seed", seed, 0), drop_last=bool(drop_last),
+            prefetch=_int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
+        )
+        self._build()
+        self._epoch = 0
+        self._epoch_set = False
+        self._active: Optional[weakref.ref] = None
+        self._last_stats: Dict[str, Any] = {}
+
+    def _build(self) -> None:
+        a = self._args
+        self.source: Source = a["source"]
+        self.fields: Dict[str, Field] = a["fields"]
+        self.batch_size: int = a["batch_size"]
+        self.threads: int = a["threads"]
+        self.shuffle: bool = a["shuffle"]
+        self.seed: int = a["seed"]
+        self.drop_last: bool = a["drop_last"]
+        self.prefetch: int = a["prefetch"]
+        self.on_error: str = a["on_error"]
+        self.error_budget = a["error_budget"]
+        specs = [f._native(name, _native) for name, f in self.fields.items()]
+        self._pipeline = _native.Pipeline(self.source._native(_native), specs)
+        self._outputs = []  # (name, field, slot)
+        for i, (name, f) in enumerate(self.fields.items()):
+            self._outputs.append((name, f, self._pipeline.slot_of(i)))
+
+    # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
+    def __getstate__(self):
+        return {"args": self._args, "epoch": self._epoch, "epoch_set": self._epoch_set}
+
+    def __setstate__(self, state):
+        self._args = state["args"]
+        self._build()
+        self._epoch = state["epoch"]
+        self._epoch_set = state["epoch_set"]
+        self._active = None
+        self._last_stats = {}
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch of the next iteration (order and augmentation depend on it)."""
+        self._epoch = _int_arg("epoch", epoch, 0)
+        self._epoch_set = True
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next iteration will use."""
+        return self._epoch
+
+    def __len__(self) -> int:
+        """Batches per epoch; a TypeError for tar shards, whose length only reading tells."""
+        n = len(self.source)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self._iterate(0, 1)
+
+    def _iterate(self, batch_offset: int, batch_stride: int) -> "_EpochIterator":
+        if self._active is not None:
+            previous = self._active()
+            if previous is not None:
+                previous.close()  # one epoch at a time: a new loop ends the old one
+        epoch = self._epoch
+        a = self._args
+        budget = a["error_budget"]
+        run = self._pipeline.start(
+            threads=self.threads, batch_size=self.batch_size, prefetch=self.prefetch,
+            drop_last=self.drop_last, on_error=self.on_error,
+            max_errors=budget if isinstance(budget, int) else -1,
+            max_error_rate=budget if isinstance(budget, float) else -1.0,
+            seed=self.seed, epoch=epoch, shuffle=self.shuffle,
+            batch_offset=batch_offset, batch_stride=batch_stride,
+        )
+        self._epoch = epoch + 1
+        it = _EpochIterator(self, run, epoch)
+        self._active = weakref.ref(it)
+        return it
+
+    def stats(self) -> Dict[str, Any]:
+        """Counters of the running or last epoch: batches, samples, failures, warnings,
+        bytes_read, process_seconds, and the lists ``skipped`` and ``warning_notes``
+        (``{"key", "reason", "kind", "position"}``; the first 1000 of each)."""
+        it = self._active() if self._active is not None else None
+        if it is not None and it._run is not None:
+            return it._run.stats()
+        return dict(self._last_stats)
+
+    def _convert(self, b) -> Batch:
+        n = b.size
+        out: Batch = {}
+        for name, f, slot in self._outputs:
+            if isinstance(f, Image):
+                h, w = f.hw
+                shape = (n, h, w, 3) if f.channels_last else (n, 3, h, w)
+                out[name] = torch.frombuffer(b.fixed(slot), dtype=torch.uint8).view(shape)
+            elif isinstance(f, Int):
+                out[name] = torch.frombuffer(b.fixed(slot), dtype=torch.int64)
+            elif isinstance(f, Json):
+                out[name] = [json.loads(s) for s in b.strings(slot, False)]
+            elif isinstance(f, Text):
+                out[name] = b.strings(slot, False)
+            elif isinstance(f, Bytes):
+                out[name] = b.strings(slot, True)
+        out["__key__"] = list(b.keys)
+        out["__index__"] = torch.tensor(b.positions, dtype=torch.int64)
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"Loader({self.source!r}, fields={list(self.fields)}, batch_size={self.batch_size}, "
+            f"threads={self.threads}, shuffle={self.shuffle}, seed={self.seed})"
+        )
+
+
+_live: "weakref.WeakSet[_EpochIterator]" = weakref.WeakSet()
+_live_lock = threading.Lock()
+_orphans: list = []  # native runs inherited by a forked child: their threads do not exist there
+
+
+class _EpochIterator:
+    """One pass over the data. Closing it (end of data, ``break`` + garbage collection, ``del``,
+    an exception, interpreter exit) stops and joins every native thread."""
+
+    def __init__(self, loader: Loader, run, epoch: int) -> None:
+        self._loader = loader
+        self._run = run
+        self.epoch = epoch
+        self._logged_skips = 0
+        with _live_lock:
+            _live.add(self)
+
+    def __iter__(self) -> "_EpochIterator":
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self) -> Batch:
+        run = self._run
+        if run is None:
+            raise StopIteration
+        try:
+            while True:
+                b = run.next(_WAIT_MS)  # waits with the GIL released
+                if not isinstance(b, str):
+                    break
+        except BaseException:
+            self.close()
+            raise
+        if b is None:
+            self.close()
+            raise StopIteration
+        if b.skipped:
+            self._log_skips(b.skipped)
+        return self._loader._convert(b)
+
+    def _log_skips(self, skipped) -> None:
+        for s in skipped:
+            if self._logged_skips < 10:
+                log.warning("skipped %s (%s error): %s", s["key"], s["kind"], s["reason"])
+            elif self._logged_skips == 10:
+                log.warning("more samples skipped; the full list is in loader.stats()['skipped']")
+            self._logged_skips += 1
+
+    def close(self) -> None:
+        """Stops the epoch early; idempotent."""
+        run, self._run = self._run, None
+        if run is None:
+            return
+        try:
+            self._loader._last_stats = run.stats()
+        finally:
+            run.stop()
+            with _live_lock:
+                _live.discard(self)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover - interpreter teardown
+            pass
+
+
+def _close_all() -> None:
+    with _live_lock:
+        live = list(_live)
+    for it in live:
+        it.close()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child has copies of the parent's native runs but none of their threads;
+    # stopping them would wait for threads that do not exist, so they are kept, unused.
+    for it in list(_live):
+        if it._run is not None:
+            _orphans.append(it._run)
+            it._run = None
+    _live.clear()
+
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class Dataset(torch.utils.data.IterableDataset):
+    """The loader as a ``torch.utils.data.IterableDataset`` that yields ready batches:
+    ``DataLoader(Dataset(...), batch_size=None)``. Takes the arguments of ``Loader``.
+
+    Inside ``DataLoader(num_workers=N)`` worker ``i`` produces batches ``i, i+N, ...`` of the
+    epoch, so the DataLoader yields the same batches in the same order as ``num_workers=0``.
+    Call ``set_epoch`` before each epoch there (as with ``DistributedSampler``): the workers
+    receive a copy of the dataset, so an epoch counter cannot advance by itself.
+    """
+
+    def __init__(self, source: Source, **loader_args: Any) -> None:
+        super().__init__()
+        self.loader = Loader(source, **loader_args)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Batch]:
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return iter(self.loader)
+        if self.loader.shuffle and not self.loader._epoch_set:
+            warnings.warn(
+                "loadscope.Dataset in DataLoader workers: call dataset.set_epoch(epoch) every "
+                "epoch, otherwise every epoch repeats the same order",
+                stacklevel=2,
+            )
+        return self.loader._iterate(info.id, info.num_workers)

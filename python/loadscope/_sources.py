@@ -1,0 +1,242 @@
+"""Where samples come from: a folder, a manifest (file list) or WebDataset-style tar shards.
+
+A sample is a key plus named members. Members are named by lower-case file extension
+("jpg", "cls", "txt", ...), which is what ``fields=`` refers to.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
+
+from ._errors import ConfigError
+
+# torchvision's IMG_EXTENSIONS: which files make a sample in a Folder.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+_Member = Tuple[str, bool, Union[str, bytes]]  # (name, is_path, path-or-value)
+
+
+class Source:
+    """Base class of sources. ``len(source)`` is the number of samples when known."""
+
+    def _native(self, native):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        raise TypeError(f"{type(self).__name__} does not know its length before reading")
+
+
+class _ListSource(Source):
+    def __init__(self) -> None:
+        self._samples: List[Tuple[str, List[_Member]]] = []
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def _native(self, native):
+        return native.ListSource(self._samples)
+
+
+def _ext(name: str) -> str:
+    return os.path.splitext(name)[1][1:].lower()
+
+
+class Folder(_ListSource):
+    """Image files under a directory, like ``torchvision.datasets.ImageFolder``.
+
+    With ``labels="subfolders"`` each immediate subdirectory is a class (sorted names give the
+    indices, as ImageFolder does) and every sample gets an integer member ``"cls"``; with
+    ``"none"`` the tree is flat. ``"auto"`` picks subfolders when the root holds only
+    directories. Files that share a name up to the last dot (``a.jpg``, ``a.txt``, ``a.json``)
+    form one sample; only groups with a file ending in one of ``extensions`` are samples.
+    """
+
+    def __init__(
+        self,
+        root: PathLike,
+        *,
+        labels: str = "auto",
+        extensions: Sequence[str] = IMAGE_EXTENSIONS,
+    ) -> None:
+        super().__init__()
+        root = os.fspath(root)
+        if labels not in ("auto", "subfolders", "none"):
+            raise ConfigError(f"Folder(labels={labels!r}): allowed are 'auto', 'subfolders', 'none'")
+        if not os.path.isdir(root):
+            raise ConfigError(f"Folder: {root!r} is not a directory")
+        self.root = root
+        exts = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
+        entries = sorted(os.scandir(root), key=lambda e: e.name)
+        subdirs = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+        has_files = any(e.is_file() and e.name.lower().endswith(exts) for e in entries)
+        if labels == "auto":
+            labels = "subfolders" if subdirs and not has_files else "none"
+        self.labels = labels
+        self.classes: List[str] = subdirs if labels == "subfolders" else []
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.ignored_files = 0
+        if labels == "subfolders":
+            for idx, cls in enumerate(self.classes):
+                self._scan(os.path.join(root, cls), exts, idx)
+        else:
+            self._scan(root, exts, None)
+        if not self._samples:
+            raise ConfigError(
+                f"Folder: no samples under {root!r} (looked for files ending in {', '.join(exts)})"
+            )
+
+    def _scan(self, top: str, exts: Tuple[str, ...], label: Optional[int]) -> None:
+        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            groups: dict = {}
+            for name in sorted(filenames):
+                if name.startswith("."):
+                    continue
+                stem, ext = os.path.splitext(name)
+                groups.setdefault(stem, []).append(name)
+            for stem in sorted(groups):
+                names = groups[stem]
+                if not any(n.lower().endswith(exts) for n in names):
+                    self.ignored_files += len(names)
+                    continue
+                members: List[_Member] = [(_ext(n), True, os.path.join(dirpath, n)) for n in names]
+                if label is not None:
+                    if any(m[0] == "cls" for m in members):
+                        raise ConfigError(
+                            f"Folder: {os.path.join(dirpath, stem)}.cls clashes with the class "
+                            "label taken from the subfolder; use labels='none'"
+                        )
+                    members.append(("cls", False, str(label)))
+                self._samples.append((os.path.join(dirpath, stem), members))
+
+    def __repr__(self) -> str:
+        return f"Folder({self.root!r}, samples={len(self)}, classes={len(self.classes)})"
+
+
+class FileList(_ListSource):
+    """Samples listed in a manifest: JSON lines (``.jsonl``) or CSV (``.csv``) with a header.
+
+    Each record names a file in ``path_key`` (relative paths are taken from ``root``, by default
+    the manifest's directory); the file becomes the member named by its extension. Every other
+    column becomes a member too: ``{"path": "a.jpg", "cls": 3, "txt": "a dog"}`` gives members
+    ``jpg``, ``cls`` and ``txt``. Files are not touched until loading: a missing one is a
+    ``ReadError`` for that sample.
+    """
+
+    def __init__(self, manifest: PathLike, *, root: Optional[PathLike] = None, path_key: str = "path") -> None:
+        super().__init__()
+        manifest = os.fspath(manifest)
+        if not os.path.isfile(manifest):
+            raise ConfigError(f"FileList: manifest {manifest!r} does not exist")
+        self.manifest = manifest
+        self.root = os.fspath(root) if root is not None else os.path.dirname(os.path.abspath(manifest))
+        kind = manifest.lower().rsplit(".", 1)[-1]
+        if kind in ("jsonl", "ndjson"):
+            records = self._jsonl(manifest)
+        elif kind == "csv":
+            records = self._csv(manifest)
+        else:
+            raise ConfigError(f"FileList: {manifest!r}: manifest must end in .jsonl, .ndjson or .csv")
+        for line, record in records:
+            if not isinstance(record, dict) or path_key not in record:
+                raise ConfigError(f"FileList: {manifest}:{line}: record has no {path_key!r} field")
+            path = os.path.join(self.root, str(record[path_key]))
+            ext = _ext(path)
+            if not ext:
+                raise ConfigError(f"FileList: {manifest}:{line}: {path!r} has no extension to name its member")
+            members: List[_Member] = [(ext, True, path)]
+            for k, v in record.items():
+                if k == path_key:
+                    continue
+                value = v if isinstance(v, str) else json.dumps(v)
+                members.append((str(k).lower(), False, value))
+            self._samples.append((path, members))
+        if not self._samples:
+            raise ConfigError(f"FileList: {manifest!r} lists no samples")
+
+    @staticmethod
+    def _jsonl(path: str) -> Iterable[Tuple[int, dict]]:
+        with open(path, encoding="utf-8") as f:
+            for line, text in enumerate(f, 1):
+                if not text.strip():
+                    continue
+                try:
+                    yield line, json.loads(text)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"FileList: {path}:{line}: not JSON: {e}") from None
+
+    @staticmethod
+    def _csv(path: str) -> Iterable[Tuple[int, dict]]:
+        with open(path, encoding="utf-8", newline="") as f:
+            for line, row in enumerate(csv.DictReader(f), 2):
+                yield line, row
+
+    def __repr__(self) -> str:
+        return f"FileList({self.manifest!r}, samples={len(self)})"
+
+
+_BRACE = re.compile(r"\{([^{}]*)\}")
+
+
+def expand_braces(pattern: str) -> List[str]:
+    """Expands ``{000..127}`` ranges (zero padding kept) and ``{a,b}`` lists, like the shell
+    and WebDataset: ``"s-{00..02}.tar"`` -> ``["s-00.tar", "s-01.tar", "s-02.tar"]``."""
+    m = _BRACE.search(pattern)
+    if m is None:
+        return [pattern]
+    body = m.group(1)
+    head, tail = pattern[: m.start()], pattern[m.end() :]
+    rng = re.fullmatch(r"(\d+)\.\.(\d+)", body)
+    if rng:
+        lo, hi = rng.group(1), rng.group(2)
+        padded = any(x.startswith("0") and len(x) > 1 for x in (lo, hi))
+        width = max(len(lo), len(hi)) if padded else 0
+        step = 1 if int(hi) >= int(lo) else -1
+        options = [str(i).zfill(width) for i in range(int(lo), int(hi) + step, step)]
+    elif "," in body:
+        options = body.split(",")
+    else:
+        raise ConfigError(f"cannot expand {{{body}}} in {pattern!r}: use {{lo..hi}} or {{a,b,...}}")
+    return [p for o in options for p in expand_braces(head + o + tail)]
+
+
+class WebDataset(Source):
+    """WebDataset-style tar shards (``.tar`` or ``.tar.gz``): members that share a key (the
+    name up to the first dot) and follow each other form a sample.
+
+    Args:
+        urls: a pattern with braces (``"train-{000000..000127}.tar"``), or a list of paths.
+        shuffle_buffer: with ``shuffle=True`` the loader permutes the shard order per epoch and
+            passes samples through a buffer of this many samples (held in memory).
+    """
+
+    def __init__(self, urls: Union[str, Sequence[str]], *, shuffle_buffer: int = 1000) -> None:
+        patterns = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
+        shards: List[str] = []
+        for p in patterns:
+            shards.extend(expand_braces(os.fspath(p)))
+        if not shards:
+            raise ConfigError("WebDataset: no shards given")
+        remote = [s for s in shards if "://" in s]
+        if remote:
+            raise ConfigError(f"WebDataset: only local paths are supported, got {remote[0]!r}")
+        missing = [s for s in shards if not os.path.isfile(s)]
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise ConfigError(f"WebDataset: shard(s) not found: {', '.join(missing[:3])}{more}")
+        if not isinstance(shuffle_buffer, int) or shuffle_buffer < 1:
+            raise ConfigError(f"WebDataset(shuffle_buffer={shuffle_buffer!r}): must be an int >= 1")
+        self.shards = shards
+        self.shuffle_buffer = shuffle_buffer
+
+    def _native(self, native):
+        return native.TarSource(self.shards, self.shuffle_buffer)
+
+    def __repr__(self) -> str:
+        return f"WebDataset({len(self.shards)} shards)"
