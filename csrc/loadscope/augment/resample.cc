@@ -7,19 +7,51 @@
 namespace loadscope::augment {
 
 namespace {
-constexpr int kPrecisionBits = 32 - 8 - 2;  // Pillow's PRECISION_BITS for 8-bit images
+constexpr int kBits = 14;  // weights sum to 1 << kBits and fit int16 with room to spare
+constexpr int32_t kHalf = 1 << (kBits - 1);
 
-inline uint8_t clip8(int32_t v) {
-  v >>= kPrecisionBits;
-  return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
+inline uint8_t clip8(int32_t v) { return static_cast<uint8_t>(std::clamp(v >> kBits, 0, 255)); }
+
+constexpr int kBlock = 8;  // rows (pass 1) or columns (pass 2) finished together
+
+// x86-64 builds also carry AVX2 versions of the hot loops, picked at load time (GCC/Clang
+// function multi-versioning); other targets use their baseline vector units.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
+#define LOADSCOPE_HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define LOADSCOPE_HOT
+#endif
+
+// Narrows n fixed-point sums to bytes (a contiguous loop, so it vectorises).
+LOADSCOPE_HOT void narrow(const int32_t* __restrict acc, uint8_t* __restrict out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = clip8(acc[i]);
 }
 
 inline double bilinear(double x) {
   x = std::fabs(x);
   return x < 1.0 ? 1.0 - x : 0.0;
 }
+
+
+// acc[i] = kHalf + sum_t src_t[i] * k[t] over n values, for the n_taps rows src_t at
+// src + t * step: int16 x int16 -> int32 products, which vectorise everywhere.
+LOADSCOPE_HOT void filter_rows(int32_t* __restrict acc, const uint8_t* __restrict src, size_t step,
+                               const int16_t* k, int n_taps, size_t n) {
+  if (n_taps == 0) {
+    std::fill(acc, acc + n, kHalf);
+    return;
+  }
+  const int16_t k0 = k[0];
+  for (size_t i = 0; i < n; ++i) acc[i] = kHalf + static_cast<int16_t>(src[i]) * k0;
+  for (int t = 1; t < n_taps; ++t) {
+    const uint8_t* __restrict row = src + t * step;
+    const int16_t kt = k[t];
+    for (size_t i = 0; i < n; ++i) acc[i] += static_cast<int16_t>(row[i]) * kt;
+  }
+}
 }  // namespace
 
+// Pillow's precompute_coeffs (libImaging/Resample.c), with int16 weights.
 void Resampler::precompute(int in_size, double in0_d, double in1_d, int out_size, Coeffs& c) {
   // Pillow keeps the box in single precision.
   const double in0 = static_cast<float>(in0_d), in1 = static_cast<float>(in1_d);
@@ -37,21 +69,19 @@ void Resampler::precompute(int in_size, double in0_d, double in1_d, int out_size
     if (xmin < 0) xmin = 0;
     int xmax = static_cast<int>(center + support + 0.5);
     if (xmax > in_size) xmax = in_size;
-    xmax -= xmin;
-    if (xmax > c.ksize) xmax = c.ksize;
+    xmax = std::clamp(xmax - xmin, 0, c.ksize);
     double ww = 0.0;
     for (int x = 0; x < xmax; ++x) {
       w[x] = bilinear((x + xmin - center + 0.5) * ss);
       ww += w[x];
     }
-    int32_t* k = &c.k[static_cast<size_t>(xx) * c.ksize];
+    int16_t* k = &c.k[static_cast<size_t>(xx) * c.ksize];
     for (int x = 0; x < xmax; ++x) {
       const double v = ww != 0.0 ? w[x] / ww : w[x];
-      k[x] = static_cast<int32_t>(v < 0 ? -0.5 + v * (1 << kPrecisionBits)
-                                        : 0.5 + v * (1 << kPrecisionBits));
+      k[x] = static_cast<int16_t>(std::lround(v * (1 << kBits)));
     }
     c.bounds[xx * 2] = xmin;
-    c.bounds[xx * 2 + 1] = std::max(xmax, 0);
+    c.bounds[xx * 2 + 1] = xmax;
   }
 }
 
@@ -59,62 +89,68 @@ void Resampler::resample(const uint8_t* src, int width, int height, size_t strid
                          uint8_t* dst, int out_w, int out_h, Layout layout, bool flip) {
   precompute(width, box.x0, box.x1, out_w, horizontal_);
   precompute(height, box.y0, box.y1, out_h, vertical_);
-  const int y_first = vertical_.bounds[0];
-  int y_last = y_first;
-  for (int y = 0; y < out_h; ++y) {
-    y_last = std::max(y_last, vertical_.bounds[2 * y] + vertical_.bounds[2 * y + 1]);
+  // Only the source columns some horizontal tap reads take part in the vertical pass.
+  int x_first = width, x_last = 0;
+  for (int x = 0; x < out_w; ++x) {
+    const int n = horizontal_.bounds[2 * x + 1];
+    if (n == 0) continue;
+    x_first = std::min(x_first, horizontal_.bounds[2 * x]);
+    x_last = std::max(x_last, horizontal_.bounds[2 * x] + n);
   }
-  const int rows = std::max(y_last - y_first, 0);
-  const size_t tstride = static_cast<size_t>(out_w) * 3;
-  temp_.resize(tstride * std::max(rows, 1));
+  if (x_first >= x_last) x_first = x_last = 0;
+  const int cols = x_last - x_first;
+  const size_t col_stride = static_cast<size_t>(out_h) * 3;  // one transposed column of tmp
+  temp_.resize(std::max<size_t>(static_cast<size_t>(cols) * col_stride, 1));
+  accum_.resize(std::max(static_cast<size_t>(cols) * 3, col_stride));
 
-  // Horizontal pass over the rows the vertical pass will read.
-  const int hk = horizontal_.ksize;
-  for (int r = 0; r < rows; ++r) {
-    const uint8_t* in = src + static_cast<size_t>(y_first + r) * stride;
-    uint8_t* out = temp_.data() + r * tstride;
-    for (int xx = 0; xx < out_w; ++xx) {
-      const int xmin = horizontal_.bounds[2 * xx], n = horizontal_.bounds[2 * xx + 1];
-      const int32_t* k = &horizontal_.k[static_cast<size_t>(xx) * hk];
-      const uint8_t* p = in + 3 * xmin;
-      int32_t s0 = 1 << (kPrecisionBits - 1), s1 = s0, s2 = s0;
-      for (int x = 0; x < n; ++x) {
-        s0 += p[3 * x] * k[x];
-        s1 += p[3 * x + 1] * k[x];
-        s2 += p[3 * x + 2] * k[x];
-      }
-      uint8_t* o = out + 3 * (flip ? out_w - 1 - xx : xx);
-      o[0] = clip8(s0);
-      o[1] = clip8(s1);
-      o[2] = clip8(s2);
+  // 1. Vertical: output rows from source rows, kBlock at a time, then stored transposed.
+  const size_t row_values = static_cast<size_t>(cols) * 3;
+  block_.resize(kBlock * std::max(row_values, col_stride));
+  for (int y0 = 0; y0 < out_h; y0 += kBlock) {
+    const int rows = std::min(kBlock, out_h - y0);
+    for (int r = 0; r < rows; ++r) {
+      const int yy = y0 + r;
+      const int ymin = vertical_.bounds[2 * yy], n = vertical_.bounds[2 * yy + 1];
+      const int16_t* k = &vertical_.k[static_cast<size_t>(yy) * vertical_.ksize];
+      filter_rows(accum_.data(), src + static_cast<size_t>(ymin) * stride + 3 * x_first, stride, k,
+                  n, row_values);
+      narrow(accum_.data(), block_.data() + r * row_values, row_values);
+    }
+    for (int x = 0; x < cols; ++x) {
+      uint8_t* d = temp_.data() + static_cast<size_t>(x) * col_stride + static_cast<size_t>(y0) * 3;
+      const uint8_t* s = block_.data() + 3 * x;
+      for (int r = 0; r < rows; ++r) std::memcpy(d + 3 * r, s + r * row_values, 3);
     }
   }
 
-  // Vertical pass: whole rows at a time so the inner loop vectorises.
-  const int vk = vertical_.ksize;
-  accum_.resize(tstride);
+  // 2. Horizontal: output columns from columns of tmp, kBlock at a time, then written out.
   const size_t plane = static_cast<size_t>(out_w) * out_h;
-  for (int yy = 0; yy < out_h; ++yy) {
-    const int ymin = vertical_.bounds[2 * yy] - y_first, n = vertical_.bounds[2 * yy + 1];
-    const int32_t* k = &vertical_.k[static_cast<size_t>(yy) * vk];
-    int32_t* acc = accum_.data();
-    std::fill(acc, acc + tstride, 1 << (kPrecisionBits - 1));
-    for (int t = 0; t < n; ++t) {
-      const uint8_t* row = temp_.data() + static_cast<size_t>(ymin + t) * tstride;
-      const int32_t kt = k[t];
-      for (size_t i = 0; i < tstride; ++i) acc[i] += row[i] * kt;
+  for (int x0 = 0; x0 < out_w; x0 += kBlock) {
+    const int ncols = std::min(kBlock, out_w - x0);
+    for (int j = 0; j < ncols; ++j) {
+      const int xx = x0 + j;
+      const int xmin = horizontal_.bounds[2 * xx] - x_first, n = horizontal_.bounds[2 * xx + 1];
+      const int16_t* k = &horizontal_.k[static_cast<size_t>(xx) * horizontal_.ksize];
+      filter_rows(accum_.data(), temp_.data() + static_cast<size_t>(xmin) * col_stride, col_stride,
+                  k, n, col_stride);
+      narrow(accum_.data(), block_.data() + j * col_stride, col_stride);
     }
+    int col[kBlock];
+    for (int j = 0; j < ncols; ++j) col[j] = flip ? out_w - 1 - (x0 + j) : x0 + j;
     if (layout == Layout::kHWC) {
-      uint8_t* o = dst + yy * tstride;
-      for (size_t i = 0; i < tstride; ++i) o[i] = clip8(acc[i]);
+      for (int y = 0; y < out_h; ++y) {
+        uint8_t* d = dst + static_cast<size_t>(y) * out_w * 3;
+        for (int j = 0; j < ncols; ++j) {
+          std::memcpy(d + 3 * col[j], block_.data() + j * col_stride + 3 * y, 3);
+        }
+      }
     } else {
-      uint8_t* r = dst + static_cast<size_t>(yy) * out_w;
-      uint8_t* g = r + plane;
-      uint8_t* b = g + plane;
-      for (int x = 0; x < out_w; ++x) {
-        r[x] = clip8(acc[3 * x]);
-        g[x] = clip8(acc[3 * x + 1]);
-        b[x] = clip8(acc[3 * x + 2]);
+      for (int c = 0; c < 3; ++c) {
+        for (int y = 0; y < out_h; ++y) {
+          uint8_t* d = dst + c * plane + static_cast<size_t>(y) * out_w;
+          const uint8_t* s = block_.data() + 3 * y + c;
+          for (int j = 0; j < ncols; ++j) d[col[j]] = s[j * col_stride];
+        }
       }
     }
   }

@@ -1,9 +1,17 @@
 #pragma once
-// Antialiased bilinear resampling that reproduces Pillow's Image.resize(size, BILINEAR, box)
-// bit for bit: the same filter support (widened by the downscale factor), the same 22-bit
-// fixed-point coefficients and rounding, horizontal pass first, then vertical. torchvision's
-// PIL backend resizes this way, so loadscope's output matches it wherever the decoded pixels
-// match.
+// Antialiased bilinear resampling with the filter of Pillow's Image.resize(size, BILINEAR, box),
+// which torchvision's PIL backend uses: the same taps and weights (the triangle's support
+// widened by the downscale factor, Pillow's window bounds and normalisation), so outputs agree
+// with Pillow's within one level per channel.
+//
+// Note [resampling speed]
+// Pillow filters each output pixel with a short loop over its taps, horizontal pass first;
+// that does not vectorise and cost as much as decoding the JPEG. Here both passes are long
+// multiply-accumulates over whole rows, which compilers vectorise on any target:
+//   1. vertical: each output row = sum of source rows, written transposed (a column of tmp);
+//   2. horizontal: each output column = sum of rows of tmp, written to the destination.
+// Weights are 14-bit fixed point (int16) so the products widen cheaply; the different pass
+// order and precision are why results may differ from Pillow's by one level.
 //
 // The destination is written directly (e.g. a slot of a batch), planar CHW or interleaved HWC,
 // optionally mirrored left-right. Not thread-safe per Resampler (it owns scratch).
@@ -30,13 +38,14 @@ class Resampler {
   struct Coeffs {
     int ksize = 0;
     std::vector<int> bounds;  // per output: first tap, tap count
-    std::vector<int32_t> k;   // per output: ksize fixed-point weights
+    std::vector<int16_t> k;   // per output: ksize fixed-point weights
   };
   static void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c);
 
   Coeffs horizontal_, vertical_;
-  std::vector<uint8_t> temp_;   // horizontal pass output, interleaved
-  std::vector<int32_t> accum_;  // one output row of the vertical pass
+  std::vector<uint8_t> temp_;   // vertical pass output, transposed: [source column][out row][rgb]
+  std::vector<int32_t> accum_;  // one row of either pass
+  std::vector<uint8_t> block_;  // kBlock finished rows or columns
 };
 
 // Applies EXIF orientation 1..8 (Pillow's ImageOps.exif_transpose): dst receives the upright
