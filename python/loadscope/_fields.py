@@ -49,9 +49,9 @@ class Image(Field):
         flip: probability of a horizontal flip.
         channels_last: lay pixels out as ``[B, H, W, 3]``.
         exif: apply the EXIF orientation, so images come out upright as viewers show them.
-        dct_scaling: decode JPEGs at the smallest n/8 scale at which the crop still has at
-            least the output's pixels (faster; see docs/options.md for how far the result
-            moves from a full-resolution resize).
+        dct_scaling: decode JPEGs at the smallest n/8 scale at which the crop keeps at least
+            twice the output's pixels per side (faster for large images; stays within about
+            0.5 levels of a full-resolution resize, see docs/options.md).
     """
 
     size: Size = 224

@@ -310,7 +310,14 @@ bool EpochRun::finish(Job& job, std::unique_ptr<Batch>& out) {
     compact(*batch, failed);
   }
   stats_.samples += batch->size;
-  if (batch->size == 0) return false;
+  if (!carried_skips_.empty()) {  // failures of earlier batches that had nothing left
+    batch->skipped.insert(batch->skipped.begin(), carried_skips_.begin(), carried_skips_.end());
+    carried_skips_.clear();
+  }
+  if (batch->size == 0) {
+    carried_skips_ = std::move(batch->skipped);
+    return false;
+  }
   ++stats_.batches;
   out = std::move(batch);
   return true;

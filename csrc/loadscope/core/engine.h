@@ -128,6 +128,7 @@ class EpochRun {
   bool started_ = false;
   bool stopped_ = false;
   bool failed_ = false;  // an error was raised to the consumer: the run is over
+  std::vector<SampleNote> carried_skips_;  // from batches that lost every sample
   std::atomic<bool> stop_flag_{false};
 
   // Accounting; the atomics are written by workers, the rest by the consumer.

@@ -1,5 +1,6 @@
 #include "loadscope/decode/image.h"
 
+#include <algorithm>
 #include <cstring>
 
 namespace loadscope::decode {
@@ -8,7 +9,8 @@ ImageFormat sniff(const uint8_t* d, size_t n) {
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF) return ImageFormat::kJpeg;
   if (n >= 8 && std::memcmp(d, kPng, 8) == 0) return ImageFormat::kPng;
-  if (n > 0 && n < 8 && std::memcmp(d, kPng, n) == 0) return ImageFormat::kPngTruncated;
+  // A PNG whose 8-byte signature is cut short or damaged after "\x89PNG".
+  if (n > 0 && std::memcmp(d, kPng, std::min<size_t>(n, 4)) == 0) return ImageFormat::kPngTruncated;
   if (n >= 6 && (std::memcmp(d, "GIF87a", 6) == 0 || std::memcmp(d, "GIF89a", 6) == 0)) {
     return ImageFormat::kGif;
   }
@@ -26,7 +28,7 @@ const char* format_name(ImageFormat format) {
   switch (format) {
     case ImageFormat::kJpeg: return "JPEG";
     case ImageFormat::kPng: return "PNG";
-    case ImageFormat::kPngTruncated: return "PNG (truncated signature)";
+    case ImageFormat::kPngTruncated: return "PNG (damaged signature)";
     case ImageFormat::kGif: return "GIF";
     case ImageFormat::kBmp: return "BMP";
     case ImageFormat::kWebp: return "WebP";

@@ -89,12 +89,18 @@ void resample_region(Scratch& s, const decode::RgbView& img, const Rect& region,
                        plan.flip);
 }
 
-// Smallest DCT scale n/8 at which the crop still has at least the output's pixels, so that
-// scaling never loses resolution the output could show.
+// Note [DCT scaling]
+// JPEGs decode at the smallest scale n/8 at which the crop keeps at least twice the output's
+// pixels per side. The final antialiased filter then still shapes the result, which stays
+// within about 0.5 levels (mean) of Pillow's full-resolution resize on real photos. Scaling to
+// exactly the output size (FFCV's and DALI's rule) is faster but visibly sharper than Pillow:
+// 2.6-3.0 levels mean on the real test photographs, over the 2.0 loadscope promises.
 int choose_scale(const Box& box, const ImageSpec& spec) {
   if (!spec.dct_scaling) return 8;
   for (int n = 1; n < 8; ++n) {
-    if (box.width() * n / 8 >= 2.0 * spec.width && box.height() * n / 8 >= 2.0 * spec.height) return n;
+    if (box.width() * n / 8 >= 2.0 * spec.width && box.height() * n / 8 >= 2.0 * spec.height) {
+      return n;
+    }
   }
   return 8;
 }
@@ -152,7 +158,8 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
   }
   if (size == 0) throw DecodeFailure("empty file");
   if (format == decode::ImageFormat::kPngTruncated) {
-    throw DecodeFailure("truncated PNG: " + std::to_string(size) + " bytes");
+    throw DecodeFailure("truncated or damaged PNG: signature incomplete (" + std::to_string(size) +
+                        " bytes)");
   }
   throw DecodeFailure(std::string("unsupported image format: ") + decode::format_name(format) +
                       " (supported: JPEG, PNG)");

@@ -64,12 +64,39 @@ JpegDecoder::~JpegDecoder() = default;
 
 namespace {
 
-// Searches [from, end) backwards for an EOI marker.
-bool has_eoi(const uint8_t* from, const uint8_t* end) {
-  for (const uint8_t* p = end - 1; p > from; --p) {
-    if (p[0] == 0xD9 && p[-1] == 0xFF) return true;
+// Note [structural check]
+// Before decoding, the bytes after the first scan header are walked marker by marker (a
+// memchr-speed pass): entropy-coded data may contain only stuffed 0xFF00, restart markers and,
+// between the scans of a progressive file, table and scan segments; the image must end with
+// EOI. This catches truncation and foreign markers whatever region is decoded later, so that
+// a sample's fate never depends on which crop it drew. (libjpeg itself would notice a bad
+// marker only on reaching it, i.e. not at all for a crop above it.)
+// Returns "" when the structure is sound, else the reason.
+std::string check_structure(const uint8_t* p, const uint8_t* end, const uint8_t* start) {
+  while (p + 1 < end) {
+    p = static_cast<const uint8_t*>(std::memchr(p, 0xFF, static_cast<size_t>(end - p - 1)));
+    if (p == nullptr) break;
+    const uint8_t m = p[1];
+    if (m == 0x00 || (m >= 0xD0 && m <= 0xD7)) {
+      p += 2;
+    } else if (m == 0xFF) {
+      p += 1;  // fill byte before a marker
+    } else if (m == 0xD9) {
+      return "";
+    } else if (m == 0xC4 || m == 0xCC || m == 0xDA || m == 0xDB || m == 0xDC || m == 0xDD ||
+               (m >= 0xE0 && m <= 0xEF) || m == 0xFE) {
+      if (end - p < 4) break;
+      const size_t len = (static_cast<size_t>(p[2]) << 8) | p[3];
+      if (len < 2) return "corrupt marker segment length at byte " + std::to_string(p - start);
+      p += 2 + len;
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02x", m);
+      return std::string("Unsupported marker type ") + hex + " in the scan data at byte " +
+             std::to_string(p - start);
+    }
   }
-  return false;
+  return "truncated (no end-of-image marker after the scan data)";
 }
 
 // Fully protected step functions; see Note [libjpeg errors].
@@ -117,10 +144,8 @@ JpegInfo JpegDecoder::open(const uint8_t* data, size_t size) {
     throw DecodeFailure(std::string("JPEG: ") + s.err.message);
   }
   // The source manager now points just past the first scan's header.
-  const uint8_t* scan = s.cinfo.src->next_input_byte;
-  if (!has_eoi(scan, data + size)) {
-    throw DecodeFailure("JPEG: truncated (no end-of-image marker after the scan data)");
-  }
+  const std::string broken = check_structure(s.cinfo.src->next_input_byte, data + size, data);
+  if (!broken.empty()) throw DecodeFailure("JPEG: " + broken);
   s.data = data;
   s.size = size;
   s.fresh = true;
@@ -159,7 +184,9 @@ RgbView JpegDecoder::decode(int num, Rect region) {
     throw DecodeFailure("JPEG: empty decode region");
   }
   JDIMENSION x0 = static_cast<JDIMENSION>(region.x0);
-  JDIMENSION width = static_cast<JDIMENSION>(region.width());
+  // Two more columns than asked: fancy upsampling of a pixel at the crop's right edge reads the
+  // chroma sample beyond it, and without it the edge column differs from a full decode.
+  JDIMENSION width = static_cast<JDIMENSION>(std::min(region.x1 + 2, full_w) - region.x0);
   // A second decode of the same image starts over from the header.
   const bool fresh = s.fresh;
   s.fresh = false;

@@ -1,0 +1,239 @@
+// The engine without Python and without codecs: ordering, coverage, determinism across thread
+// counts, error policy, striding and prompt stop.
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include "helpers.h"
+#include "loadscope/core/engine.h"
+#include "loadscope/core/error.h"
+#include "loadscope/core/rng.h"
+#include "loadscope/io/sources.h"
+
+using namespace loadscope;
+
+namespace {
+
+// Writes 16 bytes per sample derived from (key, seed, epoch, position) via the engine's Rng, so
+// a batch's bytes depend on exactly what the engine promises and nothing else. Samples whose
+// key contains "bad" fail; "slow" ones take 20 ms.
+class FakeProcessor : public SampleProcessor {
+ public:
+  std::vector<size_t> fixed_bytes_per_sample() const override { return {16, 8}; }
+  size_t num_string_fields() const override { return 1; }
+  void process(Sample& s, Batch& b, int slot, SampleContext& ctx) override {
+    if (s.key.find("bad") != std::string::npos) {
+      throw SampleError(s.key, "fake decode error", FailureKind::kDecode);
+    }
+    if (s.key.find("slow") != std::string::npos) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    Rng rng(ctx.order->seed, ctx.order->epoch, RngStream::kAugment, s.position);
+    uint8_t* px = b.fixed_data(0) + slot * 16;
+    for (int i = 0; i < 16; ++i) px[i] = static_cast<uint8_t>(rng.next_u64());
+    reinterpret_cast<int64_t*>(b.fixed_data(1))[slot] = std::stoll(s.key.substr(1));
+    b.strings[0][slot] = s.key;
+  }
+};
+
+std::shared_ptr<Source> list_source(int n, const std::set<int>& bad = {}) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < n; ++i) {
+    Sample s;
+    s.key = bad.count(i) ? "k" + std::to_string(i) + "-bad" : "k" + std::to_string(i);
+    samples.push_back(s);
+  }
+  return std::make_shared<io::ListSource>(std::move(samples));
+}
+
+struct Collected {
+  std::vector<int64_t> ids;       // sample ids in delivery order
+  std::vector<int> sizes;         // batch sizes
+  std::string bytes;              // all pixel bytes
+  std::vector<SampleNote> skipped;
+};
+
+Collected collect(std::shared_ptr<Source> src, EngineOptions o) {
+  EpochRun run(src, std::make_shared<FakeProcessor>(), o);
+  run.start();
+  Collected c;
+  std::unique_ptr<Batch> b;
+  while (true) {
+    auto st = run.next(b, std::chrono::milliseconds(10000));
+    REQUIRE(st != EpochRun::Status::kTimeout);
+    if (st == EpochRun::Status::kEnd) break;
+    c.sizes.push_back(b->size);
+    const auto* ids = reinterpret_cast<const int64_t*>(b->fixed_data(1));
+    for (int i = 0; i < b->size; ++i) {
+      c.ids.push_back(ids[i]);
+      CHECK(b->keys[i] == b->strings[0][i]);
+    }
+    c.bytes.append(reinterpret_cast<const char*>(b->fixed_data(0)), b->size * 16);
+    c.skipped.insert(c.skipped.end(), b->skipped.begin(), b->skipped.end());
+  }
+  return c;
+}
+
+EngineOptions options(int threads, int batch, bool shuffle = true, int64_t epoch = 0) {
+  EngineOptions o;
+  o.threads = threads;
+  o.batch_size = batch;
+  o.prefetch = 3;
+  o.order = EpochOrder{7, epoch, shuffle};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("every sample exactly once per epoch, in batches of batch_size", "[engine]") {
+  auto c = collect(list_source(1000), options(3, 64));
+  REQUIRE(c.ids.size() == 1000);
+  CHECK(std::set<int64_t>(c.ids.begin(), c.ids.end()).size() == 1000);
+  REQUIRE(c.sizes.size() == 16);
+  for (size_t i = 0; i + 1 < c.sizes.size(); ++i) CHECK(c.sizes[i] == 64);
+  CHECK(c.sizes.back() == 1000 - 15 * 64);
+  auto dropped = options(3, 64);
+  dropped.drop_last = true;
+  CHECK(collect(list_source(1000), dropped).ids.size() == 15 * 64);
+}
+
+TEST_CASE("batches are identical for 1, 2 and 4 threads", "[engine]") {
+  auto one = collect(list_source(777), options(1, 32));
+  for (int t : {2, 4}) {
+    auto many = collect(list_source(777), options(t, 32));
+    CHECK(many.ids == one.ids);
+    CHECK(many.bytes == one.bytes);
+  }
+}
+
+TEST_CASE("order depends on seed and epoch only", "[engine]") {
+  auto a = collect(list_source(500), options(2, 50, true, 0));
+  auto b = collect(list_source(500), options(2, 50, true, 1));
+  auto a2 = collect(list_source(500), options(2, 50, true, 0));
+  auto plain = collect(list_source(500), options(2, 50, false, 0));
+  CHECK(a.ids == a2.ids);
+  CHECK(a.ids != b.ids);
+  CHECK(a.bytes != b.bytes);  // augmentation draws change with the epoch too
+  for (int64_t i = 0; i < 500; ++i) CHECK(plain.ids[i] == i);
+  auto other_seed = options(2, 50, true, 0);
+  other_seed.order.seed = 8;
+  CHECK(collect(list_source(500), other_seed).ids != a.ids);
+}
+
+TEST_CASE("striding splits batches between consumers without overlap", "[engine]") {
+  auto whole = collect(list_source(300), options(2, 16));
+  std::vector<int64_t> merged;
+  std::vector<Collected> parts;
+  for (int w = 0; w < 3; ++w) {
+    auto o = options(2, 16);
+    o.batch_offset = w;
+    o.batch_stride = 3;
+    parts.push_back(collect(list_source(300), o));
+  }
+  // Round-robin over the workers, as torch's DataLoader does, gives back the whole epoch.
+  std::vector<size_t> pos(3, 0);
+  for (size_t batch = 0; batch < whole.sizes.size(); ++batch) {
+    auto& p = parts[batch % 3];
+    const size_t n = whole.sizes[batch];
+    merged.insert(merged.end(), p.ids.begin() + pos[batch % 3], p.ids.begin() + pos[batch % 3] + n);
+    pos[batch % 3] += n;
+  }
+  CHECK(merged == whole.ids);
+}
+
+TEST_CASE("on_error=raise names the first failing sample in order", "[engine]") {
+  auto o = options(2, 10, false);
+  EpochRun run(list_source(100, {37, 55}), std::make_shared<FakeProcessor>(), o);
+  run.start();
+  std::unique_ptr<Batch> b;
+  int batches = 0;
+  try {
+    while (run.next(b, std::chrono::seconds(10)) == EpochRun::Status::kBatch) ++batches;
+    FAIL("no error raised");
+  } catch (const SampleError& e) {
+    CHECK(e.key() == "k37-bad");
+    CHECK(e.reason() == "fake decode error");
+    CHECK(e.kind() == FailureKind::kDecode);
+  }
+  CHECK(batches == 3);  // batches 0..2 arrived before the one holding sample 37
+  CHECK(run.next(b, std::chrono::seconds(1)) == EpochRun::Status::kEnd);
+}
+
+TEST_CASE("on_error=skip removes, counts and names failures; the budget stops it", "[engine]") {
+  auto o = options(2, 10, false);
+  o.on_error = ErrorPolicy::kSkip;
+  auto c = collect(list_source(100, {3, 4, 99}), o);
+  CHECK(c.ids.size() == 97);
+  CHECK(c.sizes[0] == 8);
+  CHECK(c.sizes.back() == 9);
+  REQUIRE(c.skipped.size() == 3);
+  CHECK(c.skipped[0].key == "k3-bad");
+  CHECK(c.skipped[0].kind == "decode");
+  CHECK(c.skipped[0].position == 3);
+  // The remaining samples are the right ones, with their own bytes.
+  auto clean = collect(list_source(100), options(2, 10, false));
+  std::string expect;
+  for (int64_t i = 0; i < 100; ++i) {
+    if (i != 3 && i != 4 && i != 99) expect += clean.bytes.substr(i * 16, 16);
+  }
+  CHECK(c.bytes == expect);
+
+  o.max_errors = 2;
+  CHECK_THROWS_AS(collect(list_source(100, {3, 4, 99}), o), BudgetError);
+  o.max_errors = -1;
+  o.max_error_rate = 0.01;  // 3 failures > 0.01 * max(seen, 100)
+  CHECK_THROWS_WITH(collect(list_source(300, {1, 2, 3}), o), Catch::Contains("error budget"));
+}
+
+TEST_CASE("all samples of a batch failing gives no empty batch", "[engine]") {
+  auto o = options(2, 4, false);
+  o.on_error = ErrorPolicy::kSkip;
+  auto c = collect(list_source(12, {4, 5, 6, 7}), o);
+  CHECK(c.sizes == std::vector<int>{4, 4});
+  CHECK(c.skipped.size() == 4);
+}
+
+TEST_CASE("stop is prompt and idempotent mid-epoch", "[engine]") {
+  std::vector<Sample> samples;
+  for (int i = 0; i < 2000; ++i) {
+    Sample s;
+    s.key = "k" + std::to_string(i) + "-slow";  // 20 ms each: the epoch would take 20 s
+    samples.push_back(s);
+  }
+  auto src = std::make_shared<io::ListSource>(samples);
+  EpochRun run(src, std::make_shared<FakeProcessor>(), options(2, 8));
+  run.start();
+  std::unique_ptr<Batch> b;
+  REQUIRE(run.next(b, std::chrono::seconds(10)) == EpochRun::Status::kBatch);
+  const auto t0 = std::chrono::steady_clock::now();
+  run.stop();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(seconds < 1.0);  // at most the samples already running finish
+  run.stop();
+  CHECK(run.next(b, std::chrono::milliseconds(10)) == EpochRun::Status::kEnd);
+}
+
+TEST_CASE("next() times out while the first batch is not ready", "[engine]") {
+  std::vector<Sample> samples(4);
+  for (int i = 0; i < 4; ++i) samples[i].key = "k" + std::to_string(i) + "-slow";
+  EpochRun run(std::make_shared<io::ListSource>(samples), std::make_shared<FakeProcessor>(),
+               options(1, 4));
+  run.start();
+  std::unique_ptr<Batch> b;
+  CHECK(run.next(b, std::chrono::milliseconds(1)) == EpochRun::Status::kTimeout);
+  CHECK(run.next(b, std::chrono::seconds(10)) == EpochRun::Status::kBatch);
+}
+
+TEST_CASE("bad engine options are refused up front", "[engine]") {
+  auto src = list_source(10);
+  auto proc = std::make_shared<FakeProcessor>();
+  auto o = options(0, 4);
+  CHECK_THROWS_AS(EpochRun(src, proc, o), ConfigError);
+  o = options(1, 0);
+  CHECK_THROWS_AS(EpochRun(src, proc, o), ConfigError);
+  o = options(1, 4);
+  o.batch_offset = 2;
+  o.batch_stride = 2;
+  CHECK_THROWS_AS(EpochRun(src, proc, o), ConfigError);
+}
