@@ -49,9 +49,10 @@ class Image(Field):
         flip: probability of a horizontal flip.
         channels_last: lay pixels out as ``[B, H, W, 3]``.
         exif: apply the EXIF orientation, so images come out upright as viewers show them.
-        dct_scaling: decode JPEGs at the smallest n/8 scale at which the crop keeps at least
-            twice the output's pixels per side (faster for large images; stays within about
-            0.5 levels of a full-resolution resize, see docs/options.md).
+        dct_scaling: decode JPEGs at 1/8, 1/4 or 1/2 scale when the crop still covers the
+            output at that scale (about 2x faster on large photos; slightly sharper than
+            torchvision's resize). ``None`` (default): on for ``random_resized`` (training),
+            off for ``center`` and ``resize`` (evaluation, where matching torchvision matters).
     """
 
     size: Size = 224
@@ -62,7 +63,7 @@ class Image(Field):
     flip: float = 0.0
     channels_last: bool = False
     exif: bool = True
-    dct_scaling: bool = True
+    dct_scaling: Optional[bool] = None
     keys: Optional[Union[str, Sequence[str]]] = None
 
     @property
@@ -94,7 +95,7 @@ class Image(Field):
             flip=float(self.flip),
             channels_last=bool(self.channels_last),
             exif=bool(self.exif),
-            dct_scaling=bool(self.dct_scaling),
+            dct_scaling=(self.crop == "random_resized") if self.dct_scaling is None else bool(self.dct_scaling),
         )
 
 

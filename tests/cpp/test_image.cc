@@ -59,6 +59,10 @@ TEST_CASE("PNG decodes to the same pixels as ffmpeg's rgb24 conversion", "[image
                           "vision/test/assets/fakedata/logos/gray_pytorch.png",
                           "vision/test/assets/fakedata/logos/palette_pytorch.png",
                           "vision/test/assets/fakedata/logos/rgbalpha_pytorch.png",
+                          // same size and format one after another: a reused FFmpeg
+                          // context got the second one wrong
+                          "vision/test/assets/fakedata/imagefolder/a/a1.png",
+                          "vision/test/assets/fakedata/imagefolder/a/a2.png",
                           "vision/test/assets/fakedata/imagefolder/b/b1.png"}) {
     INFO(rel);
     const std::string data = read_all(real(rel));

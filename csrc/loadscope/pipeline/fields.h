@@ -24,7 +24,7 @@ struct ImageSpec {
   double flip = 0.0;            // probability of a horizontal flip
   bool channels_last = false;   // [H, W, 3] instead of [3, H, W]
   bool exif = true;             // apply EXIF orientation
-  bool dct_scaling = true;      // decode JPEGs at n/8 scale when the crop allows
+  bool dct_scaling = true;      // decode JPEGs at 1/8, 1/4 or 1/2 when the crop allows
 };
 
 struct FieldSpec {

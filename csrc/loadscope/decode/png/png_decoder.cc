@@ -14,15 +14,11 @@ namespace loadscope::decode {
 using ffmpeg::error_string;
 
 PngDecoder::PngDecoder() {
-  const AVCodec* codec = avcodec_find_decoder(AV_CODEC_ID_PNG);
-  if (codec == nullptr) throw DecodeFailure("PNG: this FFmpeg build has no PNG decoder");
-  context_.reset(avcodec_alloc_context3(codec));
+  codec_ = avcodec_find_decoder(AV_CODEC_ID_PNG);
+  if (codec_ == nullptr) throw DecodeFailure("PNG: this FFmpeg build has no PNG decoder");
   packet_.reset(av_packet_alloc());
   frame_.reset(av_frame_alloc());
-  if (!context_ || !packet_ || !frame_) throw std::bad_alloc();
-  context_->thread_count = 1;  // parallelism comes from the engine's threads
-  int rc = avcodec_open2(context_.get(), codec, nullptr);
-  if (rc < 0) throw DecodeFailure("PNG: cannot open decoder: " + error_string(rc));
+  if (!packet_ || !frame_) throw std::bad_alloc();
 }
 
 PngDecoder::~PngDecoder() { sws_freeContext(sws_); }
@@ -35,13 +31,19 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
   av_packet_unref(packet_.get());
   packet_->data = input_.data();
   packet_->size = static_cast<int>(size);
-  avcodec_flush_buffers(context_.get());
+  // A fresh context per image: FFmpeg 5.1's PNG decoder keeps state from the previous image
+  // (an image decoded after another came out wrong when the context was reused and flushed).
+  context_.reset(avcodec_alloc_context3(codec_));
+  if (!context_) throw std::bad_alloc();
+  context_->thread_count = 1;  // parallelism comes from the engine's threads
+  int rc = avcodec_open2(context_.get(), codec_, nullptr);
+  if (rc < 0) throw DecodeFailure("PNG: cannot open decoder: " + error_string(rc));
   auto fail = [&](const char* what, int rc) {
     std::string reason = std::string("PNG: ") + what + ": " + error_string(rc);
     if (!log.text().empty()) reason += " (" + log.text() + ")";
     return DecodeFailure(reason);
   };
-  int rc = avcodec_send_packet(context_.get(), packet_.get());
+  rc = avcodec_send_packet(context_.get(), packet_.get());
   if (rc < 0) throw fail("cannot decode", rc);
   rc = avcodec_receive_frame(context_.get(), frame_.get());
   if (rc < 0) throw fail("cannot decode", rc);

@@ -26,6 +26,7 @@ class PngDecoder {
   RgbView decode(const uint8_t* data, size_t size);
 
  private:
+  const AVCodec* codec_ = nullptr;
   ffmpeg::CodecContextPtr context_;
   ffmpeg::PacketPtr packet_;
   ffmpeg::FramePtr frame_;

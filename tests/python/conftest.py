@@ -1,0 +1,32 @@
+"""Shared fixtures. Tests that need ../shared/data skip with a reason when it is absent."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("LOADSCOPE_SHARED_DATA", REPO.parent / "shared" / "data" / "real"))
+
+
+@pytest.fixture(scope="session")
+def real() -> Path:
+    """The real test files of ../shared/data/real (see its README)."""
+    if not (SHARED / "README.md").exists():
+        pytest.skip(f"real test data not found at {SHARED}")
+    return SHARED
+
+
+@pytest.fixture(scope="session")
+def demo(tmp_path_factory) -> Path:
+    """A small demo dataset made by the project's own generator (folder, shards, manifest)."""
+    from loadscope import datasets
+
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    datasets.generate(str(out), images=120, seed=0, shard_size=25, quiet=True)
+    return out
+
+
+def native_threads() -> int:
+    """Threads of this process right now."""
+    return len(os.listdir("/proc/self/task"))

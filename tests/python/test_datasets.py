@@ -1,0 +1,67 @@
+"""The demo data generator: deterministic, ImageNet-like, the three layouts consistent."""
+
+import hashlib
+import json
+import tarfile
+
+import numpy as np
+from PIL import Image
+
+from loadscope import datasets
+
+
+def digest(root):
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and p.name != "dataset.json":
+            h.update(p.relative_to(root).as_posix().encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    datasets.generate(str(a), images=12, seed=5, shard_size=5, quiet=True)
+    datasets.generate(str(b), images=12, seed=5, shard_size=5, quiet=True)
+    datasets.generate(str(c), images=12, seed=6, shard_size=5, quiet=True)
+    assert digest(a) == digest(b) != digest(c)
+    info = json.loads((a / "dataset.json").read_text())
+    assert info["images"] == 12 and info["shards"] == 3
+    assert datasets.ensure(str(a), images=12, seed=5, quiet=True)["seconds"] == info["seconds"]  # kept
+
+
+def test_images_are_imagenet_like_photographs(demo):
+    sizes, qualities = [], []
+    for p in sorted((demo / "folder").rglob("*.jpg")):
+        with Image.open(p) as im:
+            assert im.format == "JPEG" and im.mode == "RGB"
+            # 4:2:0: luma sampled 2x2 against chroma
+            assert im.layer[0][1:3] == (2, 2) and im.layer[1][1:3] == (1, 1)
+            w, h = im.size
+            a = np.asarray(im)
+        sizes.append((w, h))
+        assert 256 <= min(w, h) <= 512
+        assert 3 / 4 - 0.01 <= max(w, h) / min(w, h) <= 16 / 9 + 0.01
+        assert a.std() > 10  # not flat colour
+        meta = json.loads(p.with_suffix(".json").read_text())
+        qualities.append(meta["quality"])
+        assert p.with_suffix(".txt").read_text().startswith("a ")
+    assert 75 <= min(qualities) and max(qualities) <= 95
+    assert len({s for s in sizes}) > 50  # varied sizes, like ImageNet
+
+
+def test_shards_and_manifest_describe_the_folder(demo):
+    folder = {p.stem: p.read_bytes() for p in (demo / "folder").rglob("*.jpg")}
+    members = {}
+    for shard in sorted((demo / "shards").glob("*.tar")):
+        with tarfile.open(shard) as t:
+            for m in t.getmembers():
+                members[m.name] = t.extractfile(m).read()
+    assert {k: v for k, v in members.items() if k.endswith(".jpg")} == {k + ".jpg": v for k, v in folder.items()}
+    classes = json.loads((demo / "dataset.json").read_text())["classes"]
+    for line in (demo / "manifest.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        key = rec["path"].rsplit("/", 1)[-1][:-4]
+        assert rec["path"].split("/")[1] == classes[rec["cls"]]
+        assert members[key + ".cls"] == str(rec["cls"]).encode()
+        assert members[key + ".txt"].decode() == rec["txt"]

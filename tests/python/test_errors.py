@@ -1,0 +1,144 @@
+"""Bad input and bad arguments: errors name the sample, skips are counted and listed, the
+budget turns too many failures into an error, arguments fail at construction."""
+
+import json
+import logging
+import shutil
+
+import pytest
+import torch
+
+import loadscope as ls
+
+
+@pytest.fixture
+def broken(demo, real, tmp_path):
+    """A copy of 30 demo images plus three bad files with real damage from the data set."""
+    root = tmp_path / "broken"
+    (root / "x").mkdir(parents=True)
+    for p in sorted((demo / "folder").rglob("*.jpg"))[:30]:
+        shutil.copy(p, root / "x" / p.name)
+    shutil.copy(real / "vision/test/assets/damaged_jpeg/corrupt.jpg", root / "x" / "0000003b.jpg")
+    shutil.copy(real / "vision/test/assets/damaged_jpeg/corrupt34_2.jpg", root / "x" / "0000010b.jpg")
+    shutil.copy(real / "libjpeg-turbo/testimages/shira_bird8.bmp", root / "x" / "0000020b.jpg")
+    return root
+
+
+def test_raise_names_the_sample_and_the_reason(broken):
+    loader = ls.Loader(ls.Folder(broken), fields={"jpg": ls.Image(32)}, batch_size=4, threads=2)
+    seen = 0
+    with pytest.raises(ls.DecodeError) as e:
+        for b in loader:
+            seen += len(b["__key__"])
+    assert e.value.key.endswith("x/0000003b.jpg")
+    assert "Unsupported marker type 0xae" in e.value.reason
+    assert seen == 0  # the first batch holds it: nothing of that batch is delivered
+    assert isinstance(e.value, ls.SampleError) and isinstance(e.value, ls.LoadscopeError)
+
+
+def test_skip_counts_lists_and_logs(broken, caplog):
+    loader = ls.Loader(ls.Folder(broken), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=8, on_error="skip", error_budget=None)
+    with caplog.at_level(logging.WARNING, logger="loadscope"):
+        keys = [k for b in loader for k in b["__key__"]]
+    assert len(keys) == 30 and not any(k.endswith("b") for k in keys)
+    s = loader.stats()
+    assert s["failures"] == 3 and s["samples"] == 30
+    reasons = {d["key"].rsplit("/", 1)[-1]: d["reason"] for d in s["skipped"]}
+    assert "Unsupported marker type 0xae" in reasons["0000003b.jpg"]
+    assert "truncated" in reasons["0000010b.jpg"]
+    assert "unsupported image format: BMP" in reasons["0000020b.jpg"]
+    assert all(d["kind"] == "decode" for d in s["skipped"])
+    assert sum("skipped" in r.message for r in caplog.records) == 3
+
+
+def test_error_budget(broken):
+    fields = {"jpg": ls.Image(32)}
+    with pytest.raises(ls.ErrorBudgetExceeded, match="3 samples failed"):
+        list(ls.Loader(ls.Folder(broken), fields=fields, batch_size=8, on_error="skip", error_budget=2))
+    with pytest.raises(ls.ErrorBudgetExceeded, match="budget"):  # 3 > 0.02 * max(seen, 100)
+        list(ls.Loader(ls.Folder(broken), fields=fields, batch_size=8, on_error="skip", error_budget=0.02))
+    assert len(list(ls.Loader(ls.Folder(broken), fields=fields, batch_size=8, on_error="skip", error_budget=3))) == 5
+
+
+def test_missing_file_in_a_manifest_is_a_read_error(demo, tmp_path):
+    lines = [json.dumps({"path": str(p), "cls": 1}) for p in sorted((demo / "folder").rglob("*.jpg"))[:5]]
+    lines.insert(2, json.dumps({"path": str(tmp_path / "gone.jpg"), "cls": 1}))
+    (tmp_path / "m.jsonl").write_text("\n".join(lines))
+    loader = ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=3)
+    with pytest.raises(ls.ReadError, match="gone.jpg") as e:
+        list(loader)
+    assert "No such file" in e.value.reason
+
+
+def test_missing_member_and_bad_values_are_field_errors(demo, tmp_path):
+    rows = [{"path": str(p), "cls": "seven" if i == 1 else i} for i, p in enumerate(sorted((demo / "folder").rglob("*.jpg"))[:3])]
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ls.FieldError, match="not an integer: 'seven'"):
+        list(ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=3))
+    with pytest.raises(ls.FieldError, match=r"no member 'png' .*sample has: jpg, cls"):
+        list(ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"png": ls.Image(32)}, batch_size=3))
+    (tmp_path / "j.jsonl").write_text(json.dumps({"path": str(rows[0]["path"]), "json": "{broken"}))
+    with pytest.raises(ls.FieldError, match="invalid JSON"):
+        list(ls.Loader(ls.FileList(tmp_path / "j.jsonl"), fields={"json": ls.Json()}, batch_size=1))
+
+
+def test_corrupt_shard_is_a_read_error_naming_the_shard(demo, tmp_path):
+    data = (demo / "shards/train-000001.tar").read_bytes()
+    (tmp_path / "cut.tar").write_bytes(data[: len(data) // 2])
+    shards = [str(demo / "shards/train-000000.tar"), str(tmp_path / "cut.tar")]
+    fields = {"jpg": ls.Image(32), "cls": ls.Int()}
+    with pytest.raises(ls.ReadError, match="cut.tar") as e:
+        list(ls.Loader(ls.WebDataset(shards), fields=fields, batch_size=10))
+    assert "truncated" in e.value.reason
+    loader = ls.Loader(ls.WebDataset(shards), fields=fields, batch_size=10, on_error="skip", error_budget=None)
+    n = sum(len(b["__key__"]) for b in loader)
+    assert 25 < n < 50
+    assert [d["kind"] for d in loader.stats()["skipped"]] == ["source"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(batch_size=0), "batch_size must be an int >= 1"),
+        (dict(batch_size=4, threads=0), "threads must be an int >= 1"),
+        (dict(batch_size=4, on_error="ignore"), "allowed are 'raise', 'skip'"),
+        (dict(batch_size=4, error_budget=1.5), r"fraction must be in \[0, 1\)"),
+        (dict(batch_size=4, prefetch=0), "prefetch must be an int >= 1"),
+        (dict(batch_size=4, fields={}), "non-empty dict"),
+        (dict(batch_size=4, fields={"jpg": "image"}), "must be one of Image, Int, Text, Json, Bytes"),
+        (dict(batch_size=4, fields={"jpg": ls.Image(32, crop="middle")}), "random_resized, center, resize"),
+        (dict(batch_size=4, fields={"jpg": ls.Image(32, flip=2)}), r"flip is a probability in \[0, 1\]"),
+        (dict(batch_size=4, fields={"jpg": ls.Image(32, scale=(0.5, 0.1))}), "scale must satisfy"),
+        (dict(batch_size=4, fields={"jpg": ls.Image(0)}), "size must be 1..16384"),
+        (dict(batch_size=4, fields={"jpg": ls.Image(64, crop="center", resize=32)}), "must be >= the output size"),
+        (dict(batch_size=4, fields={"jpg": ls.Image(64, resize=80)}), "resize applies only to crop='center'"),
+        (dict(batch_size=4, fields={"__key__": ls.Text()}), "reserved"),
+    ],
+)
+def test_bad_arguments_fail_at_construction_listing_what_is_allowed(demo, kwargs, message):
+    args = dict(fields={"jpg": ls.Image(32)})
+    args.update(kwargs)
+    with pytest.raises(ls.ConfigError, match=message):
+        ls.Loader(ls.Folder(demo / "folder"), **args)
+    with pytest.raises(ValueError):  # ConfigError is a ValueError too
+        ls.Loader(ls.Folder(demo / "folder"), **args)
+
+
+def test_bad_sources(tmp_path):
+    with pytest.raises(ls.ConfigError, match="not a directory"):
+        ls.Folder(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ls.ConfigError, match="no samples under"):
+        ls.Folder(tmp_path / "empty")
+    with pytest.raises(ls.ConfigError, match="allowed are 'auto', 'subfolders', 'none'"):
+        ls.Folder(tmp_path, labels="dirs")
+    with pytest.raises(ls.ConfigError, match=r"shard\(s\) not found: .*a-1.tar"):
+        ls.WebDataset(str(tmp_path / "a-{0..1}.tar"))
+    (tmp_path / "m.txt").write_text("x")
+    with pytest.raises(ls.ConfigError, match=r"must end in .jsonl, .ndjson or .csv"):
+        ls.FileList(tmp_path / "m.txt")
+    (tmp_path / "m.jsonl").write_text('{"file": "a.jpg"}\n')
+    with pytest.raises(ls.ConfigError, match=r"m.jsonl:1: record has no 'path' field"):
+        ls.FileList(tmp_path / "m.jsonl")
+    with pytest.raises(ls.ConfigError, match="source must be a loadscope"):
+        ls.Loader(["a.jpg"], fields={"jpg": ls.Image(32)}, batch_size=1)

@@ -1,0 +1,161 @@
+"""Decoded and augmented pixels against independent references: PIL/torchvision, djpeg's
+reference decodes (../shared/data/real/_reference) and the facts of the data README."""
+
+import csv
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+from PIL import Image as PILImage
+from PIL import ImageOps
+
+import loadscope as ls
+from loadscope import _native
+
+# Every decodable JPEG and PNG of the real set (the damaged ones are tested separately).
+JPEGS = [
+    "vision/test/assets/encode_jpeg/grace_hopper_517x606.jpg",
+    "vision/test/assets/fakedata/logos/rgb_pytorch.jpg",
+    "vision/test/assets/fakedata/logos/gray_pytorch.jpg",
+    "vision/test/assets/fakedata/logos/cmyk_pytorch.jpg",
+    "pillow/Tests/images/hopper.jpg",
+    "pillow/Tests/images/pil_sample_rgb.jpg",
+    "pillow/Tests/images/hopper_16bit_qtables.jpg",
+    "pillow/Tests/images/jpeg_ff00_header.jpg",
+    "pillow/Tests/images/truncated_app14.jpg",
+    "pillow/Tests/images/orientation_rectangle.jpg",
+    "imageio/chelsea.jpg",
+    "imageio/bricks.jpg",
+    "libjpeg-turbo/testimages/testorig.jpg",
+    "libjpeg-turbo/testimages/testimgari.jpg",
+    "moviepy/media/doc_medias/example_mask.jpg",
+] + [f"exif-orientation-examples/Landscape_{i}.jpg" for i in range(9)]
+PNGS = [
+    "vision/test/assets/fakedata/logos/rgb_pytorch.png",
+    "vision/test/assets/fakedata/logos/gray_pytorch.png",
+    "vision/test/assets/fakedata/logos/grayalpha_pytorch.png",
+    "vision/test/assets/fakedata/logos/palette_pytorch.png",
+    "vision/test/assets/fakedata/logos/rgbalpha_pytorch.png",
+    "vision/test/assets/fakedata/logos/rgb_pytorch16.png",
+    "vision/test/assets/fakedata/logos/rgbalpha_pytorch16.png",
+] + [f"vision/test/assets/fakedata/imagefolder/{c}/{c}{i}.png" for c, n in (("a", 3), ("b", 4)) for i in range(1, n + 1)]
+
+
+def decode(data: bytes, **image_args) -> np.ndarray:
+    """One image through loadscope's decode+augment path, as HWC uint8."""
+    field = ls.Image(**image_args)
+    h, w = field.hw
+    out, _warning = _native.decode_image(data, field._native("img", _native))
+    return np.frombuffer(out, np.uint8).reshape(3, h, w).transpose(1, 2, 0)
+
+
+def pil_upright(path) -> PILImage.Image:
+    with PILImage.open(path) as im:
+        return ImageOps.exif_transpose(im).convert("RGB")
+
+
+@pytest.mark.filterwarnings("ignore:Palette images with Transparency")
+@pytest.mark.parametrize("rel", JPEGS + PNGS)
+def test_resize_center_crop_matches_torchvision(real, rel):
+    """Resize(256) + CenterCrop(224) with default options: mean |difference| to torchvision's
+    PIL backend <= 2.0; in fact the same filter as Pillow's, so no pixel is off by more than 2."""
+    ref = np.asarray(T.CenterCrop(224)(T.Resize(256)(pil_upright(real / rel))))
+    got = decode((real / rel).read_bytes(), size=224, crop="center", resize=256)
+    diff = np.abs(got.astype(np.int16) - ref.astype(np.int16))
+    assert diff.mean() <= 2.0, f"{rel}: mean |diff| {diff.mean():.3f}"
+    assert diff.max() <= 2, f"{rel}: max |diff| {diff.max()}"
+
+
+def test_random_resized_crop_of_the_whole_image_matches_torchvision(real):
+    """With scale=(1, 1) and the image's own aspect ratio, RandomResizedCrop keeps the whole
+    image in torchvision too, so the outputs are comparable pixel for pixel."""
+    path = real / "imageio/chelsea.jpg"
+    im = pil_upright(path)
+    r = im.width / im.height
+    ref = np.asarray(T.RandomResizedCrop(160, scale=(1, 1), ratio=(r, r))(im))
+    got = decode(path.read_bytes(), size=160, crop="random_resized", scale=(1.0, 1.0), ratio=(r, r))
+    assert np.abs(got.astype(int) - ref).mean() < 0.5
+
+
+@pytest.mark.parametrize("rel", [j for j in JPEGS if "Landscape" not in j and "cmyk" not in j])
+def test_full_decode_matches_djpeg_reference_md5(real, rel):
+    """At its own size with crop='resize', the output is the decoded image itself: its bytes
+    must hash to djpeg 2.1.5's reference decode (grey replicated to RGB)."""
+    rows = {r["path"]: r for r in csv.DictReader(open(real / "_reference/jpeg_reference_decodes.tsv"), delimiter="\t")}
+    ref = rows[rel]
+    w, h = int(ref["width"]), int(ref["height"])
+    got = decode((real / rel).read_bytes(), size=(h, w), crop="resize", exif=False, dct_scaling=False)
+    raw = got[..., 0].tobytes() if ref["pnm"] == "P5" else got.tobytes()
+    assert hashlib.md5(raw).hexdigest() == ref["raw_md5"]
+
+
+def test_libjpeg_turbo_own_test_image_md5(real):
+    """libjpeg-turbo's CMake tests: testorig.jpg decodes to raw RGB md5 058c0772...241c7f."""
+    got = decode((real / "libjpeg-turbo/testimages/testorig.jpg").read_bytes(), size=(149, 227), crop="resize", dct_scaling=False)
+    assert hashlib.md5(got.tobytes()).hexdigest() == "058c077208b6d9e0a8fb0a5565241c7f"
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_gives_the_upright_picture(real, orientation):
+    """Every Landscape_N must read upright at 1800x1200: equal to Landscape_0 (no EXIF) up to
+    the JPEG noise of separate encodes, and to PIL's exif_transpose."""
+    upright = decode((real / "exif-orientation-examples/Landscape_0.jpg").read_bytes(), size=(120, 180), crop="resize")
+    path = real / f"exif-orientation-examples/Landscape_{orientation}.jpg"
+    got = decode(path.read_bytes(), size=(120, 180), crop="resize")
+    assert np.abs(got.astype(int) - upright).mean() < 3.0
+    ref = np.asarray(pil_upright(path).resize((180, 120), PILImage.BILINEAR))
+    assert np.abs(got.astype(int) - ref).mean() < 1.0
+    # Switched off, orientations 5-8 stay transposed: the stored picture is 1200x1800.
+    if orientation >= 5:
+        raw = decode(path.read_bytes(), size=(180, 120), crop="resize", exif=False)
+        stored = np.asarray(PILImage.open(path).convert("RGB").resize((120, 180), PILImage.BILINEAR))
+        assert np.abs(raw.astype(int) - stored).mean() < 1.0
+
+
+def test_orientation_rectangle(real):
+    """Pillow's test: 2x1 stored, EXIF 8, upright it is 1x2 and equals rotate(90, expand)."""
+    path = real / "pillow/Tests/images/orientation_rectangle.jpg"
+    got = decode(path.read_bytes(), size=(2, 1), crop="resize", dct_scaling=False)
+    with PILImage.open(path) as im:
+        ref = np.asarray(im.convert("RGB").rotate(90, expand=True))
+    assert got.shape == ref.shape == (2, 1, 3)
+    assert np.array_equal(got, ref)
+
+
+def test_cmyk_and_grey_convert_like_pil(real):
+    for rel in ("vision/test/assets/fakedata/logos/cmyk_pytorch.jpg", "vision/test/assets/fakedata/logos/gray_pytorch.jpg"):
+        got = decode((real / rel).read_bytes(), size=100, crop="resize", dct_scaling=False)
+        ref = np.asarray(PILImage.open(real / rel).convert("RGB"))
+        assert np.abs(got.astype(int) - ref).mean() < 2.0, rel
+
+
+@pytest.mark.parametrize("rel", ["vision/test/assets/fakedata/logos/rgb_pytorch16.png", "vision/test/assets/fakedata/logos/rgbalpha_pytorch16.png"])
+def test_16bit_png_keeps_the_high_byte_like_pil(real, rel):
+    got = decode((real / rel).read_bytes(), size=100, crop="resize")
+    ref = np.asarray(PILImage.open(real / rel).convert("RGB"))
+    assert np.array_equal(got, ref)
+
+
+def test_damaged_jpeg_that_libjpeg_recovers_is_delivered(real):
+    """bad_huffman.jpg: torchvision's test says it must decode (a libjpeg warning only)."""
+    path = real / "vision/test/assets/damaged_jpeg/bad_huffman.jpg"
+    got = decode(path.read_bytes(), size=(768, 1024), crop="resize", dct_scaling=False)
+    ref = np.asarray(PILImage.open(path).convert("RGB"))
+    assert np.abs(got.astype(int) - ref).max() <= 1
+
+
+@pytest.mark.parametrize(
+    "rel, message",
+    [
+        ("vision/test/assets/damaged_jpeg/corrupt.jpg", "Unsupported marker type 0xae"),
+        ("vision/test/assets/damaged_jpeg/corrupt34_2.jpg", "truncated"),
+        ("vision/test/assets/toosmall_png/heapbof.png", "damaged PNG"),
+        ("libjpeg-turbo/testimages/shira_bird8.bmp", "unsupported image format: BMP"),
+    ],
+)
+@pytest.mark.parametrize("crop", ["center", "random_resized"])
+def test_corrupt_and_unsupported_files_raise_decode_error(real, rel, message, crop):
+    with pytest.raises(ls.DecodeError, match=message):
+        decode((real / rel).read_bytes(), size=64, crop=crop)

@@ -1,0 +1,136 @@
+"""Stopping: break, del, consumer exceptions, Ctrl-C and interpreter exit end every native
+thread promptly; a forked child (DataLoader worker) inherits none."""
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import loadscope as ls
+from conftest import native_threads
+
+
+def make(demo, **kw):
+    args = dict(fields={"jpg": ls.Image(32)}, batch_size=4, threads=4, prefetch=4)
+    args.update(kw)
+    return ls.Loader(ls.Folder(demo / "folder"), **args)
+
+
+def wait_for_threads(n, timeout=5.0):
+    deadline = time.time() + timeout
+    while native_threads() > n and time.time() < deadline:
+        time.sleep(0.01)
+    return native_threads()
+
+
+def test_break_stops_every_thread(demo):
+    before = native_threads()
+    loader = make(demo)
+    for i, _ in enumerate(loader):
+        assert native_threads() > before  # planner + workers run during the epoch
+        if i == 2:
+            break
+    gc.collect()
+    assert wait_for_threads(before) == before
+
+
+def test_del_of_a_running_loader_and_iterator(demo):
+    before = native_threads()
+    loader = make(demo)
+    it = iter(loader)
+    next(it)
+    t0 = time.time()
+    del it, loader
+    gc.collect()
+    assert wait_for_threads(before) == before
+    assert time.time() - t0 < 2.0
+
+
+def test_consumer_exception_stops_the_epoch(demo):
+    before = native_threads()
+    with pytest.raises(RuntimeError, match="training step failed"):
+        for _ in make(demo):
+            raise RuntimeError("training step failed")
+    gc.collect()
+    assert wait_for_threads(before) == before
+
+
+def test_a_new_epoch_ends_the_old_one(demo):
+    before = native_threads()
+    loader = make(demo)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)  # starting epoch 1 closes epoch 0
+    with pytest.raises(StopIteration):
+        next(first)
+    assert len(list(second)) == 30
+    del first, second
+    gc.collect()
+    assert wait_for_threads(before) == before
+
+
+def test_ctrl_c_interrupts_a_waiting_next(demo, real):
+    """SIGINT while __next__ waits in C++ raises KeyboardInterrupt within a wait slice."""
+    slow = [str(p) for p in sorted((demo / "folder").rglob("*.jpg"))]
+    big = real / "exif-orientation-examples/Landscape_1.jpg"  # ~7 ms each: the wait is long
+    import json
+
+    manifest = demo.parent / "slow.jsonl"
+    manifest.write_text("\n".join(json.dumps({"path": str(big)}) for _ in range(400)))
+    loader = ls.Loader(ls.FileList(manifest), fields={"jpg": ls.Image(32, crop="resize", dct_scaling=False)}, batch_size=400, threads=1)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.time()
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(loader))
+    assert time.time() - t0 < 1.5
+    timer.cancel()
+
+
+def test_interpreter_exit_with_a_live_epoch_is_prompt(demo):
+    code = textwrap.dedent(
+        f"""
+        import loadscope as ls
+        loader = ls.Loader(ls.Folder({str(demo / 'folder')!r}), fields={{"jpg": ls.Image(32)}},
+                           batch_size=4, threads=2, prefetch=8)
+        it = iter(loader)
+        next(it)
+        print("started", flush=True)
+        """
+    )
+    t0 = time.time()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "started" in out.stdout
+    assert time.time() - t0 < 30
+
+
+def test_fork_child_inherits_no_running_epoch(demo):
+    loader = make(demo, threads=2)
+    it = iter(loader)
+    next(it)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: the parent's epoch is unusable here, a new one works
+        try:
+            ok = native_threads() == 1
+            try:
+                next(it)
+                ok = False
+            except StopIteration:
+                pass
+            n = sum(len(b["__key__"]) for b in make(demo, threads=2))
+            os.write(w, f"{int(ok)} {n}".encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    msg = os.read(r, 100).decode()
+    assert msg == "1 120"
+    assert len(next(it)["__key__"]) == 4  # the parent's epoch is unaffected
