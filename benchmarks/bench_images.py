@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Image-loading benchmark of issue 2 (a benchmark, not a test: it asserts nothing).
+
+On the demo dataset, RandomResizedCrop(224) + flip, batch 64, same cores:
+  1. throughput of loadscope (T threads), torch DataLoader (T workers) + PIL + torchvision, and
+     the decode-only ceiling (TurboJPEG full decode from memory, T threads), interleaved over
+     --reps rounds after a warm-up epoch; ratios per round with median, range and 95% CI;
+  2. peak PSS over all processes (loader process + DataLoader workers) and throughput of
+     loadscope and DataLoader at 2 and 8 threads/workers, each in a fresh process.
+
+    .venv/bin/python benchmarks/bench_images.py [--reps 7] [--out results/bench_images.json]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+from loadscope import compare, datasets
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default="data/demo")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--pss-threads", default="2,8")
+    p.add_argument("--out", default="results/bench_images.json")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    datasets.ensure(a.data)
+    root = os.path.join(a.data, "folder")
+    env = compare.machine()
+    print(json.dumps(env))
+
+    arms = [compare.loadscope_arm(root, threads=a.threads), compare.torch_arm(root, workers=a.threads),
+            compare.ceiling_arm(root, threads=a.threads)]
+    try:
+        res = compare.interleaved(arms, reps=a.reps, warmup=1)
+    finally:
+        for arm in arms:
+            arm.close()
+    ls_name, tv_name, ceil_name = (arm.name for arm in arms)
+    summary = {name: {"median": statistics.median(x), "min": min(x), "max": max(x)} for name, x in res.items()}
+    vs_torch = compare.ratio_summary(res[ls_name], res[tv_name])
+    vs_ceiling = compare.ratio_summary(res[ls_name], res[ceil_name])
+
+    memory = []
+    for n in (int(x) for x in a.pss_threads.split(",")):
+        for arm in ("loadscope", "torch"):
+            r = compare.pss_run(arm, root, n)
+            memory.append({"arm": arm, "threads_or_workers": n, **r})
+            print(f"  {arm} n={n}: {r['images_per_s']:.0f} img/s, peak PSS {r['peak_pss_mib']:.0f} MiB", flush=True)
+
+    report = {"machine": env, "threads": a.threads, "reps": a.reps, "images_per_s": res, "summary": summary,
+              "loadscope_vs_torch": vs_torch, "loadscope_vs_ceiling": vs_ceiling, "memory": memory}
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(report, f, indent=1)
+
+    print(f"\n| arm | images/s, median of {a.reps} (min-max) |\n|---|---|")
+    for name, s in summary.items():
+        print(f"| {name} | {s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f}) |")
+    for label, r in (("loadscope / DataLoader", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
+        lo, hi = r.get("ci95", (r["min"], r["max"]))
+        print(f"\n{label}: median {r['median']:.2f}x, range {r['min']:.2f}-{r['max']:.2f}, 95% CI of the mean {lo:.2f}-{hi:.2f}")
+    print("\n| loader | threads/workers | images/s | peak PSS, all processes (MiB) |\n|---|---|---|---|")
+    for m in memory:
+        print(f"| {m['arm']} | {m['threads_or_workers']} | {m['images_per_s']:.0f} | {m['peak_pss_mib']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""The loadscope command line: `loadscope demo`, `loadscope make-demo-data`."""
+
+from __future__ import annotations
+
+import sys
+
+COMMANDS = {
+    "demo": "compare loadscope with torch's DataLoader on the demo dataset",
+    "make-demo-data": "generate the demo dataset (python -m loadscope.datasets)",
+}
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        print("usage: loadscope COMMAND [options]\n\ncommands:")
+        for name, text in COMMANDS.items():
+            print(f"  {name:<16} {text}")
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    if argv[0] == "demo":
+        from .demo import main as run
+    else:
+        from .datasets import main as run
+    return run(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

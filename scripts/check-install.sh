@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs loadscope the way the README tells users to — `pip install --no-build-isolation .`
+# into a fresh virtual environment that sees the system's torch — then uses it from outside the
+# source tree. Catches a missing file in the package, a broken setup.py or a missing build step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+/usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
+echo "check-install: pip install --no-build-isolation . (builds the extension; about a minute)"
+"$tmp/venv/bin/pip" install -q --no-index --no-deps --no-build-isolation "$src"
+cd "$tmp"
+"$tmp/venv/bin/python" - "$src" <<'PY'
+import os, sys
+import loadscope as ls
+src = sys.argv[1]
+assert not ls.__file__.startswith(src), f"imported the source tree, not the install: {ls.__file__}"
+from loadscope import datasets
+datasets.generate("demo", images=8, quiet=True)
+b = next(iter(ls.Loader(ls.Folder("demo/folder"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=8)))
+assert b["jpg"].shape == (8, 3, 32, 32) and b["cls"].shape == (8,)
+print(f"check-install: ok ({ls.__file__})")
+PY
+"$tmp/venv/bin/loadscope" --help >/dev/null
