@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Optional
+
 
 class LoadscopeError(Exception):
     """Base class of every error loadscope raises."""
@@ -28,12 +31,20 @@ class SampleError(LoadscopeError):
         reason: what went wrong, including the codec's own message.
     """
 
-    def __init__(self, key: str, reason: str) -> None:
-        super().__init__(f"sample '{key}': {reason}")
+    def __init__(self, key: str, reason: Optional[str] = None) -> None:
+        if reason is None:
+            # torch's DataLoader re-raises a worker's exception as type(e)(message), with the
+            # worker's traceback in the message: recover key and reason from its last line.
+            message = key
+            found = re.findall(r"sample '(.*?)': (.*)", message)
+            key, reason = found[-1] if found else (None, message)
+            super().__init__(message)
+        else:
+            super().__init__(f"sample '{key}': {reason}")
         self.key = key
         self.reason = reason
 
-    def __reduce__(self):  # picklable, so it survives torch DataLoader worker processes
+    def __reduce__(self):  # picklable: keeps key and reason across processes
         return (type(self), (self.key, self.reason))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Optional, Sequence, Tuple, Union
 
@@ -11,16 +12,48 @@ Size = Union[int, Tuple[int, int]]
 
 CROPS = ("random_resized", "center", "resize")
 
+# An Image field named like an image type reads any image member, its own name first: a folder
+# of ImageNet's .JPEG files works with fields={"jpg": Image(...)}.
+IMAGE_MEMBERS = ("jpg", "jpeg", "png", "ppm", "pgm", "bmp", "tif", "tiff", "webp")
+
 
 def _keys(keys: Optional[Union[str, Sequence[str]]], default: str) -> list:
     if keys is None:
         keys = default
     if isinstance(keys, str):
         keys = keys.split(";")
+    if not isinstance(keys, (list, tuple)) or not all(isinstance(k, str) for k in keys):
+        raise ConfigError(f"keys must be a string like 'jpg;png' or a list of strings, got {keys!r}")
     keys = [k.strip().lower() for k in keys if k.strip()]
     if not keys:
         raise ConfigError("keys: give at least one member name, e.g. 'jpg' or 'jpg;jpeg;png'")
     return keys
+
+
+def _bool(owner: str, name: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{owner}.{name} must be True or False, got {value!r}")
+    return value
+
+
+def _int(owner: str, name: str, value, minimum: int) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = operator.index(value)  # ints, numpy ints; not floats
+    except TypeError:
+        raise ConfigError(f"{owner}.{name} must be an int >= {minimum}, got {value!r}") from None
+    if v < minimum:
+        raise ConfigError(f"{owner}.{name} must be an int >= {minimum}, got {value!r}")
+    return v
+
+
+def _range(owner: str, name: str, value) -> Tuple[float, float]:
+    ok = isinstance(value, (tuple, list)) and len(value) == 2
+    ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+    if not ok:
+        raise ConfigError(f"{owner}.{name} must be a pair (min, max) of numbers, got {value!r}")
+    return (float(value[0]), float(value[1]))
 
 
 class Field:
@@ -53,6 +86,10 @@ class Image(Field):
             output at that scale (about 2x faster on large photos; slightly sharper than
             torchvision's resize). ``None`` (default): on for ``random_resized`` (training),
             off for ``center`` and ``resize`` (evaluation, where matching torchvision matters).
+        max_pixels: larger images fail with a DecodeError before decoding (decompression
+            bombs); Pillow's limit by default.
+        keys: the members to read; by default the field's name, and when that name is an image
+            type ("jpg", "png", ...) any image member, that one first.
     """
 
     size: Size = 224
@@ -64,7 +101,32 @@ class Image(Field):
     channels_last: bool = False
     exif: bool = True
     dct_scaling: Optional[bool] = None
+    max_pixels: int = 178956970
     keys: Optional[Union[str, Sequence[str]]] = None
+
+    def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
+        if self.crop not in CROPS:
+            raise ConfigError(f"Image.crop={self.crop!r} is not one of {', '.join(CROPS)}")
+        if isinstance(self.size, (tuple, list)) and len(self.size) == 2:
+            size = (_int("Image", "size", self.size[0], 1), _int("Image", "size", self.size[1], 1))
+        elif isinstance(self.size, (tuple, list)):
+            raise ConfigError(f"Image.size must be an int or (height, width), got {self.size!r}")
+        else:
+            size = _int("Image", "size", self.size, 1)
+        object.__setattr__(self, "size", size)
+        _range("Image", "scale", self.scale)
+        _range("Image", "ratio", self.ratio)
+        if self.resize is not None:
+            if self.crop != "center":
+                raise ConfigError("Image.resize applies only to crop='center'")
+            _int("Image", "resize", self.resize, 1)
+        if isinstance(self.flip, bool) or not isinstance(self.flip, (int, float)) or not 0 <= self.flip <= 1:
+            raise ConfigError(f"Image.flip is a probability in [0, 1], got {self.flip!r}")
+        _bool("Image", "channels_last", self.channels_last)
+        _bool("Image", "exif", self.exif)
+        if self.dct_scaling is not None:
+            _bool("Image", "dct_scaling", self.dct_scaling)
+        _int("Image", "max_pixels", self.max_pixels, 1)
 
     @property
     def hw(self) -> Tuple[int, int]:
@@ -74,28 +136,24 @@ class Image(Field):
         return (int(h), int(w))
 
     def _native(self, name: str, native):
-        if self.crop not in CROPS:
-            raise ConfigError(f"Image.crop={self.crop!r} is not one of {', '.join(CROPS)}")
-        if isinstance(self.size, bool) or not (
-            isinstance(self.size, int) or (isinstance(self.size, (tuple, list)) and len(self.size) == 2)
-        ):
-            raise ConfigError(f"Image.size must be an int or (height, width), got {self.size!r}")
-        if self.resize is not None and self.crop != "center":
-            raise ConfigError("Image.resize applies only to crop='center'")
+        keys = _keys(self.keys, name)
+        if self.keys is None and name.lower() in IMAGE_MEMBERS:
+            keys = [name.lower()] + [k for k in IMAGE_MEMBERS if k != name.lower()]
         h, w = self.hw
         return native.image_field(
             name=name,
-            keys=_keys(self.keys, name),
+            keys=keys,
             height=h,
             width=w,
             crop=self.crop,
-            scale=tuple(map(float, self.scale)),
-            ratio=tuple(map(float, self.ratio)),
+            scale=_range("Image", "scale", self.scale),
+            ratio=_range("Image", "ratio", self.ratio),
             resize=int(self.resize or 0),
             flip=float(self.flip),
-            channels_last=bool(self.channels_last),
-            exif=bool(self.exif),
-            dct_scaling=(self.crop == "random_resized") if self.dct_scaling is None else bool(self.dct_scaling),
+            channels_last=self.channels_last,
+            exif=self.exif,
+            dct_scaling=(self.crop == "random_resized") if self.dct_scaling is None else self.dct_scaling,
+            max_pixels=int(self.max_pixels),
         )
 
 

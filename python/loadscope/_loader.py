@@ -7,6 +7,7 @@ import atexit
 import json
 import logging
 import math
+import operator
 import os
 import threading
 import warnings
@@ -16,7 +17,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Union
 import torch
 
 from . import _native
-from ._errors import ConfigError
+from ._errors import ConfigError, LoadscopeError
 from ._fields import Bytes, Field, Image, Int, Json, Text
 from ._sources import Source
 
@@ -36,9 +37,22 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _int_arg(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an int >= {minimum}, got {value!r}")
+def _int_arg(name: str, value: Any, minimum: int, maximum: Optional[int] = None) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = operator.index(value)  # ints and numpy ints, not floats
+    except TypeError:
+        v = None
+    if v is None or v < minimum or (maximum is not None and v > maximum):
+        bound = f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
+        raise ConfigError(f"{name} must be {bound}, got {value!r}")
+    return v
+
+
+def _bool_arg(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {value!r}")
     return value
 
 
@@ -92,6 +106,8 @@ class Loader:
         if not isinstance(fields, Mapping) or not fields:
             raise ConfigError("fields must be a non-empty dict of name -> loadscope field (Image, Int, Text, Json, Bytes)")
         for name, f in fields.items():
+            if not isinstance(name, str) or not name:
+                raise ConfigError(f"fields: names must be non-empty strings, got {name!r}")
             if not isinstance(f, Field) or type(f) is Field:
                 raise ConfigError(
                     f"fields[{name!r}] must be one of Image, Int, Text, Json, Bytes, got {type(f).__name__}"
@@ -110,7 +126,8 @@ class Loader:
         self._args = dict(
             source=source, fields=dict(fields), batch_size=_int_arg("batch_size", batch_size, 1),
             threads=_int_arg("threads", default_threads() if threads is None else threads, 1),
-            shuffle=bool(shuffle), seed=_int_arg("seed", seed, 0), drop_last=bool(drop_last),
+            shuffle=_bool_arg("shuffle", shuffle), seed=_int_arg("seed", seed, 0, 2**64 - 1),
+            drop_last=_bool_arg("drop_last", drop_last),
             prefetch=_int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
         )
         self._build()
@@ -171,7 +188,7 @@ class Loader:
         if self._active is not None:
             previous = self._active()
             if previous is not None:
-                previous.close()  # one epoch at a time: a new loop ends the old one
+                previous._supersede()  # one epoch at a time: a new loop ends the old one
         epoch = self._epoch
         a = self._args
         budget = a["error_budget"]
@@ -238,6 +255,7 @@ class _EpochIterator:
         self._run = run
         self.epoch = epoch
         self._logged_skips = 0
+        self._ended_because: Optional[str] = None  # why next() raises instead of continuing
         with _live_lock:
             _live.add(self)
 
@@ -250,6 +268,8 @@ class _EpochIterator:
     def __next__(self) -> Batch:
         run = self._run
         if run is None:
+            if self._ended_because:
+                raise LoadscopeError(f"epoch {self.epoch} {self._ended_because}")
             raise StopIteration
         try:
             while True:
@@ -273,6 +293,14 @@ class _EpochIterator:
             elif self._logged_skips == 10:
                 log.warning("more samples skipped; the full list is in loader.stats()['skipped']")
             self._logged_skips += 1
+
+    def _supersede(self) -> None:
+        if self._run is not None:
+            self._ended_because = (
+                "was ended early because a new iteration over the same Loader started; a Loader "
+                "runs one epoch at a time (nested or zipped loops over one Loader need two Loaders)"
+            )
+        self.close()
 
     def close(self) -> None:
         """Stops the epoch early; idempotent."""
@@ -307,6 +335,7 @@ def _after_fork_in_child() -> None:
         if it._run is not None:
             _orphans.append(it._run)
             it._run = None
+            it._ended_because = "was started before this process was forked; start a new iteration here"
     _live.clear()
 
 

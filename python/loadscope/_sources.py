@@ -19,7 +19,8 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".t
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_Member = Tuple[str, bool, Union[str, bytes]]  # (name, is_path, path-or-value)
+# (name, is_path, path-or-value); paths as bytes (os.fsencode) so any file name survives.
+_Member = Tuple[str, bool, Union[str, bytes]]
 
 
 class Source:
@@ -34,7 +35,7 @@ class Source:
 
 class _ListSource(Source):
     def __init__(self) -> None:
-        self._samples: List[Tuple[str, List[_Member]]] = []
+        self._samples: List[Tuple[bytes, List[_Member]]] = []
 
     def __len__(self) -> int:
         return len(self._samples)
@@ -48,13 +49,18 @@ def _ext(name: str) -> str:
 
 
 class Folder(_ListSource):
-    """Image files under a directory, like ``torchvision.datasets.ImageFolder``.
+    """Image files under a directory, sample for sample like ``torchvision.datasets.ImageFolder``.
 
-    With ``labels="subfolders"`` each immediate subdirectory is a class (sorted names give the
-    indices, as ImageFolder does) and every sample gets an integer member ``"cls"``; with
-    ``"none"`` the tree is flat. ``"auto"`` picks subfolders when the root holds only
-    directories. Files that share a name up to the last dot (``a.jpg``, ``a.txt``, ``a.json``)
-    form one sample; only groups with a file ending in one of ``extensions`` are samples.
+    Every file whose name ends in one of ``extensions`` is a sample, in ImageFolder's order
+    (classes, then ``os.walk`` with sorted directories and file names). With
+    ``labels="subfolders"`` each immediate subdirectory is a class, indexed by sorted name
+    exactly as ImageFolder does (hidden directories included, as there), and every sample gets
+    the integer member ``"cls"``; with ``"none"`` the tree is flat. ``"auto"``: subfolders when
+    the root has subdirectories and no image files of its own.
+
+    Other files that share an image's name up to the last dot are attached to it as members:
+    ``a.jpg`` + ``a.txt`` + ``a.json`` give a sample with members ``jpg``, ``txt``, ``json``.
+    The sample's key is the image's path.
     """
 
     def __init__(
@@ -73,7 +79,7 @@ class Folder(_ListSource):
         self.root = root
         exts = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
         entries = sorted(os.scandir(root), key=lambda e: e.name)
-        subdirs = [e.name for e in entries if e.is_dir() and not e.name.startswith(".")]
+        subdirs = [e.name for e in entries if e.is_dir()]
         has_files = any(e.is_file() and e.name.lower().endswith(exts) for e in entries)
         if labels == "auto":
             labels = "subfolders" if subdirs and not has_files else "none"
@@ -92,28 +98,30 @@ class Folder(_ListSource):
             )
 
     def _scan(self, top: str, exts: Tuple[str, ...], label: Optional[int]) -> None:
-        for dirpath, dirnames, filenames in os.walk(top, followlinks=True):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            groups: dict = {}
-            for name in sorted(filenames):
-                if name.startswith("."):
-                    continue
-                stem, ext = os.path.splitext(name)
-                groups.setdefault(stem, []).append(name)
-            for stem in sorted(groups):
-                names = groups[stem]
-                if not any(n.lower().endswith(exts) for n in names):
-                    self.ignored_files += len(names)
-                    continue
-                members: List[_Member] = [(_ext(n), True, os.path.join(dirpath, n)) for n in names]
+        for dirpath, _, filenames in sorted(os.walk(top, followlinks=True)):  # ImageFolder's order
+            images = [n for n in sorted(filenames) if n.lower().endswith(exts)]
+            image_set = set(images)
+            sidecars: dict = {}
+            for n in filenames:
+                if n not in image_set:
+                    sidecars.setdefault(os.path.splitext(n)[0], []).append(n)
+            attached = set()
+            for name in images:
+                stem = os.path.splitext(name)[0]
+                files = [name] + sorted(sidecars.get(stem, []))
+                attached.update(files[1:])
+                members: List[_Member] = [
+                    (os.fsencode(_ext(n)), True, os.fsencode(os.path.join(dirpath, n))) for n in files
+                ]
                 if label is not None:
-                    if any(m[0] == "cls" for m in members):
+                    if any(m[0] == b"cls" for m in members):
                         raise ConfigError(
                             f"Folder: {os.path.join(dirpath, stem)}.cls clashes with the class "
                             "label taken from the subfolder; use labels='none'"
                         )
                     members.append(("cls", False, str(label)))
-                self._samples.append((os.path.join(dirpath, stem), members))
+                self._samples.append((os.fsencode(os.path.join(dirpath, name)), members))
+            self.ignored_files += len(filenames) - len(images) - len(attached)
 
     def __repr__(self) -> str:
         return f"Folder({self.root!r}, samples={len(self)}, classes={len(self.classes)})"
@@ -145,18 +153,23 @@ class FileList(_ListSource):
             raise ConfigError(f"FileList: {manifest!r}: manifest must end in .jsonl, .ndjson or .csv")
         for line, record in records:
             if not isinstance(record, dict) or path_key not in record:
-                raise ConfigError(f"FileList: {manifest}:{line}: record has no {path_key!r} field")
+                found = ", ".join(map(repr, record)) if isinstance(record, dict) else type(record).__name__
+                raise ConfigError(f"FileList: {manifest}:{line}: record has no {path_key!r} field (found: {found})")
             path = os.path.join(self.root, str(record[path_key]))
             ext = _ext(path)
             if not ext:
                 raise ConfigError(f"FileList: {manifest}:{line}: {path!r} has no extension to name its member")
-            members: List[_Member] = [(ext, True, path)]
+            members: List[_Member] = [(ext, True, os.fsencode(path))]
             for k, v in record.items():
                 if k == path_key:
                     continue
+                if str(k).lower() == ext:
+                    raise ConfigError(
+                        f"FileList: {manifest}:{line}: column {k!r} has the name of the file's own member ({ext!r})"
+                    )
                 value = v if isinstance(v, str) else json.dumps(v)
                 members.append((str(k).lower(), False, value))
-            self._samples.append((path, members))
+            self._samples.append((os.fsencode(path), members))
         if not self._samples:
             raise ConfigError(f"FileList: {manifest!r} lists no samples")
 
@@ -173,7 +186,7 @@ class FileList(_ListSource):
 
     @staticmethod
     def _csv(path: str) -> Iterable[Tuple[int, dict]]:
-        with open(path, encoding="utf-8", newline="") as f:
+        with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: Excel's BOM
             for line, row in enumerate(csv.DictReader(f), 2):
                 yield line, row
 
@@ -236,7 +249,7 @@ class WebDataset(Source):
         self.shuffle_buffer = shuffle_buffer
 
     def _native(self, native):
-        return native.TarSource(self.shards, self.shuffle_buffer)
+        return native.TarSource([os.fsencode(s) for s in self.shards], self.shuffle_buffer)
 
     def __repr__(self) -> str:
         return f"WebDataset({len(self.shards)} shards)"

@@ -53,11 +53,19 @@ def test_skip_counts_lists_and_logs(broken, caplog):
 
 def test_error_budget(broken):
     fields = {"jpg": ls.Image(32)}
-    with pytest.raises(ls.ErrorBudgetExceeded, match="3 samples failed"):
+    with pytest.raises(ls.ErrorBudgetExceeded, match="3 failures in the first"):
         list(ls.Loader(ls.Folder(broken), fields=fields, batch_size=8, on_error="skip", error_budget=2))
     with pytest.raises(ls.ErrorBudgetExceeded, match="budget"):  # 3 > 0.02 * max(seen, 100)
         list(ls.Loader(ls.Folder(broken), fields=fields, batch_size=8, on_error="skip", error_budget=0.02))
     assert len(list(ls.Loader(ls.Folder(broken), fields=fields, batch_size=8, on_error="skip", error_budget=3))) == 5
+
+
+def test_sample_errors_keep_their_type_and_key_through_dataloader_workers(broken):
+    ds = ls.Dataset(ls.Folder(broken), fields={"jpg": ls.Image(32)}, batch_size=4, threads=1)
+    with pytest.raises(ls.DecodeError) as e:
+        list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2))
+    assert e.value.key.endswith("0000003b.jpg")
+    assert "Unsupported marker type 0xae" in e.value.reason
 
 
 def test_missing_file_in_a_manifest_is_a_read_error(demo, tmp_path):
@@ -75,8 +83,8 @@ def test_missing_member_and_bad_values_are_field_errors(demo, tmp_path):
     (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
     with pytest.raises(ls.FieldError, match="not an integer: 'seven'"):
         list(ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=3))
-    with pytest.raises(ls.FieldError, match=r"no member 'png' .*sample has: jpg, cls"):
-        list(ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"png": ls.Image(32)}, batch_size=3))
+    with pytest.raises(ls.FieldError, match=r"no member 'seg.png' .*sample has: jpg, cls"):
+        list(ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"mask": ls.Image(32, keys="seg.png")}, batch_size=3))
     (tmp_path / "j.jsonl").write_text(json.dumps({"path": str(rows[0]["path"]), "json": "{broken"}))
     with pytest.raises(ls.FieldError, match="invalid JSON"):
         list(ls.Loader(ls.FileList(tmp_path / "j.jsonl"), fields={"json": ls.Json()}, batch_size=1))
@@ -93,7 +101,9 @@ def test_corrupt_shard_is_a_read_error_naming_the_shard(demo, tmp_path):
     loader = ls.Loader(ls.WebDataset(shards), fields=fields, batch_size=10, on_error="skip", error_budget=None)
     n = sum(len(b["__key__"]) for b in loader)
     assert 25 < n < 50
-    assert [d["kind"] for d in loader.stats()["skipped"]] == ["source"]
+    skipped = loader.stats()["skipped"]
+    assert [d["kind"] for d in skipped] == ["source"]
+    assert skipped[0]["key"].count("cut.tar") == 1  # "shard:key", not the shard named twice
 
 
 @pytest.mark.parametrize(
@@ -106,13 +116,14 @@ def test_corrupt_shard_is_a_read_error_naming_the_shard(demo, tmp_path):
         (dict(batch_size=4, prefetch=0), "prefetch must be an int >= 1"),
         (dict(batch_size=4, fields={}), "non-empty dict"),
         (dict(batch_size=4, fields={"jpg": "image"}), "must be one of Image, Int, Text, Json, Bytes"),
-        (dict(batch_size=4, fields={"jpg": ls.Image(32, crop="middle")}), "random_resized, center, resize"),
-        (dict(batch_size=4, fields={"jpg": ls.Image(32, flip=2)}), r"flip is a probability in \[0, 1\]"),
         (dict(batch_size=4, fields={"jpg": ls.Image(32, scale=(0.5, 0.1))}), "scale must satisfy"),
-        (dict(batch_size=4, fields={"jpg": ls.Image(0)}), "size must be 1..16384"),
+        (dict(batch_size=4, fields={"jpg": ls.Image(20000)}), "size must be 1..16384"),
         (dict(batch_size=4, fields={"jpg": ls.Image(64, crop="center", resize=32)}), "must be >= the output size"),
-        (dict(batch_size=4, fields={"jpg": ls.Image(64, resize=80)}), "resize applies only to crop='center'"),
         (dict(batch_size=4, fields={"__key__": ls.Text()}), "reserved"),
+        (dict(batch_size=4, fields={1: ls.Text()}), "names must be non-empty strings"),
+        (dict(batch_size=4, shuffle="no"), "shuffle must be True or False"),
+        (dict(batch_size=4, seed=2**70), r"seed must be an int in \[0, 18446744073709551615\]"),
+        (dict(batch_size=4.0), "batch_size must be an int >= 1"),
     ],
 )
 def test_bad_arguments_fail_at_construction_listing_what_is_allowed(demo, kwargs, message):
@@ -122,6 +133,46 @@ def test_bad_arguments_fail_at_construction_listing_what_is_allowed(demo, kwargs
         ls.Loader(ls.Folder(demo / "folder"), **args)
     with pytest.raises(ValueError):  # ConfigError is a ValueError too
         ls.Loader(ls.Folder(demo / "folder"), **args)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: ls.Image(32, crop="middle"), "random_resized, center, resize"),
+        (lambda: ls.Image(32, flip=2), r"flip is a probability in \[0, 1\]"),
+        (lambda: ls.Image(32, flip=True), "flip is a probability"),
+        (lambda: ls.Image(0), "size must be an int >= 1"),
+        (lambda: ls.Image((1.5, 2)), "size must be an int >= 1"),
+        (lambda: ls.Image((1, 2, 3)), r"size must be an int or \(height, width\)"),
+        (lambda: ls.Image(64, resize=80), "resize applies only to crop='center'"),
+        (lambda: ls.Image(64, crop="center", resize=80.5), "resize must be an int"),
+        (lambda: ls.Image(32, scale=0.5), r"scale must be a pair \(min, max\)"),
+        (lambda: ls.Image(32, channels_last="no"), "channels_last must be True or False"),
+        (lambda: ls.Image(32, dct_scaling="no"), "dct_scaling must be True or False"),
+        (lambda: ls.Image(32, max_pixels=0), "max_pixels must be an int >= 1"),
+    ],
+)
+def test_bad_field_arguments_fail_where_they_are_written(make, message):
+    with pytest.raises(ls.ConfigError, match=message):
+        make()
+
+
+def test_numpy_ints_are_ints(demo):
+    import numpy as np
+
+    loader = ls.Loader(ls.Folder(demo / "folder"), fields={"jpg": ls.Image(np.int64(32))}, batch_size=np.int64(8), threads=np.int32(1))
+    assert next(iter(loader))["jpg"].shape == (8, 3, 32, 32)
+
+
+def test_decompression_bomb_fails_before_decoding(demo, tmp_path):
+    jpg = bytearray(next((demo / "folder").rglob("*.jpg")).read_bytes())
+    sof = jpg.find(b"\xff\xc0")
+    jpg[sof + 5 : sof + 9] = (20000).to_bytes(2, "big") * 2  # height, width
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "bomb.jpg").write_bytes(bytes(jpg))
+    with pytest.raises(ls.DecodeError, match="image too large: 20000x20000") as e:
+        list(ls.Loader(ls.Folder(tmp_path), fields={"jpg": ls.Image(32, crop="center")}, batch_size=1))
+    assert e.value.key.endswith("bomb.jpg")
 
 
 def test_bad_sources(tmp_path):
@@ -138,7 +189,7 @@ def test_bad_sources(tmp_path):
     with pytest.raises(ls.ConfigError, match=r"must end in .jsonl, .ndjson or .csv"):
         ls.FileList(tmp_path / "m.txt")
     (tmp_path / "m.jsonl").write_text('{"file": "a.jpg"}\n')
-    with pytest.raises(ls.ConfigError, match=r"m.jsonl:1: record has no 'path' field"):
+    with pytest.raises(ls.ConfigError, match=r"m.jsonl:1: record has no 'path' field \(found: 'file'\)"):
         ls.FileList(tmp_path / "m.jsonl")
     with pytest.raises(ls.ConfigError, match="source must be a loadscope"):
         ls.Loader(["a.jpg"], fields={"jpg": ls.Image(32)}, batch_size=1)

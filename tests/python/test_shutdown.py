@@ -66,8 +66,8 @@ def test_a_new_epoch_ends_the_old_one(demo):
     loader = make(demo)
     first = iter(loader)
     next(first)
-    second = iter(loader)  # starting epoch 1 closes epoch 0
-    with pytest.raises(StopIteration):
+    second = iter(loader)  # starting epoch 1 closes epoch 0, which then says so
+    with pytest.raises(ls.LoadscopeError, match="a new iteration over the same Loader started"):
         next(first)
     assert len(list(second)) == 30
     del first, second
@@ -123,8 +123,8 @@ def test_fork_child_inherits_no_running_epoch(demo):
             try:
                 next(it)
                 ok = False
-            except StopIteration:
-                pass
+            except ls.LoadscopeError as e:
+                ok = ok and "forked" in str(e)
             n = sum(len(b["__key__"]) for b in make(demo, threads=2))
             os.write(w, f"{int(ok)} {n}".encode())
         finally:

@@ -18,23 +18,57 @@ def test_brace_expansion_like_the_shell():
         ls.expand_braces("s-{x}.tar")
 
 
-def test_folder_groups_sidecars_and_labels(tmp_path, demo):
-    for cls in ("b_dogs", "a_cats"):
-        (tmp_path / cls).mkdir()
-    jpg = next((demo / "folder").rglob("*.jpg")).read_bytes()
-    (tmp_path / "a_cats" / "one.jpg").write_bytes(jpg)
+def test_folder_is_imagefolder_sample_for_sample(tmp_path, real):
+    """Awkward names and extensions: every image file is a sample, in ImageFolder's order and
+    with its labels (hidden class directories included, as ImageFolder has them)."""
+    from torchvision.datasets import ImageFolder
+
+    jpg = (real / "imageio/chelsea.jpg").read_bytes()
+    png = (real / "vision/test/assets/fakedata/logos/rgb_pytorch.png").read_bytes()
+    files = {
+        "b_dogs/a.jpg": jpg, "b_dogs/a.png": png, "b_dogs/b.jpg": jpg, "b_dogs/b.JPG": jpg,
+        "b_dogs/c.jpeg": jpg, "b_dogs/A.jpg": jpg, "b_dogs/a-b.jpg": jpg, "b_dogs/a_b.jpg": jpg,
+        "b_dogs/sub/z.JPEG": jpg, "a_cats/one.jpg": jpg, ".hidden/h.png": png,
+    }
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
     (tmp_path / "a_cats" / "one.txt").write_text("a cat")
-    (tmp_path / "b_dogs" / "two.JPG").write_bytes(jpg)
     (tmp_path / "b_dogs" / "notes.md").write_text("not a sample")
+    ref = ImageFolder(str(tmp_path))
     src = ls.Folder(tmp_path)
-    assert src.classes == ["a_cats", "b_dogs"] and len(src) == 2 and src.ignored_files == 1
-    loader = ls.Loader(src, fields={"img": ls.Image(16, keys="jpg"), "cls": ls.Int()}, batch_size=2)
+    assert src.classes == ref.classes and src.ignored_files == 1
+    loader = ls.Loader(src, fields={"jpg": ls.Image(16), "cls": ls.Int()}, batch_size=100)
     b = next(iter(loader))
-    assert b["cls"].tolist() == [0, 1] and b["img"].shape == (2, 3, 16, 16)
+    assert list(zip(b["__key__"], b["cls"].tolist())) == ref.samples
+    captions = next(iter(ls.Loader(ls.Folder(tmp_path / "a_cats"), fields={"txt": ls.Text()}, batch_size=1)))
+    assert captions["txt"] == ["a cat"]
     with pytest.raises(ls.FieldError, match="no member 'txt'"):
         list(ls.Loader(src, fields={"txt": ls.Text()}, batch_size=2))
     flat = ls.Folder(tmp_path / "a_cats")
     assert flat.labels == "none" and flat.classes == []
+
+
+def test_file_names_that_are_not_utf8(tmp_path, real):
+    """Keys decode like os.fsdecode, so they open the file again; shards likewise."""
+    import io
+    import os
+    import tarfile
+
+    jpg = (real / "imageio/chelsea.jpg").read_bytes()
+    d = os.fsencode(str(tmp_path / "c"))
+    os.makedirs(d)
+    with open(os.path.join(d, b"caf\xe9.jpg"), "wb") as f:
+        f.write(jpg)
+    b = next(iter(ls.Loader(ls.Folder(tmp_path), fields={"jpg": ls.Image(16), "cls": ls.Int()}, batch_size=1)))
+    assert os.path.exists(b["__key__"][0])
+    with tarfile.open(tmp_path / "s.tar", "w", format=tarfile.GNU_FORMAT, encoding="latin-1") as t:
+        for name in ("ok1", "caf\xe9", "ok2"):
+            info = tarfile.TarInfo(name + ".jpg")
+            info.size = len(jpg)
+            t.addfile(info, io.BytesIO(jpg))
+    keys = [k for b in ls.Loader(ls.WebDataset(str(tmp_path / "s.tar")), fields={"jpg": ls.Image(16)}, batch_size=2) for k in b["__key__"]]
+    assert len(keys) == 3 and keys[1].endswith(":caf\udce9")
 
 
 def test_csv_manifest_with_root(tmp_path, demo):
@@ -48,6 +82,16 @@ def test_csv_manifest_with_root(tmp_path, demo):
     b = next(iter(ls.Loader(src, fields={"jpg": ls.Image(16), "cls": ls.Int(), "txt": ls.Text()}, batch_size=4)))
     assert b["cls"].tolist() == [0, 1, 2, 3]
     assert b["txt"] == [f"caption {i}" for i in range(4)]
+
+
+def test_image_named_fields_read_any_image_member(tmp_path, real):
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "n01.JPEG").write_bytes((real / "imageio/chelsea.jpg").read_bytes())
+    (tmp_path / "x" / "n02.png").write_bytes((real / "vision/test/assets/fakedata/logos/rgb_pytorch.png").read_bytes())
+    b = next(iter(ls.Loader(ls.Folder(tmp_path), fields={"jpg": ls.Image(16), "cls": ls.Int()}, batch_size=2)))
+    assert b["jpg"].shape == (2, 3, 16, 16)
+    with pytest.raises(ls.FieldError, match="no member 'jpg'"):  # explicit keys are taken literally
+        list(ls.Loader(ls.Folder(tmp_path), fields={"jpg": ls.Image(16, keys="jpg")}, batch_size=2))
 
 
 def test_jsonl_values_of_any_type_become_members(tmp_path, demo):

@@ -206,7 +206,8 @@ void EpochRun::run_sample(Job* job, int slot) {
     } catch (const SampleError& e) {
       job->failures[slot] = note_from(e, sample.position);
     } catch (const std::bad_alloc&) {
-      job->failures[slot] = SampleNote{sample.key, "out of memory", "read", sample.position};
+      job->failures[slot] =
+          SampleNote{sample.key, "out of memory while processing the sample", "decode", sample.position};
     } catch (const std::exception& e) {
       job->failures[slot] = SampleNote{sample.key, e.what(), "decode", sample.position};
     }
@@ -291,7 +292,10 @@ bool EpochRun::finish(Job& job, std::unique_ptr<Batch>& out) {
     for (const auto& f : failures) {
       if (stats_.skipped.size() < kMaxNotes) stats_.skipped.push_back(f);
     }
-    const int64_t seen = stats_.samples + stats_.failures;
+    // Samples of the epoch handled so far: delivered ones, this batch's good ones, failures.
+    const int64_t seen = stats_.samples + (n - static_cast<int64_t>(std::count(
+                                                  failed.begin(), failed.end(), true))) +
+                         stats_.failures;
     const bool over_count = options_.max_errors >= 0 && stats_.failures > options_.max_errors;
     const bool over_rate =
         options_.max_error_rate >= 0 &&
@@ -301,10 +305,11 @@ bool EpochRun::finish(Job& job, std::unique_ptr<Batch>& out) {
       failed_ = true;
       const SampleNote& f = failures.front();
       throw BudgetError("error budget exceeded: " + std::to_string(stats_.failures) +
-                        " samples failed out of " + std::to_string(seen) + " (budget: " +
+                        " failures in the first " + std::to_string(seen) +
+                        " samples of the epoch (budget: " +
                         (over_count ? std::to_string(options_.max_errors) + " failures"
                                     : std::to_string(options_.max_error_rate) + " of samples") +
-                        "); latest: '" + f.key + "': " + f.reason);
+                        "); the first failure of this batch: '" + f.key + "': " + f.reason);
     }
     batch->skipped = std::move(failures);
     compact(*batch, failed);
@@ -368,7 +373,7 @@ void EpochRun::stop() {
 EpochStats EpochRun::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   EpochStats s = stats_;
-  s.bytes_read = bytes_read_.load();
+  s.bytes_read = bytes_read_.load() + source_->bytes_read();
   s.process_seconds = static_cast<double>(process_ns_.load()) * 1e-9;
   return s;
 }

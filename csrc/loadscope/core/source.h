@@ -30,6 +30,10 @@ class Source {
   // moved past it, so the caller may call next() again.
   virtual bool next(Sample& out) = 0;
 
+  // Bytes this source read itself since start_epoch (tar shards); files named by path are
+  // read by the workers and counted by the engine. Safe to call from any thread.
+  virtual uint64_t bytes_read() const { return 0; }
+
   // Advances by up to n samples the caller does not need (another worker's batches); returns
   // how many were skipped. Never throws: a source failure met while skipping belongs to the
   // worker that owns those samples, which reports it. Random-access sources override this.

@@ -65,6 +65,7 @@ void TarSource::start_epoch(const EpochOrder& order) {
     }
   }
   rng_ = Rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShuffleBuffer);
+  bytes_read_.store(0, std::memory_order_relaxed);
   shard_cursor_ = 0;
   reader_.reset();
   have_lookahead_ = false;
@@ -96,7 +97,7 @@ bool TarSource::read_sample(Sample& out) {
         have_lookahead_ = reader_->next(lookahead_);
       } catch (const ReadFailure& e) {
         // The rest of this shard is unreachable; the sample being assembled is incomplete.
-        std::string where = shard_path_ + (out.key.empty() ? "" : ":" + out.key);
+        std::string where = out.key.empty() ? shard_path_ : out.key;  // out.key = "shard:key"
         reader_.reset();
         throw SampleError(where, e.what(), FailureKind::kRead);
       }

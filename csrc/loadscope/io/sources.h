@@ -43,7 +43,7 @@ class TarSource : public Source {
   int64_t size() const override { return -1; }
   void start_epoch(const EpochOrder& order) override;
   bool next(Sample& out) override;
-  uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
+  uint64_t bytes_read() const override { return bytes_read_.load(std::memory_order_relaxed); }
 
  private:
   bool read_sample(Sample& out);  // next sample in shard order, no shuffling

@@ -105,9 +105,27 @@ int choose_scale(const Box& box, const ImageSpec& spec) {
   return 8;
 }
 
+void check_pixels(int64_t w, int64_t h, const ImageSpec& spec) {
+  if (w * h > spec.max_pixels) {
+    throw DecodeFailure("image too large: " + std::to_string(w) + "x" + std::to_string(h) + " is " +
+                        std::to_string(w * h) + " pixels, over max_pixels=" +
+                        std::to_string(spec.max_pixels));
+  }
+}
+
+// PNG's size from its IHDR chunk (bytes 16-23), so a huge image fails before decoding.
+void check_png_size(const uint8_t* d, size_t n, const ImageSpec& spec) {
+  if (n < 24) return;  // the decoder reports it
+  auto be32 = [&](size_t at) {
+    return (int64_t(d[at]) << 24) | (int64_t(d[at + 1]) << 16) | (int64_t(d[at + 2]) << 8) | d[at + 3];
+  };
+  check_pixels(be32(16), be32(20), spec);
+}
+
 std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const ImageSpec& spec,
                         Rng& rng, uint8_t* dst) {
   const decode::JpegInfo info = s.jpeg.open(data, size);
+  check_pixels(info.width, info.height, spec);
   const int orientation = spec.exif ? info.orientation : 1;
   const bool transpose = orientation >= 5;
   const int w = transpose ? info.height : info.width;  // upright size
@@ -149,6 +167,7 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
   const decode::ImageFormat format = decode::sniff(data, size);
   if (format == decode::ImageFormat::kJpeg) return decode_jpeg(s, data, size, spec, rng, dst);
   if (format == decode::ImageFormat::kPng) {
+    check_png_size(data, size, spec);
     if (!s.png) s.png = std::make_unique<decode::PngDecoder>();
     const decode::RgbView img = s.png->decode(data, size);
     const CropPlan plan = make_plan(spec, img.width, img.height, rng);
@@ -184,6 +203,7 @@ void validate(const std::vector<FieldSpec>& fields) {
     if (!(s.ratio_min > 0 && s.ratio_min <= s.ratio_max)) {
       throw ConfigError("field '" + f.name + "': ratio must satisfy 0 < min <= max");
     }
+    if (s.max_pixels < 1) throw ConfigError("field '" + f.name + "': max_pixels must be >= 1");
     if (!(s.flip >= 0 && s.flip <= 1)) {
       throw ConfigError("field '" + f.name + "': flip is a probability in [0, 1]");
     }

@@ -25,6 +25,9 @@ struct ImageSpec {
   bool channels_last = false;   // [H, W, 3] instead of [3, H, W]
   bool exif = true;             // apply EXIF orientation
   bool dct_scaling = true;      // decode JPEGs at 1/8, 1/4 or 1/2 when the crop allows
+  // Images with more pixels fail before any decoding (a 600-byte JPEG can claim 20000x20000):
+  // Pillow's decompression-bomb limit by default.
+  int64_t max_pixels = 178956970;
 };
 
 struct FieldSpec {

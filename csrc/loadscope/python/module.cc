@@ -38,12 +38,26 @@ struct Pipeline {
   std::shared_ptr<pipeline::FieldProcessor> processor;
 };
 
+// Keys and reasons may hold file names that are not UTF-8: decode them the way os.fsdecode
+// does (undecodable bytes become surrogates), so a key can always be used to open its file.
+py::str fs_str(const std::string& s) {
+  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::str>(o);
+}
+
+py::list fs_list(const std::vector<std::string>& items) {
+  py::list out;
+  for (const auto& s : items) out.append(fs_str(s));
+  return out;
+}
+
 py::list notes_to_list(const std::vector<SampleNote>& notes) {
   py::list out;
   for (const auto& n : notes) {
     py::dict d;
-    d["key"] = n.key;
-    d["reason"] = n.reason;
+    d["key"] = fs_str(n.key);
+    d["reason"] = fs_str(n.reason);
     d["kind"] = n.kind;
     d["position"] = n.position;
     out.append(d);
@@ -88,13 +102,13 @@ PYBIND11_MODULE(_native, m) {
       const char* cls = e.kind() == FailureKind::kRead     ? "ReadError"
                         : e.kind() == FailureKind::kDecode ? "DecodeError"
                                                            : "FieldError";
-      raise_python(cls, py::make_tuple(e.key(), e.reason()));
+      raise_python(cls, py::make_tuple(fs_str(e.key()), fs_str(e.reason())));
     } catch (const BudgetError& e) {
-      raise_python("ErrorBudgetExceeded", py::make_tuple(e.what()));
+      raise_python("ErrorBudgetExceeded", py::make_tuple(fs_str(e.what())));
     } catch (const ConfigError& e) {
-      raise_python("ConfigError", py::make_tuple(e.what()));
+      raise_python("ConfigError", py::make_tuple(fs_str(e.what())));
     } catch (const Error& e) {
-      raise_python("LoadscopeError", py::make_tuple(e.what()));
+      raise_python("LoadscopeError", py::make_tuple(fs_str(e.what())));
     }
   });
 
@@ -114,7 +128,7 @@ PYBIND11_MODULE(_native, m) {
       [](std::string name, std::vector<std::string> keys, int height, int width,
          const std::string& crop, std::pair<double, double> scale,
          std::pair<double, double> ratio, int resize, double flip, bool channels_last, bool exif,
-         bool dct_scaling) {
+         bool dct_scaling, int64_t max_pixels) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -132,12 +146,13 @@ PYBIND11_MODULE(_native, m) {
         s.channels_last = channels_last;
         s.exif = exif;
         s.dct_scaling = dct_scaling;
+        s.max_pixels = max_pixels;
         pipeline::validate({f});
         return f;
       },
       py::arg("name"), py::arg("keys"), py::arg("height"), py::arg("width"), py::arg("crop"),
       py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
-      py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"));
+      py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"));
 
   m.def(
       "plain_field",
@@ -184,7 +199,7 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Batch>(m, "Batch")
       .def_readonly("index", &Batch::index)
       .def_readonly("size", &Batch::size)
-      .def_readonly("keys", &Batch::keys)
+      .def_property_readonly("keys", [](const Batch& b) { return fs_list(b.keys); })
       .def_readonly("positions", &Batch::positions)
       .def_property_readonly("skipped", [](const Batch& b) { return notes_to_list(b.skipped); })
       .def_property_readonly("warnings", [](const Batch& b) { return notes_to_list(b.warnings); })
