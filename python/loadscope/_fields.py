@@ -15,6 +15,10 @@ CROPS = ("random_resized", "center", "resize")
 # An Image field named like an image type reads any image member, its own name first: a folder
 # of ImageNet's .JPEG files works with fields={"jpg": Image(...)}.
 IMAGE_MEMBERS = ("jpg", "jpeg", "png", "ppm", "pgm", "bmp", "tif", "tiff", "webp")
+# Likewise a VideoClip field named like a video container reads any video member.
+VIDEO_MEMBERS = ("mp4", "m4v", "mov", "mkv", "webm", "avi", "mpg", "mpeg", "ts", "flv")
+POSITIONS = ("random", "uniform", "center")
+SHORT = ("pad", "fail")
 
 
 def _keys(keys: Optional[Union[str, Sequence[str]]], default: str) -> list:
@@ -59,9 +63,11 @@ def _range(owner: str, name: str, value) -> Tuple[float, float]:
 class Field:
     """Base of all fields. Every field takes ``keys``: the sample members to read it from,
     first match wins (``"jpg;png"`` or ``["jpg", "png"]``); by default the field's name in
-    ``fields=``."""
+    ``fields=``. ``optional=True``: a sample without the member gets zeros (empty strings) and
+    ``"<name>.present"`` tells which samples had it — for datasets that mix images and videos."""
 
     keys: Optional[Union[str, Sequence[str]]] = None
+    optional: bool = False
 
     def _native(self, name: str, native):  # pragma: no cover - overridden
         raise NotImplementedError
@@ -103,8 +109,10 @@ class Image(Field):
     dct_scaling: Optional[bool] = None
     max_pixels: int = 178956970
     keys: Optional[Union[str, Sequence[str]]] = None
+    optional: bool = False
 
     def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
+        _bool(type(self).__name__, "optional", self.optional)
         if self.crop not in CROPS:
             raise ConfigError(f"Image.crop={self.crop!r} is not one of {', '.join(CROPS)}")
         if isinstance(self.size, (tuple, list)) and len(self.size) == 2:
@@ -154,6 +162,7 @@ class Image(Field):
             exif=self.exif,
             dct_scaling=(self.crop == "random_resized") if self.dct_scaling is None else self.dct_scaling,
             max_pixels=int(self.max_pixels),
+            optional=self.optional,
         )
 
 
@@ -162,9 +171,11 @@ class Int(Field):
     """An integer (e.g. a class label stored as text ``"3"``), batched as ``int64 [B]``."""
 
     keys: Optional[Union[str, Sequence[str]]] = None
+    optional: bool = False
 
     def _native(self, name, native):
-        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="int")
+        _bool("Int", "optional", self.optional)
+        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="int", optional=self.optional)
 
 
 @dataclass(frozen=True)
@@ -172,9 +183,11 @@ class Text(Field):
     """UTF-8 text (a caption), batched as a list of ``str``."""
 
     keys: Optional[Union[str, Sequence[str]]] = None
+    optional: bool = False
 
     def _native(self, name, native):
-        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="text")
+        _bool("Text", "optional", self.optional)
+        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="text", optional=self.optional)
 
 
 @dataclass(frozen=True)
@@ -182,9 +195,11 @@ class Json(Field):
     """A JSON document, validated in C++ and batched as a list of parsed Python objects."""
 
     keys: Optional[Union[str, Sequence[str]]] = None
+    optional: bool = False
 
     def _native(self, name, native):
-        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="json")
+        _bool("Json", "optional", self.optional)
+        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="json", optional=self.optional)
 
 
 @dataclass(frozen=True)
@@ -192,6 +207,94 @@ class Bytes(Field):
     """The member's raw bytes, batched as a list of ``bytes``."""
 
     keys: Optional[Union[str, Sequence[str]]] = None
+    optional: bool = False
 
     def _native(self, name, native):
-        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="bytes")
+        _bool("Bytes", "optional", self.optional)
+        return native.plain_field(name=name, keys=_keys(self.keys, name), kind="bytes", optional=self.optional)
+
+
+@dataclass(frozen=True)
+class VideoClip(Image):
+    """Clips of a video, decoded with FFmpeg and batched as ``uint8 [B, T, 3, H, W]``
+    (``[B, K, T, 3, H, W]`` with ``clips=K > 1``; channels last with ``channels_last=True``),
+    plus ``"<name>.time"`` (``float64 [B, T]`` or ``[B, K, T]``: the presentation time in
+    seconds of every returned frame) and ``"<name>.meta"`` (a dict per sample: duration, fps,
+    frames, width, height, rotation, codec, stream).
+
+    Args:
+        frames: T, frames per clip.
+        stride: frames between consecutive clip frames (sampling by frame index).
+        fps: sample by presentation time at this rate instead (variable-frame-rate files work:
+            each time shows the frame on screen then). Exclusive with ``stride``.
+        position: ``"random"`` (a start drawn per clip), ``"uniform"`` (K clips evenly spaced
+            over the video), ``"center"``.
+        clips: K clips per video.
+        short: a video shorter than a clip: ``"pad"`` repeats its last frame (the timestamps say
+            so), ``"fail"`` makes it a failed sample (raised or skipped per ``on_error``).
+        size, crop, scale, ratio, resize, flip, channels_last: as for ``Image``; one crop and
+            flip per clip, the same for all its frames.
+        stream: the container's stream index; default FFmpeg's best video stream.
+        decoder_threads: FFmpeg's own threads per video (0: FFmpeg decides). The loader's
+            threads already decode different videos in parallel; see docs/video.md.
+        rotate: apply the rotation metadata, so frames come out upright as players show them.
+        color_tags: honour the stream's colour matrix (BT.709, BT.601, ...) and range tags when
+            converting to RGB, as the ffmpeg CLI and torchcodec do (their frames are reproduced
+            byte for byte). ``False``: swscale's defaults (BT.601, range from the pixel format),
+            which is what PyAV and ``torchvision.io.read_video`` return.
+    """
+
+    size: Size = 224
+    crop: str = "random_resized"
+    frames: int = 16
+    stride: Optional[int] = None
+    fps: Optional[float] = None
+    position: str = "random"
+    clips: int = 1
+    short: str = "pad"
+    stream: Optional[int] = None
+    decoder_threads: int = 1
+    rotate: bool = True
+    color_tags: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        n = "VideoClip"
+        _int(n, "frames", self.frames, 1)
+        _int(n, "clips", self.clips, 1)
+        if self.stride is not None and self.fps is not None:
+            raise ConfigError("VideoClip: give stride or fps, not both")
+        if self.stride is not None:
+            _int(n, "stride", self.stride, 1)
+        if self.fps is not None and (isinstance(self.fps, bool) or not isinstance(self.fps, (int, float)) or not self.fps > 0):
+            raise ConfigError(f"VideoClip.fps must be a number > 0, got {self.fps!r}")
+        if self.position not in POSITIONS:
+            raise ConfigError(f"VideoClip.position={self.position!r} is not one of {', '.join(POSITIONS)}")
+        if self.position == "center" and self.clips != 1:
+            raise ConfigError("VideoClip: position='center' takes clips=1; use 'uniform' for several")
+        if self.short not in SHORT:
+            raise ConfigError(f"VideoClip.short={self.short!r} is not one of {', '.join(SHORT)}")
+        if self.stream is not None:
+            _int(n, "stream", self.stream, 0)
+        _int(n, "decoder_threads", self.decoder_threads, 0)
+        _bool(n, "rotate", self.rotate)
+        _bool(n, "color_tags", self.color_tags)
+        if self.dct_scaling:
+            raise ConfigError("VideoClip: dct_scaling applies to JPEG images only")
+
+    def _native(self, name: str, native):
+        keys = _keys(self.keys, name)
+        if self.keys is None and name.lower() in VIDEO_MEMBERS:
+            keys = [name.lower()] + [k for k in VIDEO_MEMBERS if k != name.lower()]
+        h, w = self.hw
+        return native.video_field(
+            name=name, keys=keys, frames=int(self.frames),
+            stride=int(self.stride) if self.stride is not None else (0 if self.fps else 1),
+            fps=float(self.fps or 0.0), position=self.position, clips=int(self.clips), short=self.short,
+            height=h, width=w, crop=self.crop, scale=_range("VideoClip", "scale", self.scale),
+            ratio=_range("VideoClip", "ratio", self.ratio), resize=int(self.resize or 0),
+            flip=float(self.flip), channels_last=self.channels_last,
+            stream=-1 if self.stream is None else int(self.stream),
+            decoder_threads=int(self.decoder_threads), rotate=self.rotate, color_tags=self.color_tags,
+            optional=self.optional,
+        )

@@ -18,7 +18,7 @@ import torch
 
 from . import _native
 from ._errors import ConfigError, LoadscopeError
-from ._fields import Bytes, Field, Image, Int, Json, Text
+from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip
 from ._sources import Source
 
 log = logging.getLogger("loadscope")
@@ -104,13 +104,13 @@ class Loader:
                 f"source must be a loadscope Folder, FileList or WebDataset, got {type(source).__name__}"
             )
         if not isinstance(fields, Mapping) or not fields:
-            raise ConfigError("fields must be a non-empty dict of name -> loadscope field (Image, Int, Text, Json, Bytes)")
+            raise ConfigError("fields must be a non-empty dict of name -> loadscope field (Image, VideoClip, Int, Text, Json, Bytes)")
         for name, f in fields.items():
             if not isinstance(name, str) or not name:
                 raise ConfigError(f"fields: names must be non-empty strings, got {name!r}")
             if not isinstance(f, Field) or type(f) is Field:
                 raise ConfigError(
-                    f"fields[{name!r}] must be one of Image, Int, Text, Json, Bytes, got {type(f).__name__}"
+                    f"fields[{name!r}] must be one of Image, VideoClip, Int, Text, Json, Bytes, got {type(f).__name__}"
                 )
             if name.startswith("__"):
                 raise ConfigError(f"fields[{name!r}]: names starting with '__' are reserved")
@@ -150,9 +150,10 @@ class Loader:
         self.error_budget = a["error_budget"]
         specs = [f._native(name, _native) for name, f in self.fields.items()]
         self._pipeline = _native.Pipeline(self.source._native(_native), specs)
-        self._outputs = []  # (name, field, slot)
+        self._outputs = []  # (name, field, fixed slots, string slots)
         for i, (name, f) in enumerate(self.fields.items()):
-            self._outputs.append((name, f, self._pipeline.slot_of(i)))
+            fixed, strings = self._pipeline.slots(i)
+            self._outputs.append((name, f, fixed, strings))
 
     # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
     def __getstate__(self):
@@ -217,19 +218,28 @@ class Loader:
     def _convert(self, b) -> Batch:
         n = b.size
         out: Batch = {}
-        for name, f, slot in self._outputs:
-            if isinstance(f, Image):
+        for name, f, fixed, strings in self._outputs:
+            if isinstance(f, VideoClip):
+                h, w = f.hw
+                frame = (h, w, 3) if f.channels_last else (3, h, w)
+                clips = (n, f.clips, f.frames) if f.clips > 1 else (n, f.frames)
+                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=torch.uint8).view(clips + frame)
+                out[name + ".time"] = torch.frombuffer(b.fixed(fixed[1]), dtype=torch.float64).view(clips)
+                out[name + ".meta"] = [json.loads(s) if s else None for s in b.strings(strings[0], False)]
+            elif isinstance(f, Image):
                 h, w = f.hw
                 shape = (n, h, w, 3) if f.channels_last else (n, 3, h, w)
-                out[name] = torch.frombuffer(b.fixed(slot), dtype=torch.uint8).view(shape)
+                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=torch.uint8).view(shape)
             elif isinstance(f, Int):
-                out[name] = torch.frombuffer(b.fixed(slot), dtype=torch.int64)
+                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=torch.int64)
             elif isinstance(f, Json):
-                out[name] = [json.loads(s) for s in b.strings(slot, False)]
+                out[name] = [json.loads(s) if s else None for s in b.strings(strings[0], False)]
             elif isinstance(f, Text):
-                out[name] = b.strings(slot, False)
+                out[name] = b.strings(strings[0], False)
             elif isinstance(f, Bytes):
-                out[name] = b.strings(slot, True)
+                out[name] = b.strings(strings[0], True)
+            if f.optional:
+                out[name + ".present"] = torch.frombuffer(b.fixed(fixed[-1]), dtype=torch.uint8).bool()
         out["__key__"] = list(b.keys)
         out["__index__"] = torch.tensor(b.positions, dtype=torch.int64)
         return out

@@ -5,12 +5,14 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 
 #include "loadscope/augment/resample.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/jpeg/jpeg_decoder.h"
 #include "loadscope/decode/png/png_decoder.h"
+#include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/file.h"
 
 namespace loadscope::pipeline {
@@ -28,6 +30,7 @@ struct Scratch {
   augment::Resampler resampler;
   std::vector<uint8_t> oriented;
   std::string file;
+  std::unique_ptr<decode::VideoDecoder> video;  // created on first use
 };
 
 Scratch& scratch() {
@@ -192,7 +195,22 @@ void validate(const std::vector<FieldSpec>& fields) {
       if (fields[j].name == f.name) throw ConfigError("fields: duplicate name '" + f.name + "'");
     }
     if (f.keys.empty()) throw ConfigError("field '" + f.name + "': no member keys");
-    if (f.kind != FieldKind::kImage) continue;
+    if (f.kind == FieldKind::kVideo) {
+      const VideoSpec& v = f.video;
+      if (v.clip.frames < 1 || v.clip.frames > 100000) {
+        throw ConfigError("field '" + f.name + "': frames must be 1..100000");
+      }
+      if (v.clip.clips < 1 || v.clip.clips > 1000) {
+        throw ConfigError("field '" + f.name + "': clips must be 1..1000");
+      }
+      if (v.clip.fps < 0 || (v.clip.fps == 0 && v.clip.stride < 1)) {
+        throw ConfigError("field '" + f.name + "': give stride >= 1 or fps > 0");
+      }
+      if (v.decoder_threads < 0 || v.decoder_threads > 64) {
+        throw ConfigError("field '" + f.name + "': decoder_threads must be 0..64");
+      }
+    }
+    if (f.kind != FieldKind::kImage && f.kind != FieldKind::kVideo) continue;
     const ImageSpec& s = f.image;
     if (s.height < 1 || s.width < 1 || s.height > 16384 || s.width > 16384) {
       throw ConfigError("field '" + f.name + "': size must be 1..16384");
@@ -216,25 +234,41 @@ void validate(const std::vector<FieldSpec>& fields) {
 
 FieldProcessor::FieldProcessor(std::vector<FieldSpec> fields) : fields_(std::move(fields)) {
   validate(fields_);
-  int fixed = 0, strings = 0;
+  int strings = 0;
+  auto fixed = [&](FieldSlots& slots, size_t bytes) {
+    slots.fixed.push_back(static_cast<int>(fixed_bytes_.size()));
+    fixed_bytes_.push_back(bytes);
+  };
   for (const auto& f : fields_) {
-    const bool is_fixed = f.kind == FieldKind::kImage || f.kind == FieldKind::kInt;
-    slot_of_.push_back(is_fixed ? fixed++ : strings++);
+    FieldSlots slots;
+    const size_t pixels = static_cast<size_t>(f.image.height) * f.image.width * 3;
+    switch (f.kind) {
+      case FieldKind::kImage:
+        fixed(slots, pixels);
+        break;
+      case FieldKind::kInt:
+        fixed(slots, sizeof(int64_t));
+        break;
+      case FieldKind::kVideo: {
+        const size_t frames = static_cast<size_t>(f.video.clip.clips) * f.video.clip.frames;
+        fixed(slots, frames * pixels);
+        fixed(slots, frames * sizeof(double));
+        slots.strings.push_back(strings++);
+        break;
+      }
+      case FieldKind::kText:
+      case FieldKind::kJson:
+      case FieldKind::kBytes:
+        slots.strings.push_back(strings++);
+        break;
+    }
+    if (f.optional) fixed(slots, 1);
+    slots_.push_back(std::move(slots));
   }
   num_strings_ = static_cast<size_t>(strings);
 }
 
-std::vector<size_t> FieldProcessor::fixed_bytes_per_sample() const {
-  std::vector<size_t> bytes;
-  for (const auto& f : fields_) {
-    if (f.kind == FieldKind::kImage) {
-      bytes.push_back(static_cast<size_t>(f.image.height) * f.image.width * 3);
-    } else if (f.kind == FieldKind::kInt) {
-      bytes.push_back(sizeof(int64_t));
-    }
-  }
-  return bytes;
-}
+std::vector<size_t> FieldProcessor::fixed_bytes_per_sample() const { return fixed_bytes_; }
 
 namespace {
 
@@ -266,17 +300,46 @@ std::string preview(const std::string& s) {
   return p + (s.size() > 40 ? "..." : "");
 }
 
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+uint8_t* slot_ptr(Batch& batch, int fixed, int slot) {
+  return batch.fixed_data(static_cast<size_t>(fixed)) +
+         static_cast<size_t>(slot) * batch.layout->fixed[static_cast<size_t>(fixed)].bytes_per_sample;
+}
+
 }  // namespace
 
 void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) {
   Scratch& s = scratch();
   for (size_t i = 0; i < fields_.size(); ++i) {
     const FieldSpec& f = fields_[i];
+    const FieldSlots& out = slots_[i];
     const Member* m = nullptr;
     for (const auto& key : f.keys) {
       if ((m = sample.find(key)) != nullptr) break;
     }
     if (m == nullptr) {
+      if (f.optional) {  // zeros everywhere, presence 0, empty strings
+        for (int fx : out.fixed) {
+          std::memset(slot_ptr(batch, fx, slot), 0, batch.layout->fixed[fx].bytes_per_sample);
+        }
+        for (int st : out.strings) batch.strings[st][slot].clear();
+        continue;
+      }
       std::string wanted;
       for (const auto& k : f.keys) wanted += (wanted.empty() ? "" : ";") + k;
       throw SampleError(sample.key,
@@ -284,8 +347,10 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
                             "' (sample has: " + member_list(sample) + ")",
                         FailureKind::kField);
     }
+    if (f.optional) *slot_ptr(batch, out.fixed.back(), slot) = 1;
     const std::string* bytes = &m->data;
-    if (m->is_path) {
+    // Videos named by path are opened by FFmpeg directly: it reads only what it needs.
+    if (m->is_path && f.kind != FieldKind::kVideo) {
       try {
         ctx.bytes_read += io::read_file(m->path, s.file);
       } catch (const ReadFailure& e) {
@@ -299,46 +364,99 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
         Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
                 static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + i),
                 static_cast<uint64_t>(sample.position));
-        uint8_t* dst = batch.fixed_data(slot_of_[i]) +
-                       static_cast<size_t>(slot) * batch.layout->fixed[slot_of_[i]].bytes_per_sample;
         try {
           std::string warning =
               decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
-                           f.image, rng, dst);
+                           f.image, rng, slot_ptr(batch, out.fixed[0], slot));
           if (!warning.empty() && ctx.warning.empty()) ctx.warning = m->name + ": " + warning;
         } catch (const DecodeFailure& e) {
           throw SampleError(where, m->name + ": " + e.what(), FailureKind::kDecode);
         }
         break;
       }
+      case FieldKind::kVideo:
+        process_video(f, i, *m, *bytes, sample, batch, slot, ctx);
+        break;
       case FieldKind::kInt: {
         int64_t v = 0;
         if (!parse_int(*bytes, v)) {
           throw SampleError(where, m->name + ": not an integer: '" + preview(*bytes) + "'",
                             FailureKind::kField);
         }
-        auto* dst = reinterpret_cast<int64_t*>(batch.fixed_data(slot_of_[i]));
-        dst[slot] = v;
+        std::memcpy(slot_ptr(batch, out.fixed[0], slot), &v, sizeof v);
         break;
       }
       case FieldKind::kText:
         if (!is_valid_utf8(*bytes)) {
           throw SampleError(where, m->name + ": text is not valid UTF-8", FailureKind::kField);
         }
-        batch.strings[slot_of_[i]][slot] = *bytes;
+        batch.strings[out.strings[0]][slot] = *bytes;
         break;
       case FieldKind::kJson: {
         std::string reason;
         if (!is_valid_json(*bytes, &reason)) {
           throw SampleError(where, m->name + ": invalid JSON: " + reason, FailureKind::kField);
         }
-        batch.strings[slot_of_[i]][slot] = *bytes;
+        batch.strings[out.strings[0]][slot] = *bytes;
         break;
       }
       case FieldKind::kBytes:
-        batch.strings[slot_of_[i]][slot] = *bytes;
+        batch.strings[out.strings[0]][slot] = *bytes;
         break;
     }
+  }
+}
+
+void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Member& m,
+                                   const std::string& bytes, Sample& sample, Batch& batch,
+                                   int slot, SampleContext& ctx) {
+  Scratch& s = scratch();
+  if (!s.video) s.video = std::make_unique<decode::VideoDecoder>();
+  decode::VideoDecoder& dec = *s.video;
+  const VideoSpec& v = f.video;
+  const FieldSlots& out = slots_[index];
+  const std::string& where = m.is_path ? m.path : sample.key;
+  try {
+    const decode::VideoInfo& info =
+        m.is_path ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
+                  : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                    v.stream, v.rotate, v.decoder_threads);
+    Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
+            static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + index),
+            static_cast<uint64_t>(sample.position));
+    const std::vector<int64_t> targets = plan_clips(dec.pts(), info.time_base, v.clip, rng);
+    const int frames = v.clip.frames;
+    const size_t frame_bytes = static_cast<size_t>(f.image.height) * f.image.width * 3;
+    uint8_t* pixels = slot_ptr(batch, out.fixed[0], slot);
+    auto* times = reinterpret_cast<double*>(slot_ptr(batch, out.fixed[1], slot));
+    std::vector<decode::FrameOutput> outputs(static_cast<size_t>(v.clip.clips));
+    std::vector<decode::VideoDecoder::Request> requests;
+    requests.reserve(targets.size());
+    for (int k = 0; k < v.clip.clips; ++k) {
+      const CropPlan plan = make_plan(f.image, info.width, info.height, rng);  // one per clip
+      decode::FrameOutput& o = outputs[static_cast<size_t>(k)];
+      o.x0 = plan.box.x0, o.y0 = plan.box.y0, o.x1 = plan.box.x1, o.y1 = plan.box.y1;
+      o.out_w = f.image.width;
+      o.out_h = f.image.height;
+      o.chw = !f.image.channels_last;
+      o.flip = plan.flip;
+      o.color_tags = v.color_tags;
+      for (int j = 0; j < frames; ++j) {
+        const size_t t = static_cast<size_t>(k) * frames + j;
+        requests.push_back({targets[t], pixels + t * frame_bytes, &o});
+        times[t] = targets[t] * info.time_base;
+      }
+    }
+    dec.decode(requests);
+    ctx.bytes_read += m.is_path ? dec.bytes_read() : 0;
+    batch.strings[out.strings[0]][slot] =
+        "{\"duration\": " + json_number(info.duration) + ", \"fps\": " + json_number(info.fps) +
+        ", \"frames\": " + std::to_string(dec.pts().size()) + ", \"width\": " +
+        std::to_string(info.width) + ", \"height\": " + std::to_string(info.height) +
+        ", \"rotation\": " + std::to_string(info.rotation) + ", \"codec\": " +
+        json_string(info.codec) + ", \"stream\": " + std::to_string(info.stream) + "}";
+  } catch (const DecodeFailure& e) {
+    throw SampleError(where, m.name + ": " + e.what(), FailureKind::kDecode);
   }
 }
 

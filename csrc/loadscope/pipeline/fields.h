@@ -9,11 +9,12 @@
 
 #include "loadscope/core/engine.h"
 #include "loadscope/core/rng.h"
+#include "loadscope/pipeline/clips.h"
 
 namespace loadscope::pipeline {
 
 enum class CropMode { kRandomResized, kCenter, kResize };
-enum class FieldKind { kImage, kInt, kText, kJson, kBytes };
+enum class FieldKind { kImage, kInt, kText, kJson, kBytes, kVideo };
 
 struct ImageSpec {
   int height = 224, width = 224;  // output size
@@ -30,11 +31,32 @@ struct ImageSpec {
   int64_t max_pixels = 178956970;
 };
 
+// A video field: K clips of T frames, each clip with one spatial crop (ImageSpec's size, crop,
+// flip and layout; dct_scaling and exif do not apply).
+struct VideoSpec {
+  ClipSpec clip;
+  int stream = -1;           // container stream index, -1: FFmpeg's best video stream
+  int decoder_threads = 1;   // FFmpeg's own threads per decode (the engine parallelises videos)
+  bool rotate = true;        // apply the display-matrix rotation: frames come out upright
+  bool color_tags = true;    // honour colour-matrix and range tags, as the ffmpeg CLI does
+};
+
 struct FieldSpec {
   std::string name;               // output name
   std::vector<std::string> keys;  // member names to try, in order
   FieldKind kind = FieldKind::kImage;
-  ImageSpec image;
+  ImageSpec image;                // kImage, and the frame geometry of kVideo
+  VideoSpec video;
+  bool optional = false;          // a missing member gives zeros and presence 0, not an error
+};
+
+// Where a field's outputs live in a batch: indices into the batch's fixed-size and string
+// areas. Images: fixed {pixels}. Ints: fixed {value}. Text/JSON/bytes: strings {value}.
+// Videos: fixed {pixels, timestamps (float64 seconds)}, strings {metadata JSON}. Optional
+// fields add a fixed {presence (uint8)} last.
+struct FieldSlots {
+  std::vector<int> fixed;
+  std::vector<int> strings;
 };
 
 // Checks a field list; throws ConfigError naming the field and what is allowed.
@@ -49,13 +71,16 @@ class FieldProcessor : public SampleProcessor {
   size_t num_string_fields() const override { return num_strings_; }
   void process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) override;
 
-  // For each field: its index among fixed-size fields or among string fields.
   const std::vector<FieldSpec>& fields() const { return fields_; }
-  int slot_of(size_t field) const { return slot_of_[field]; }
+  const FieldSlots& slots(size_t field) const { return slots_[field]; }
 
  private:
+  void process_video(const FieldSpec& f, size_t index, const Member& m, const std::string& bytes,
+                     Sample& sample, Batch& batch, int slot, SampleContext& ctx);
+
   std::vector<FieldSpec> fields_;
-  std::vector<int> slot_of_;
+  std::vector<FieldSlots> slots_;
+  std::vector<size_t> fixed_bytes_;
   size_t num_strings_ = 0;
 };
 

@@ -17,6 +17,7 @@
 #include "loadscope/bench/decode_only.h"
 #include "loadscope/core/engine.h"
 #include "loadscope/core/error.h"
+#include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/sources.h"
 #include "loadscope/pipeline/fields.h"
 
@@ -128,7 +129,7 @@ PYBIND11_MODULE(_native, m) {
       [](std::string name, std::vector<std::string> keys, int height, int width,
          const std::string& crop, std::pair<double, double> scale,
          std::pair<double, double> ratio, int resize, double flip, bool channels_last, bool exif,
-         bool dct_scaling, int64_t max_pixels) {
+         bool dct_scaling, int64_t max_pixels, bool optional) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -147,23 +148,160 @@ PYBIND11_MODULE(_native, m) {
         s.exif = exif;
         s.dct_scaling = dct_scaling;
         s.max_pixels = max_pixels;
+        f.optional = optional;
         pipeline::validate({f});
         return f;
       },
       py::arg("name"), py::arg("keys"), py::arg("height"), py::arg("width"), py::arg("crop"),
       py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
-      py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"));
+      py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"),
+      py::arg("optional"));
+
+  m.def(
+      "video_field",
+      [](std::string name, std::vector<std::string> keys, int frames, int stride, double fps,
+         const std::string& position, int clips, const std::string& short_video, int height,
+         int width, const std::string& crop, std::pair<double, double> scale,
+         std::pair<double, double> ratio, int resize, double flip, bool channels_last,
+         int stream, int decoder_threads, bool rotate, bool color_tags, bool optional) {
+        pipeline::FieldSpec f;
+        f.name = std::move(name);
+        f.keys = std::move(keys);
+        f.kind = pipeline::FieldKind::kVideo;
+        f.optional = optional;
+        auto& c = f.video.clip;
+        c.frames = frames;
+        c.stride = stride;
+        c.fps = fps;
+        if (position == "random") {
+          c.position = pipeline::ClipPosition::kRandom;
+        } else if (position == "uniform") {
+          c.position = pipeline::ClipPosition::kUniform;
+        } else if (position == "center") {
+          c.position = pipeline::ClipPosition::kCenter;
+        } else {
+          throw ConfigError("unknown clip position '" + position + "' (allowed: random, uniform, center)");
+        }
+        c.clips = clips;
+        if (short_video == "pad") {
+          c.short_video = pipeline::ShortVideo::kPad;
+        } else if (short_video == "fail") {
+          c.short_video = pipeline::ShortVideo::kFail;
+        } else {
+          throw ConfigError("unknown short-video policy '" + short_video + "' (allowed: pad, fail)");
+        }
+        f.video.stream = stream;
+        f.video.decoder_threads = decoder_threads;
+        f.video.rotate = rotate;
+        f.video.color_tags = color_tags;
+        auto& s = f.image;
+        s.height = height;
+        s.width = width;
+        s.crop = parse_crop(crop);
+        s.scale_min = scale.first;
+        s.scale_max = scale.second;
+        s.ratio_min = ratio.first;
+        s.ratio_max = ratio.second;
+        s.resize = resize;
+        s.flip = flip;
+        s.channels_last = channels_last;
+        s.dct_scaling = false;
+        pipeline::validate({f});
+        return f;
+      },
+      py::arg("name"), py::arg("keys"), py::arg("frames"), py::arg("stride"), py::arg("fps"),
+      py::arg("position"), py::arg("clips"), py::arg("short"), py::arg("height"), py::arg("width"),
+      py::arg("crop"), py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
+      py::arg("channels_last"), py::arg("stream"), py::arg("decoder_threads"), py::arg("rotate"),
+      py::arg("color_tags"), py::arg("optional"));
+
+  m.def(
+      "video_index",
+      [](const std::string& path, int stream, bool rotate) {
+        // Opens a video as the loader does and returns what it learned (tests, tools).
+        decode::VideoDecoder dec;
+        decode::VideoInfo info;
+        std::vector<int64_t> pts;
+        {
+          py::gil_scoped_release release;
+          try {
+            info = dec.open_file(path, stream, rotate, 1);
+          } catch (const DecodeFailure& e) {
+            throw SampleError(path, e.what(), FailureKind::kDecode);
+          }
+          pts = dec.pts();
+        }
+        py::dict d;
+        d["stream"] = info.stream;
+        d["width"] = info.width;
+        d["height"] = info.height;
+        d["rotation"] = info.rotation;
+        d["time_base"] = info.time_base;
+        d["duration"] = info.duration;
+        d["fps"] = info.fps;
+        d["header_frames"] = info.header_frames;
+        d["codec"] = info.codec;
+        d["pts"] = pts;
+        return d;
+      },
+      py::arg("path"), py::arg("stream") = -1, py::arg("rotate") = true);
+
+  m.def(
+      "decode_video_frames",
+      [](const py::object& source, const std::vector<int64_t>& pts, int height, int width,
+         bool channels_last, int stream, bool rotate, bool color_tags, int threads) {
+        // Frames shown at the given timestamps, whole frame resized to height x width, through
+        // the loader's decoder (tests, tools). source: a path (str) or the file's bytes.
+        decode::VideoDecoder dec;
+        std::string data, path;
+        const bool in_memory = py::isinstance<py::bytes>(source);
+        if (in_memory) {
+          data = source.cast<std::string>();
+        } else {
+          path = source.cast<std::string>();
+        }
+        const size_t frame = static_cast<size_t>(height) * width * 3;
+        std::string out(frame * pts.size(), '\0');
+        {
+          py::gil_scoped_release release;
+          try {
+            const auto& info =
+                in_memory ? dec.open_memory(reinterpret_cast<const uint8_t*>(data.data()),
+                                            data.size(), stream, rotate, threads)
+                          : dec.open_file(path, stream, rotate, threads);
+            decode::FrameOutput o;
+            o.x1 = info.width;
+            o.y1 = info.height;
+            o.out_w = width;
+            o.out_h = height;
+            o.chw = !channels_last;
+            o.color_tags = color_tags;
+            std::vector<decode::VideoDecoder::Request> requests;
+            for (size_t i = 0; i < pts.size(); ++i) {
+              requests.push_back({pts[i], reinterpret_cast<uint8_t*>(out.data()) + i * frame, &o});
+            }
+            dec.decode(requests);
+          } catch (const DecodeFailure& e) {
+            throw SampleError(in_memory ? "<bytes>" : path, e.what(), FailureKind::kDecode);
+          }
+        }
+        return py::bytes(out);
+      },
+      py::arg("source"), py::arg("pts"), py::arg("height"), py::arg("width"),
+      py::arg("channels_last") = true, py::arg("stream") = -1, py::arg("rotate") = true,
+      py::arg("color_tags") = true, py::arg("threads") = 1);
 
   m.def(
       "plain_field",
-      [](std::string name, std::vector<std::string> keys, const std::string& kind) {
+      [](std::string name, std::vector<std::string> keys, const std::string& kind, bool optional) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
         f.kind = parse_kind(kind);
+        f.optional = optional;
         return f;
       },
-      py::arg("name"), py::arg("keys"), py::arg("kind"));
+      py::arg("name"), py::arg("keys"), py::arg("kind"), py::arg("optional") = false);
 
   py::class_<Source, std::shared_ptr<Source>>(m, "Source")
       .def_property_readonly("size", &Source::size);
@@ -259,7 +397,11 @@ PYBIND11_MODULE(_native, m) {
                              std::make_shared<pipeline::FieldProcessor>(std::move(fields))};
            }),
            py::arg("source"), py::arg("fields"))
-      .def("slot_of", [](const Pipeline& p, size_t i) { return p.processor->slot_of(i); })
+      .def("slots",
+           [](const Pipeline& p, size_t i) {
+             const auto& sl = p.processor->slots(i);
+             return py::make_tuple(sl.fixed, sl.strings);
+           })
       .def(
           "start",
           [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,

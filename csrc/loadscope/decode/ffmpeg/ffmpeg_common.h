@@ -7,7 +7,9 @@
 
 extern "C" {
 #include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
 #include <libavutil/frame.h>
+#include <libswscale/swscale.h>
 }
 
 namespace loadscope::decode::ffmpeg {
@@ -21,7 +23,11 @@ struct FrameDeleter {
 struct PacketDeleter {
   void operator()(AVPacket* p) const { av_packet_free(&p); }
 };
+struct SwsDeleter {
+  void operator()(SwsContext* p) const { sws_freeContext(p); }
+};
 using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextDeleter>;
+using SwsPtr = std::unique_ptr<SwsContext, SwsDeleter>;
 using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
 using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;
 

@@ -1,0 +1,497 @@
+#include "loadscope/decode/video/video_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+extern "C" {
+#include <libavutil/display.h>
+#include <libavutil/pixdesc.h>
+}
+
+#include "loadscope/core/error.h"
+#include "loadscope/decode/ffmpeg/ffmpeg_common.h"
+
+namespace loadscope::decode {
+
+using ffmpeg::error_string;
+
+namespace {
+
+// An in-memory file for FFmpeg's custom I/O.
+struct MemoryInput {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  size_t pos = 0;
+};
+
+int memory_read(void* opaque, uint8_t* buf, int n) {
+  auto* m = static_cast<MemoryInput*>(opaque);
+  const size_t left = m->size - m->pos;
+  if (left == 0) return AVERROR_EOF;
+  const size_t k = std::min(left, static_cast<size_t>(n));
+  std::memcpy(buf, m->data + m->pos, k);
+  m->pos += k;
+  return static_cast<int>(k);
+}
+
+int64_t memory_seek(void* opaque, int64_t offset, int whence) {
+  auto* m = static_cast<MemoryInput*>(opaque);
+  if (whence & AVSEEK_SIZE) return static_cast<int64_t>(m->size);
+  whence &= ~AVSEEK_FORCE;
+  int64_t p = whence == SEEK_SET   ? offset
+              : whence == SEEK_CUR ? static_cast<int64_t>(m->pos) + offset
+              : whence == SEEK_END ? static_cast<int64_t>(m->size) + offset
+                                   : -1;
+  if (p < 0 || p > static_cast<int64_t>(m->size)) return AVERROR(EINVAL);
+  m->pos = static_cast<size_t>(p);
+  return p;
+}
+
+// Clockwise rotation (0/90/180/270) that shows the stream's frames upright.
+int stream_rotation(const AVStream* st) {
+  const uint8_t* matrix = nullptr;
+#if LIBAVFORMAT_VERSION_MAJOR >= 61
+  const AVPacketSideData* sd = av_packet_side_data_get(
+      st->codecpar->coded_side_data, st->codecpar->nb_coded_side_data, AV_PKT_DATA_DISPLAYMATRIX);
+  if (sd) matrix = sd->data;
+#else
+  matrix = av_stream_get_side_data(st, AV_PKT_DATA_DISPLAYMATRIX, nullptr);
+#endif
+  if (matrix == nullptr) return 0;
+  const double theta = -av_display_rotation_get(reinterpret_cast<const int32_t*>(matrix));
+  if (std::isnan(theta)) return 0;
+  int r = static_cast<int>(std::lround(theta / 90.0)) * 90 % 360;
+  return r < 0 ? r + 360 : r;
+}
+
+struct Key {
+  int64_t pts;
+  int64_t dts;
+};
+
+}  // namespace
+
+struct VideoDecoder::State {
+  AVFormatContext* fmt = nullptr;
+  AVIOContext* avio = nullptr;
+  MemoryInput memory;
+  ffmpeg::CodecContextPtr codec;
+  AVStream* stream = nullptr;
+  VideoInfo info;
+  std::vector<Key> keys;  // keyframe packets, ascending pts
+  int64_t max_gap = 1;    // largest step between consecutive frame timestamps
+  ffmpeg::PacketPtr packet{av_packet_alloc()};
+  ffmpeg::FramePtr frame{av_frame_alloc()};
+  ffmpeg::FramePtr last{av_frame_alloc()};
+  SwsContext* sws = nullptr;  // reused while the conversion does not change
+  std::vector<uint8_t> rgb;   // stored-orientation output when it cannot go straight to dst
+  std::vector<uint8_t> upright;
+
+  ~State() {
+    close();
+    sws_freeContext(sws);
+  }
+  void close() {
+    codec.reset();
+    if (fmt) avformat_close_input(&fmt);
+    if (avio) {
+      av_freep(&avio->buffer);
+      avio_context_free(&avio);
+    }
+    stream = nullptr;
+    keys.clear();
+  }
+};
+
+VideoDecoder::VideoDecoder() : s_(std::make_unique<State>()) {
+  if (!s_->packet || !s_->frame || !s_->last) throw std::bad_alloc();
+}
+VideoDecoder::~VideoDecoder() = default;
+
+namespace {
+std::string with_log(std::string what, const ffmpeg::LogCapture& log) {
+  if (!log.text().empty()) what += " (" + log.text() + ")";
+  return what;
+}
+}  // namespace
+
+const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bool rotate,
+                                         int threads) {
+  ffmpeg::LogCapture log;
+  s_->close();
+  int rc = avformat_open_input(&s_->fmt, path.c_str(), nullptr, nullptr);
+  if (rc < 0) throw DecodeFailure(with_log("video: cannot open: " + error_string(rc), log));
+  open_common(stream, rotate, threads);
+  return s_->info;
+}
+
+const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int stream,
+                                           bool rotate, int threads) {
+  ffmpeg::LogCapture log;
+  s_->close();
+  s_->memory = MemoryInput{data, size, 0};
+  constexpr int kBuffer = 1 << 16;
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
+  if (buffer == nullptr) throw std::bad_alloc();
+  s_->avio = avio_alloc_context(buffer, kBuffer, 0, &s_->memory, &memory_read, nullptr,
+                                &memory_seek);
+  if (s_->avio == nullptr) {
+    av_free(buffer);
+    throw std::bad_alloc();
+  }
+  s_->fmt = avformat_alloc_context();
+  if (s_->fmt == nullptr) throw std::bad_alloc();
+  s_->fmt->pb = s_->avio;
+  s_->fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
+  int rc = avformat_open_input(&s_->fmt, nullptr, nullptr, nullptr);
+  if (rc < 0) {
+    s_->fmt = nullptr;  // freed by avformat_open_input on failure
+    throw DecodeFailure(with_log("video: cannot open: " + error_string(rc), log));
+  }
+  open_common(stream, rotate, threads);
+  return s_->info;
+}
+
+void VideoDecoder::open_common(int stream, bool rotate, int threads) {
+  ffmpeg::LogCapture log;
+  State& s = *s_;
+  int rc = avformat_find_stream_info(s.fmt, nullptr);
+  if (rc < 0) throw DecodeFailure(with_log("video: cannot read stream info: " + error_string(rc), log));
+  const AVCodec* codec = nullptr;
+  rc = av_find_best_stream(s.fmt, AVMEDIA_TYPE_VIDEO, stream, -1, &codec, 0);
+  if (rc < 0) {
+    throw DecodeFailure(stream >= 0 ? "video: stream " + std::to_string(stream) +
+                                          " is not a decodable video stream"
+                                    : "video: no decodable video stream (" + error_string(rc) + ")");
+  }
+  s.stream = s.fmt->streams[rc];
+  for (unsigned i = 0; i < s.fmt->nb_streams; ++i) {
+    if (static_cast<int>(i) != rc) s.fmt->streams[i]->discard = AVDISCARD_ALL;  // audio, subtitles
+  }
+  s.codec.reset(avcodec_alloc_context3(codec));
+  if (!s.codec) throw std::bad_alloc();
+  rc = avcodec_parameters_to_context(s.codec.get(), s.stream->codecpar);
+  if (rc < 0) throw DecodeFailure("video: bad codec parameters: " + error_string(rc));
+  s.codec->thread_count = std::max(threads, 1);
+  // Bitstream errors fail the decode instead of being concealed: a clip never silently
+  // contains a damaged frame.
+  s.codec->err_recognition |= AV_EF_EXPLODE;
+  s.codec->pkt_timebase = s.stream->time_base;
+  rc = avcodec_open2(s.codec.get(), codec, nullptr);
+  if (rc < 0) throw DecodeFailure(with_log("video: cannot open the " + std::string(codec->name) +
+                                               " decoder: " + error_string(rc),
+                                           log));
+
+  // Index: every packet's timestamp, by demuxing alone (no decoding).
+  pts_.clear();
+  AVPacket* pkt = s.packet.get();
+  while (true) {
+    rc = av_read_frame(s.fmt, pkt);
+    if (rc == AVERROR_EOF) break;
+    if (rc < 0) throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
+    if (pkt->stream_index == s.stream->index) {
+      const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+      if (ts != AV_NOPTS_VALUE) {
+        pts_.push_back(ts);
+        if (pkt->flags & AV_PKT_FLAG_KEY) s.keys.push_back(Key{ts, pkt->dts});
+      }
+    }
+    av_packet_unref(pkt);
+  }
+  // The demuxer reports damage (a file cut short, broken packets) only in its log; such a file
+  // is not indexed completely, so it fails here rather than serving clips from what is left.
+  if (!log.text().empty()) throw DecodeFailure("video: damaged or truncated file (" + log.text() + ")");
+  if (pts_.empty()) throw DecodeFailure(with_log("video: the stream has no frames", log));
+  if (s.keys.empty()) throw DecodeFailure("video: the stream has no keyframe");
+  std::sort(pts_.begin(), pts_.end());
+  pts_.erase(std::unique(pts_.begin(), pts_.end()), pts_.end());
+  std::sort(s.keys.begin(), s.keys.end(), [](const Key& a, const Key& b) { return a.pts < b.pts; });
+  s.max_gap = 1;
+  for (size_t i = 1; i < pts_.size(); ++i) s.max_gap = std::max(s.max_gap, pts_[i] - pts_[i - 1]);
+
+  VideoInfo& info = s.info;
+  info = VideoInfo{};
+  info.stream = s.stream->index;
+  info.time_base = av_q2d(s.stream->time_base);
+  info.codec = avcodec_get_name(s.stream->codecpar->codec_id);  // "av1", not "libdav1d"
+  info.rotation = rotate ? stream_rotation(s.stream) : 0;
+  const int w = s.stream->codecpar->width, h = s.stream->codecpar->height;
+  const bool swap = info.rotation == 90 || info.rotation == 270;
+  info.width = swap ? h : w;
+  info.height = swap ? w : h;
+  info.header_frames = s.stream->nb_frames > 0 ? s.stream->nb_frames : -1;
+  if (info.header_frames > static_cast<int64_t>(pts_.size())) {
+    throw DecodeFailure("video: truncated: the container lists " +
+                        std::to_string(info.header_frames) + " frames, only " +
+                        std::to_string(pts_.size()) + " are present");
+  }
+  if (s.stream->duration != AV_NOPTS_VALUE && s.stream->duration > 0) {
+    info.duration = s.stream->duration * info.time_base;
+  } else if (s.fmt->duration != AV_NOPTS_VALUE && s.fmt->duration > 0) {
+    info.duration = static_cast<double>(s.fmt->duration) / AV_TIME_BASE;
+  } else {  // no stated duration: the index's span plus one typical frame
+    const int64_t step = pts_.size() > 1 ? (pts_.back() - pts_.front()) / (pts_.size() - 1) : 0;
+    info.duration = (pts_.back() - pts_.front() + step) * info.time_base;
+  }
+  const AVRational rate = s.stream->avg_frame_rate.num > 0 && s.stream->avg_frame_rate.den > 0
+                              ? s.stream->avg_frame_rate
+                              : s.stream->r_frame_rate;
+  info.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate)
+             : info.duration > 0          ? pts_.size() / info.duration
+                                          : 0;
+}
+
+namespace {
+
+// Rotates a stored-orientation RGB image clockwise by `rotation` degrees.
+void rotate_rgb(const uint8_t* src, int w, int h, int rotation, uint8_t* dst) {
+  const int ow = rotation == 180 ? w : h;
+  const int oh = rotation == 180 ? h : w;
+  for (int y = 0; y < oh; ++y) {
+    for (int x = 0; x < ow; ++x) {
+      int sx, sy;
+      if (rotation == 90) {
+        sx = y, sy = h - 1 - x;
+      } else if (rotation == 270) {
+        sx = w - 1 - y, sy = x;
+      } else {
+        sx = w - 1 - x, sy = h - 1 - y;
+      }
+      std::memcpy(dst + (static_cast<size_t>(y) * ow + x) * 3, src + (static_cast<size_t>(sy) * w + sx) * 3, 3);
+    }
+  }
+}
+
+// Copies an interleaved RGB image into the output layout, mirrored if asked.
+void place(const uint8_t* rgb, int w, int h, bool chw, bool flip, uint8_t* dst) {
+  const size_t plane = static_cast<size_t>(w) * h;
+  for (int y = 0; y < h; ++y) {
+    const uint8_t* row = rgb + static_cast<size_t>(y) * w * 3;
+    for (int x = 0; x < w; ++x) {
+      const int ox = flip ? w - 1 - x : x;
+      const size_t o = static_cast<size_t>(y) * w + ox;
+      if (chw) {
+        dst[o] = row[3 * x];
+        dst[plane + o] = row[3 * x + 1];
+        dst[2 * plane + o] = row[3 * x + 2];
+      } else {
+        std::memcpy(dst + 3 * o, row + 3 * x, 3);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+namespace {
+
+// Converts the crop of `f` into dst; see FrameOutput. Only frames that are output get here.
+void convert(SwsContext*& sws, std::vector<uint8_t>& rgb,
+             std::vector<uint8_t>& upright, const AVFrame* f, int rotation,
+             const FrameOutput& out, uint8_t* dst) {
+  const auto fmt = static_cast<AVPixelFormat>(f->format);
+  const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(fmt);
+  if (desc == nullptr || (desc->flags & AV_PIX_FMT_FLAG_HWACCEL)) {
+    throw DecodeFailure("video: unsupported pixel format");
+  }
+  const int W = f->width, H = f->height;  // stored
+  // The crop box in stored coordinates.
+  double x0 = out.x0, y0 = out.y0, x1 = out.x1, y1 = out.y1;
+  if (rotation == 90) {
+    x0 = out.y0, x1 = out.y1, y0 = H - out.x1, y1 = H - out.x0;
+  } else if (rotation == 270) {
+    x0 = W - out.y1, x1 = W - out.y0, y0 = out.x0, y1 = out.x1;
+  } else if (rotation == 180) {
+    x0 = W - out.x1, x1 = W - out.x0, y0 = H - out.y1, y1 = H - out.y0;
+  }
+  // Whole chroma samples only: planar YUV crops start on the subsampling grid.
+  const bool yuv = !(desc->flags & AV_PIX_FMT_FLAG_RGB) && desc->nb_components >= 3;
+  const int ax = yuv ? 1 << desc->log2_chroma_w : 1, ay = yuv ? 1 << desc->log2_chroma_h : 1;
+  int cx0 = std::clamp(static_cast<int>(std::floor(x0)), 0, W - 1) / ax * ax;
+  int cy0 = std::clamp(static_cast<int>(std::floor(y0)), 0, H - 1) / ay * ay;
+  int cx1 = std::clamp(static_cast<int>(std::lround(x1)), cx0 + 1, W);
+  int cy1 = std::clamp(static_cast<int>(std::lround(y1)), cy0 + 1, H);
+  const int cw = cx1 - cx0, ch = cy1 - cy0;
+  const bool swap = rotation == 90 || rotation == 270;
+  const int ow = swap ? out.out_h : out.out_w, oh = swap ? out.out_w : out.out_h;
+
+  sws = sws_getCachedContext(sws, cw, ch, fmt, ow, oh, AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr,
+                             nullptr, nullptr);
+  if (sws == nullptr) throw DecodeFailure("video: cannot convert from " + std::string(desc->name));
+  if (out.color_tags) {
+    const int cs = f->colorspace == AVCOL_SPC_UNSPECIFIED || f->colorspace == AVCOL_SPC_RGB
+                       ? SWS_CS_DEFAULT
+                       : static_cast<int>(f->colorspace);
+    const int full = f->color_range == AVCOL_RANGE_JPEG;
+    sws_setColorspaceDetails(sws, sws_getCoefficients(cs), full,
+                             sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+  }
+  const uint8_t* src[4] = {nullptr, nullptr, nullptr, nullptr};
+  int src_stride[4] = {0, 0, 0, 0};
+  const bool palette = desc->flags & AV_PIX_FMT_FLAG_PAL;
+  for (int p = 0; p < 4 && f->data[p]; ++p) {
+    src_stride[p] = f->linesize[p];
+    if (palette && p == 1) {
+      src[p] = f->data[p];
+      continue;
+    }
+    int step = 0;
+    bool chroma = false;
+    for (int c = 0; c < desc->nb_components; ++c) {
+      if (desc->comp[c].plane == p) {
+        step = std::max(step, desc->comp[c].step);
+        chroma |= yuv && (c == 1 || c == 2);
+      }
+    }
+    const int sx = chroma ? desc->log2_chroma_w : 0, sy = chroma ? desc->log2_chroma_h : 0;
+    src[p] = f->data[p] + static_cast<ptrdiff_t>(cy0 >> sy) * f->linesize[p] + (cx0 >> sx) * step;
+  }
+  const bool direct = rotation == 0 && !out.flip && !out.chw;
+  uint8_t* target = dst;
+  if (!direct) {
+    rgb.resize(static_cast<size_t>(ow) * oh * 3);
+    target = rgb.data();
+  }
+  uint8_t* dst_planes[4] = {target, nullptr, nullptr, nullptr};
+  int dst_stride[4] = {ow * 3, 0, 0, 0};
+  sws_scale(sws, src, src_stride, 0, ch, dst_planes, dst_stride);
+  if (direct) return;
+  const uint8_t* img = rgb.data();
+  if (rotation != 0) {
+    upright.resize(rgb.size());
+    rotate_rgb(rgb.data(), ow, oh, rotation, upright.data());
+    img = upright.data();
+  }
+  place(img, out.out_w, out.out_h, out.chw, out.flip, dst);
+}
+
+}  // namespace
+
+uint64_t VideoDecoder::bytes_read() const {
+  return s_->fmt && s_->fmt->pb ? static_cast<uint64_t>(s_->fmt->pb->bytes_read) : 0;
+}
+
+void VideoDecoder::decode(const std::vector<Request>& requests) {
+  State& s = *s_;
+  if (!s.fmt) throw DecodeFailure("video: decode() without open()");
+  if (requests.empty()) return;
+  ffmpeg::LogCapture log;
+  std::vector<int64_t> targets(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) targets[i] = requests[i].pts;
+  std::vector<size_t> order(targets.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return targets[a] < targets[b]; });
+  AVCodecContext* ctx = s.codec.get();
+  AVPacket* pkt = s.packet.get();
+  AVFrame* frame = s.frame.get();
+  AVFrame* last = s.last.get();
+  bool have_last = false;
+  size_t cur = 0;
+  int64_t read_up_to = INT64_MIN;  // largest packet timestamp read since the last seek
+  int64_t key_reached = INT64_MIN;  // the keyframe sought last, or the latest one read
+  const double tb = s.info.time_base;
+  auto seconds = [&](int64_t ts) { return std::to_string(ts * tb); };
+  auto fail = [&](const std::string& what) {
+    return DecodeFailure(with_log("video: " + what, log));
+  };
+  // The keyframe to start from for target t: the last one at or before it.
+  auto key_for = [&](int64_t t) {
+    auto it = std::upper_bound(s.keys.begin(), s.keys.end(), t,
+                               [](int64_t v, const Key& k) { return v < k.pts; });
+    return it == s.keys.begin() ? s.keys.front() : *(it - 1);
+  };
+  auto seek_to = [&](const Key& k) {
+    const int64_t ts = k.dts != AV_NOPTS_VALUE ? std::min(k.dts, k.pts) : k.pts;
+    int rc = av_seek_frame(s.fmt, s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
+    if (rc < 0) rc = av_seek_frame(s.fmt, s.stream->index, INT64_MIN, AVSEEK_FLAG_BACKWARD);
+    if (rc < 0) throw fail("cannot seek: " + error_string(rc));
+    avcodec_flush_buffers(ctx);
+    have_last = false;
+    read_up_to = INT64_MIN;
+    key_reached = k.pts;  // a seek may land earlier (Matroska seeks by cue): never retry it
+  };
+  auto emit = [&](const AVFrame* f) {
+    const Request& r = requests[order[cur]];
+    convert(s.sws, s.rgb, s.upright, f, s.info.rotation, *r.out, r.dst);
+    ++cur;
+  };
+  // A decoded frame: it settles every target before it (shown: the previous frame) and every
+  // target equal to it.
+  auto on_frame = [&](AVFrame* f) {
+    if (f->decode_error_flags != 0 || (f->flags & AV_FRAME_FLAG_CORRUPT)) {
+      throw fail("corrupt frame at " + seconds(f->best_effort_timestamp) + " s");
+    }
+    int64_t p = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+    while (cur < order.size() && targets[order[cur]] < p) {
+      const int64_t t = targets[order[cur]];
+      if (!have_last || t - last->best_effort_timestamp > s.max_gap) {
+        throw fail("the frame shown at " + seconds(t) + " s could not be decoded");
+      }
+      emit(last);
+    }
+    while (cur < order.size() && targets[order[cur]] == p) emit(f);
+    av_frame_unref(last);
+    av_frame_move_ref(last, f);
+    last->best_effort_timestamp = p;
+    have_last = true;
+  };
+  auto receive_all = [&]() {
+    while (true) {
+      int rc = avcodec_receive_frame(ctx, frame);
+      if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
+      if (rc < 0) throw fail("decoding failed: " + error_string(rc));
+      on_frame(frame);
+      av_frame_unref(frame);
+    }
+  };
+
+  seek_to(key_for(targets[order[0]]));
+  bool eof = false;
+  while (cur < order.size()) {
+    const int64_t t = targets[order[cur]];
+    // Far ahead of what was read so far: jump to the target's keyframe instead of decoding
+    // up to it.
+    const Key k = key_for(t);
+    if (k.pts > key_reached && k.pts > read_up_to) seek_to(k);
+    int rc = av_read_frame(s.fmt, pkt);
+    if (rc == AVERROR_EOF) {
+      eof = true;
+      break;
+    }
+    if (rc < 0) throw fail("cannot read packets: " + error_string(rc));
+    if (pkt->stream_index != s.stream->index) {
+      av_packet_unref(pkt);
+      continue;
+    }
+    const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+    if (ts != AV_NOPTS_VALUE) {
+      read_up_to = std::max(read_up_to, ts);
+      if (pkt->flags & AV_PKT_FLAG_KEY) key_reached = std::max(key_reached, ts);
+    }
+    // Frames that end before the target minus the longest frame can never be shown:
+    // non-reference ones among them need not be decoded at all.
+    ctx->skip_frame = ts != AV_NOPTS_VALUE && ts < t - s.max_gap ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+    rc = avcodec_send_packet(ctx, pkt);
+    av_packet_unref(pkt);
+    if (rc < 0 && rc != AVERROR(EAGAIN)) throw fail("decoding failed: " + error_string(rc));
+    receive_all();
+  }
+  if (eof) {
+    ctx->skip_frame = AVDISCARD_DEFAULT;
+    avcodec_send_packet(ctx, nullptr);  // drain the frames the decoder still holds
+    receive_all();
+    while (cur < order.size()) {  // targets after the last frame: it stays on screen
+      const int64_t t = targets[order[cur]];
+      if (!have_last || t - last->best_effort_timestamp > s.max_gap) {
+        throw fail("the frame shown at " + seconds(t) + " s could not be decoded (stream ended)");
+      }
+      emit(last);
+    }
+    // The decoder was drained; later decodes start with a seek, which flushes it.
+  }
+}
+
+}  // namespace loadscope::decode

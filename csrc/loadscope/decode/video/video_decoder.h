@@ -1,0 +1,78 @@
+#pragma once
+// Video decoding with FFmpeg: open a file or an in-memory file (tar members, through a custom
+// AVIO context, no temporary files), index the frames of one stream by demuxing (no decoding),
+// then decode exactly the frames a clip needs and convert them — crop, resize and colour
+// conversion in one swscale pass — into caller-owned memory.
+//
+// One decoder per thread; it keeps its swscale context between frames and samples.
+// Not thread-safe.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace loadscope::decode {
+
+struct VideoInfo {
+  int stream = -1;              // index of the decoded stream in the container
+  int width = 0, height = 0;    // upright (after rotation) frame size
+  int rotation = 0;             // clockwise degrees applied to stored frames: 0, 90, 180, 270
+  double time_base = 0;         // seconds per pts tick
+  double duration = -1;         // seconds: the stream's, else the container's, else the index's
+  double fps = 0;               // average frame rate (container's, else frames / duration)
+  int64_t header_frames = -1;   // frame count the container states, -1 if none
+  std::string codec;            // e.g. "h264"
+};
+
+// How decoded frames become output: a crop of the upright frame resized to out_w x out_h.
+struct FrameOutput {
+  double x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // crop box, upright coordinates
+  int out_w = 0, out_h = 0;
+  bool chw = true;                        // [3, H, W] planes, else [H, W, 3]
+  bool flip = false;                      // mirror left-right (after rotation)
+  bool color_tags = true;                 // honour the stream's colour matrix and range tags
+};
+
+class VideoDecoder {
+ public:
+  VideoDecoder();
+  ~VideoDecoder();
+  VideoDecoder(const VideoDecoder&) = delete;
+  VideoDecoder& operator=(const VideoDecoder&) = delete;
+
+  // Opens a video and indexes the chosen stream (stream < 0: FFmpeg's best video stream).
+  // `data` must stay alive until the next open() or the decoder's destruction.
+  // rotate: apply the display-matrix rotation. Throws DecodeFailure with FFmpeg's reason.
+  const VideoInfo& open_file(const std::string& path, int stream, bool rotate, int threads);
+  const VideoInfo& open_memory(const uint8_t* data, size_t size, int stream, bool rotate,
+                               int threads);
+
+  // Presentation timestamps of the stream's frames, ascending, in time_base ticks.
+  const std::vector<int64_t>& pts() const { return pts_; }
+
+  // One frame to produce: the frame displayed at `pts` (the last frame with timestamp <=
+  // pts), converted per `*out` into `dst`.
+  struct Request {
+    int64_t pts;
+    uint8_t* dst;
+    const FrameOutput* out;
+  };
+
+  // Produces every request (in any order). Decodes from the keyframe before the earliest one,
+  // skips non-reference frames that cannot be shown, converts only frames that are output,
+  // jumps ahead to a later keyframe between distant requests, and stops after the last one.
+  // Throws DecodeFailure when a needed frame cannot be decoded (corrupt or truncated data).
+  void decode(const std::vector<Request>& requests);
+
+  // Bytes read from the input since open() (index scan and decoding).
+  uint64_t bytes_read() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+  std::vector<int64_t> pts_;
+  void open_common(int stream, bool rotate, int threads);
+};
+
+}  // namespace loadscope::decode

@@ -1,0 +1,79 @@
+#include "loadscope/pipeline/clips.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "loadscope/core/error.h"
+
+namespace loadscope::pipeline {
+
+namespace {
+
+// Start positions (in [0, max_start]) of K clips.
+std::vector<double> starts(double max_start, const ClipSpec& spec, Rng& rng, bool integral) {
+  std::vector<double> out;
+  for (int k = 0; k < spec.clips; ++k) {
+    double s;
+    switch (spec.position) {
+      case ClipPosition::kRandom:
+        s = integral ? static_cast<double>(rng.below(static_cast<uint64_t>(max_start) + 1))
+                     : rng.uniform(0.0, max_start);
+        break;
+      case ClipPosition::kUniform:
+        s = spec.clips == 1 ? max_start / 2 : max_start * k / (spec.clips - 1);
+        break;
+      case ClipPosition::kCenter:
+      default:
+        s = max_start / 2;
+        break;
+    }
+    out.push_back(integral ? std::floor(s + 0.5) : s);  // random draws are integral already
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> plan_clips(const std::vector<int64_t>& pts, double time_base,
+                                const ClipSpec& spec, Rng& rng) {
+  const int64_t n = static_cast<int64_t>(pts.size());
+  std::vector<int64_t> targets;
+  targets.reserve(static_cast<size_t>(spec.clips) * spec.frames);
+  if (spec.fps <= 0) {
+    // By frame index: frames s, s + stride, ..., s + (T-1) * stride.
+    const int64_t span = static_cast<int64_t>(spec.frames - 1) * spec.stride + 1;
+    const int64_t max_start = n - span;
+    if (max_start < 0 && spec.short_video == ShortVideo::kFail) {
+      throw DecodeFailure("video too short: " + std::to_string(n) + " frames, a clip spans " +
+                          std::to_string(span));
+    }
+    for (double s : starts(static_cast<double>(std::max<int64_t>(max_start, 0)), spec, rng, true)) {
+      for (int j = 0; j < spec.frames; ++j) {
+        const int64_t i = static_cast<int64_t>(s) + static_cast<int64_t>(j) * spec.stride;
+        targets.push_back(pts[static_cast<size_t>(std::min(i, n - 1))]);  // pad: last frame
+      }
+    }
+    return targets;
+  }
+  // By time: t0, t0 + 1/fps, ...; each shows the last frame with pts <= t.
+  const double first = pts.front() * time_base, last = pts.back() * time_base;
+  const double span = (spec.frames - 1) / spec.fps;
+  const double max_start = last - first - span;
+  if (max_start < 0 && spec.short_video == ShortVideo::kFail) {
+    throw DecodeFailure("video too short: " + std::to_string(last - first) +
+                        " s of frames, a clip spans " + std::to_string(span) + " s");
+  }
+  for (double s : starts(std::max(max_start, 0.0), spec, rng, false)) {
+    for (int j = 0; j < spec.frames; ++j) {
+      const double t = first + s + j / spec.fps;
+      // The tick at or below t; a tiny epsilon keeps exact frame times from rounding down.
+      const int64_t tick = static_cast<int64_t>(std::floor(t / time_base + 1e-6));
+      auto it = std::upper_bound(pts.begin(), pts.end(), tick);
+      targets.push_back(it == pts.begin() ? pts.front() : *(it - 1));
+    }
+  }
+  return targets;
+}
+
+}  // namespace loadscope::pipeline
