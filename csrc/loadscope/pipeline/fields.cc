@@ -443,8 +443,7 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
       o.color_tags = v.color_tags;
       for (int j = 0; j < frames; ++j) {
         const size_t t = static_cast<size_t>(k) * frames + j;
-        requests.push_back({targets[t], pixels + t * frame_bytes, &o});
-        times[t] = targets[t] * info.time_base;
+        requests.push_back({targets[t], pixels + t * frame_bytes, &o, times + t});
       }
     }
     dec.decode(requests);

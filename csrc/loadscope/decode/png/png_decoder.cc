@@ -54,7 +54,7 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
   const AVFrame& f = *frame_;
   const int w = f.width, h = f.height;
   const size_t stride = static_cast<size_t>(w) * 3;
-  pixels_.resize(stride * h);
+  pixels_.resize(stride * h + 64);  // swscale (fallback below) may write past a row's end
   const auto fmt = static_cast<AVPixelFormat>(f.format);
   for (int y = 0; y < h && fmt != AV_PIX_FMT_NONE; ++y) {
     const uint8_t* s = f.data[0] + static_cast<ptrdiff_t>(y) * f.linesize[0];

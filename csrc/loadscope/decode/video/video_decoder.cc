@@ -71,6 +71,19 @@ struct Key {
   int64_t dts;
 };
 
+// A decoded frame's timestamp; frames drained from the decoder at the end may carry none, and
+// then follow the previous one by the previous step (as the ffmpeg CLI numbers them).
+struct Extrapolate {
+  int64_t last = AV_NOPTS_VALUE;
+  int64_t step = 1;
+  int64_t operator()(int64_t ts) {
+    if (ts == AV_NOPTS_VALUE) ts = last == AV_NOPTS_VALUE ? 0 : last + step;
+    if (last != AV_NOPTS_VALUE && ts > last) step = ts - last;
+    last = ts;
+    return ts;
+  }
+};
+
 }  // namespace
 
 struct VideoDecoder::State {
@@ -82,6 +95,7 @@ struct VideoDecoder::State {
   VideoInfo info;
   std::vector<Key> keys;  // keyframe packets, ascending pts
   int64_t max_gap = 1;    // largest step between consecutive frame timestamps
+  bool decoder_times = false;  // indexed from decoded frames; see Note [timestamps from the decoder]
   ffmpeg::PacketPtr packet{av_packet_alloc()};
   ffmpeg::FramePtr frame{av_frame_alloc()};
   ffmpeg::FramePtr last{av_frame_alloc()};
@@ -186,6 +200,8 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
 
   // Index: every packet's timestamp, by demuxing alone (no decoding).
   pts_.clear();
+  s.decoder_times = false;
+  bool dts_only = true;
   AVPacket* pkt = s.packet.get();
   while (true) {
     rc = av_read_frame(s.fmt, pkt);
@@ -193,6 +209,7 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
     if (rc < 0) throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
     if (pkt->stream_index == s.stream->index) {
       const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+      dts_only &= pkt->pts == AV_NOPTS_VALUE;
       if (ts != AV_NOPTS_VALUE) {
         pts_.push_back(ts);
         if (pkt->flags & AV_PKT_FLAG_KEY) s.keys.push_back(Key{ts, pkt->dts});
@@ -205,6 +222,15 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   if (!log.text().empty()) throw DecodeFailure("video: damaged or truncated file (" + log.text() + ")");
   if (pts_.empty()) throw DecodeFailure(with_log("video: the stream has no frames", log));
   if (s.keys.empty()) throw DecodeFailure("video: the stream has no keyframe");
+  const int64_t packets = static_cast<int64_t>(pts_.size());
+  if (s.stream->nb_frames > packets) {
+    throw DecodeFailure("video: truncated: the container lists " +
+                        std::to_string(s.stream->nb_frames) + " frames, only " +
+                        std::to_string(packets) + " are present");
+  }
+  if (dts_only && (s.codec->has_b_frames > 0 || s.stream->codecpar->video_delay > 0)) {
+    index_by_decoding();
+  }
   std::sort(pts_.begin(), pts_.end());
   pts_.erase(std::unique(pts_.begin(), pts_.end()), pts_.end());
   std::sort(s.keys.begin(), s.keys.end(), [](const Key& a, const Key& b) { return a.pts < b.pts; });
@@ -222,11 +248,6 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   info.width = swap ? h : w;
   info.height = swap ? w : h;
   info.header_frames = s.stream->nb_frames > 0 ? s.stream->nb_frames : -1;
-  if (info.header_frames > static_cast<int64_t>(pts_.size())) {
-    throw DecodeFailure("video: truncated: the container lists " +
-                        std::to_string(info.header_frames) + " frames, only " +
-                        std::to_string(pts_.size()) + " are present");
-  }
   if (s.stream->duration != AV_NOPTS_VALUE && s.stream->duration > 0) {
     info.duration = s.stream->duration * info.time_base;
   } else if (s.fmt->duration != AV_NOPTS_VALUE && s.fmt->duration > 0) {
@@ -241,6 +262,42 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   info.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate)
              : info.duration > 0          ? pts_.size() / info.duration
                                           : 0;
+}
+
+void VideoDecoder::index_by_decoding() {
+  State& s = *s_;
+  ffmpeg::LogCapture log;
+  const Key& first = s.keys.front();
+  int rc = av_seek_frame(s.fmt, s.stream->index,
+                         first.dts != AV_NOPTS_VALUE ? std::min(first.dts, first.pts) : first.pts,
+                         AVSEEK_FLAG_BACKWARD);
+  if (rc < 0) throw DecodeFailure("video: cannot seek to the start: " + error_string(rc));
+  avcodec_flush_buffers(s.codec.get());
+  pts_.clear();
+  AVPacket* pkt = s.packet.get();
+  AVFrame* frame = s.frame.get();
+  Extrapolate next_time;
+  auto receive = [&]() {
+    while (avcodec_receive_frame(s.codec.get(), frame) == 0) {
+      pts_.push_back(next_time(frame->best_effort_timestamp));
+      av_frame_unref(frame);
+    }
+  };
+  while (av_read_frame(s.fmt, pkt) >= 0) {
+    if (pkt->stream_index == s.stream->index) {
+      rc = avcodec_send_packet(s.codec.get(), pkt);
+      if (rc < 0 && rc != AVERROR(EAGAIN)) {
+        av_packet_unref(pkt);
+        throw DecodeFailure(with_log("video: decoding failed while indexing: " + error_string(rc), log));
+      }
+      receive();
+    }
+    av_packet_unref(pkt);
+  }
+  avcodec_send_packet(s.codec.get(), nullptr);
+  receive();
+  avcodec_flush_buffers(s.codec.get());
+  s.decoder_times = true;
 }
 
 namespace {
@@ -348,21 +405,27 @@ void convert(SwsContext*& sws, std::vector<uint8_t>& rgb,
     const int sx = chroma ? desc->log2_chroma_w : 0, sy = chroma ? desc->log2_chroma_h : 0;
     src[p] = f->data[p] + static_cast<ptrdiff_t>(cy0 >> sy) * f->linesize[p] + (cx0 >> sx) * step;
   }
-  const bool direct = rotation == 0 && !out.flip && !out.chw;
-  uint8_t* target = dst;
-  if (!direct) {
-    rgb.resize(static_cast<size_t>(ow) * oh * 3);
-    target = rgb.data();
-  }
-  uint8_t* dst_planes[4] = {target, nullptr, nullptr, nullptr};
-  int dst_stride[4] = {ow * 3, 0, 0, 0};
+  // Note [swscale overrun]: swscale's vector code may write up to a block's width past the end
+  // of a row. Into a batch slot that would overwrite the next frame (possibly another thread's
+  // sample) or run off the block, so it converts into padded scratch and the result is copied.
+  // The stride must also hold the row rounded up to 16 pixels: FFmpeg 5.1's SIMD yuv2rgb
+  // converts 8 pixels at a time and, when the stride cannot take the rounded-up row, silently
+  // leaves the last partial block unconverted (a 340-pixel row lost its last 4 pixels).
+  const size_t row = static_cast<size_t>(ow) * 3;
+  const size_t stride = ((static_cast<size_t>(ow) + 15) / 16 * 16 * 3 + 63) / 64 * 64;
+  rgb.resize(stride * oh + 64);
+  uint8_t* dst_planes[4] = {rgb.data(), nullptr, nullptr, nullptr};
+  int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};
   sws_scale(sws, src, src_stride, 0, ch, dst_planes, dst_stride);
+  const bool direct = rotation == 0 && !out.flip && !out.chw;
+  uint8_t* packed = direct ? dst : (upright.resize(row * oh), upright.data());
+  for (int y = 0; y < oh; ++y) std::memcpy(packed + y * row, rgb.data() + y * stride, row);
   if (direct) return;
-  const uint8_t* img = rgb.data();
+  const uint8_t* img = packed;
   if (rotation != 0) {
-    upright.resize(rgb.size());
-    rotate_rgb(rgb.data(), ow, oh, rotation, upright.data());
-    img = upright.data();
+    rgb.resize(row * oh);  // reuse: the aligned copy is no longer needed
+    rotate_rgb(packed, ow, oh, rotation, rgb.data());
+    img = rgb.data();
   }
   place(img, out.out_w, out.out_h, out.chw, out.flip, dst);
 }
@@ -403,28 +466,32 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
                                [](int64_t v, const Key& k) { return v < k.pts; });
     return it == s.keys.begin() ? s.keys.front() : *(it - 1);
   };
+  Extrapolate frame_time;
   auto seek_to = [&](const Key& k) {
     const int64_t ts = k.dts != AV_NOPTS_VALUE ? std::min(k.dts, k.pts) : k.pts;
     int rc = av_seek_frame(s.fmt, s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
-    if (rc < 0) rc = av_seek_frame(s.fmt, s.stream->index, INT64_MIN, AVSEEK_FLAG_BACKWARD);
+    if (rc < 0) rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MAX, 0);
     if (rc < 0) throw fail("cannot seek: " + error_string(rc));
     avcodec_flush_buffers(ctx);
     have_last = false;
+    frame_time = Extrapolate{};
     read_up_to = INT64_MIN;
     key_reached = k.pts;  // a seek may land earlier (Matroska seeks by cue): never retry it
   };
   auto emit = [&](const AVFrame* f) {
     const Request& r = requests[order[cur]];
     convert(s.sws, s.rgb, s.upright, f, s.info.rotation, *r.out, r.dst);
+    if (r.time) *r.time = f->best_effort_timestamp * tb;
     ++cur;
   };
   // A decoded frame: it settles every target before it (shown: the previous frame) and every
   // target equal to it.
   auto on_frame = [&](AVFrame* f) {
+    const int64_t p = frame_time(f->best_effort_timestamp);
     if (f->decode_error_flags != 0 || (f->flags & AV_FRAME_FLAG_CORRUPT)) {
-      throw fail("corrupt frame at " + seconds(f->best_effort_timestamp) + " s");
+      throw fail("corrupt frame at " + seconds(p) + " s");
     }
-    int64_t p = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp : f->pts;
+    f->best_effort_timestamp = p;
     while (cur < order.size() && targets[order[cur]] < p) {
       const int64_t t = targets[order[cur]];
       if (!have_last || t - last->best_effort_timestamp > s.max_gap) {
@@ -473,7 +540,10 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     }
     // Frames that end before the target minus the longest frame can never be shown:
     // non-reference ones among them need not be decoded at all.
-    ctx->skip_frame = ts != AV_NOPTS_VALUE && ts < t - s.max_gap ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
+    // (Not when frame times come from the decoder: packets then say too little about them.)
+    ctx->skip_frame = !s.decoder_times && ts != AV_NOPTS_VALUE && ts < t - s.max_gap
+                          ? AVDISCARD_NONREF
+                          : AVDISCARD_DEFAULT;
     rc = avcodec_send_packet(ctx, pkt);
     av_packet_unref(pkt);
     if (rc < 0 && rc != AVERROR(EAGAIN)) throw fail("decoding failed: " + error_string(rc));

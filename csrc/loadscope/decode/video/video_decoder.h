@@ -49,6 +49,13 @@ class VideoDecoder {
                                int threads);
 
   // Presentation timestamps of the stream's frames, ascending, in time_base ticks.
+  //
+  // Note [timestamps from the decoder]
+  // Normally read from packets while demuxing. Streams whose packets carry only decode
+  // timestamps while the codec reorders frames (AVI with B-frames, e.g. HMDB51's DivX files)
+  // cannot be indexed that way: FFmpeg stamps their decoded frames later than the packets'
+  // DTS. Those are indexed by one decoding pass instead (timestamps only, no conversion), so
+  // the index holds exactly the timestamps decoded frames carry.
   const std::vector<int64_t>& pts() const { return pts_; }
 
   // One frame to produce: the frame displayed at `pts` (the last frame with timestamp <=
@@ -57,6 +64,7 @@ class VideoDecoder {
     int64_t pts;
     uint8_t* dst;
     const FrameOutput* out;
+    double* time = nullptr;  // if set: receives the returned frame's presentation time (s)
   };
 
   // Produces every request (in any order). Decodes from the keyframe before the earliest one,
@@ -73,6 +81,7 @@ class VideoDecoder {
   std::unique_ptr<State> s_;
   std::vector<int64_t> pts_;
   void open_common(int stream, bool rotate, int threads);
+  void index_by_decoding();
 };
 
 }  // namespace loadscope::decode

@@ -1,0 +1,296 @@
+"""Video clips against independent references: the ffmpeg CLI's decoded frames and frame
+timestamps (../shared/data/real/_reference/framemd5), torchcodec's reference frames, and the
+metadata peer projects' tests assert (../shared/data/real/README.md)."""
+
+import bisect
+import glob
+import json
+import re
+import subprocess
+from fractions import Fraction
+
+import numpy as np
+import pytest
+import torch
+
+import loadscope as ls
+from loadscope import _native
+
+# (file, output stream of the framemd5, expected facts)
+VIDEOS = {
+    "vision/test/assets/videos/R6llTwEh07w.mp4": dict(frames=303, fps=30.0, duration=10.1, size=(340, 256)),
+    "vision/test/assets/videos/SOX5yA1l24A.mp4": dict(frames=332, fps=29.97, duration=11.08, size=(340, 256)),
+    # header: 73 frames; 72 decode (one "not coded" N-VOP packet): indexed by decoding
+    "vision/test/assets/videos/RATRACE_wave_f_nm_np1_fr_goo_37.avi": dict(frames=72, fps=30.0, duration=2.43, size=(560, 240)),
+    "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi": dict(frames=240, fps=29.97, duration=8.008, size=(320, 240)),
+    # the framemd5 holds both video streams; its output stream 1 is stream 3, the best one
+    "torchcodec/test/resources/nasa_13013.mp4": dict(frames=390, fps=29.97, duration=13.013, size=(480, 270), md5_stream=1),
+    "torchcodec/test/resources/h265_video.mp4": dict(frames=10, fps=10.0, duration=1.0, size=(128, 128)),
+    "torchcodec/test/resources/av1_video.mkv": dict(frames=125, fps=25.0, duration=5.0, size=(640, 360)),
+    "decord/examples/flipping_a_pancake.mkv": dict(frames=310, fps=30.0, duration=10.381, size=(426, 240)),
+    "decord/tests/test_data/video_0.mov": dict(frames=3, fps=30.0, duration=0.1, size=(568, 320)),
+    "decord/tests/test_data/video_90.mov": dict(frames=3, fps=30.0, duration=0.1, size=(320, 568)),
+    "moviepy/media/big_buck_bunny_432_433.webm": dict(frames=24, fps=24.0, duration=1.0, size=(1280, 720)),
+    "moviepy/media/transparent.webm": dict(frames=150, fps=30.0, duration=5.0, size=(200, 200)),
+    "imageio/test.webm": dict(frames=94, fps=30.3, duration=None, size=(640, 480)),
+}
+
+
+def framemd5_times(real, rel, stream=0):
+    """Presentation times (s) of the frames ffmpeg 5.1 decoded, from the reference framemd5,
+    and the tick of its time base (its times are rounded to that grid)."""
+    path = real / "_reference/framemd5" / (rel.replace("/", "_") + ".framemd5")
+    text = path.read_text()
+    tb = Fraction(re.search(rf"#tb {stream}: (\d+)/(\d+)", text).group(0).split(": ")[1])
+    times = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        cols = [c.strip() for c in line.split(",")]
+        if int(cols[0]) == stream:
+            times.append(float(int(cols[2]) * tb))
+    return sorted(times), float(tb)
+
+
+def nearest(times, t, tolerance):
+    """Index of the time in sorted `times` nearest to t; asserts it is within tolerance."""
+    i = bisect.bisect_left(times, t)
+    best = min((j for j in (i - 1, i) if 0 <= j < len(times)), key=lambda j: abs(times[j] - t))
+    assert abs(times[best] - t) <= tolerance, (t, times[best])
+    return best
+
+
+def cli_frames(path, w, h, stream_spec="0:v:0"):
+    """Every decoded frame, upright, converted by the ffmpeg CLI to rgb24 (presentation order)."""
+    out = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", str(path), "-map", stream_spec, "-fps_mode", "passthrough",
+         "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+        capture_output=True, check=True,
+    ).stdout
+    return np.frombuffer(out, np.uint8).reshape(-1, h, w, 3)
+
+
+def decode(source, pts, w, h, **kw):
+    raw = _native.decode_video_frames(str(source) if not isinstance(source, bytes) else source, pts, h, w, **kw)
+    return np.frombuffer(raw, np.uint8).reshape(len(pts), h, w, 3)
+
+
+@pytest.mark.parametrize("rel", sorted(VIDEOS))
+def test_index_and_metadata_match_the_references(real, rel):
+    facts = VIDEOS[rel]
+    ix = _native.video_index(str(real / rel))
+    assert len(ix["pts"]) == facts["frames"]
+    assert (ix["width"], ix["height"]) == facts["size"]
+    assert ix["fps"] == pytest.approx(facts["fps"], abs=0.01)
+    if facts["duration"] is not None:
+        assert ix["duration"] == pytest.approx(facts["duration"], abs=0.01)
+    else:  # no stated duration: the index's span plus a frame
+        assert ix["duration"] == pytest.approx(3.104 + 0.033, abs=0.002)
+    # Every frame ffmpeg decodes is in the index at its timestamp, and nothing else.
+    times = [p * ix["time_base"] for p in ix["pts"]]
+    ref, tick = framemd5_times(real, rel, facts.get("md5_stream", 0))
+    assert len(ref) == len(times)
+    matched = [nearest(times, t, tick / 2 + 1e-3) for t in ref]
+    assert len(set(matched)) == len(ref)  # one index frame per decoded frame
+
+
+@pytest.mark.parametrize("rel", sorted(set(VIDEOS) - {"imageio/test.webm", "torchcodec/test/resources/nasa_13013.mp4"}))
+def test_decoded_frames_equal_the_ffmpeg_cli(real, rel):
+    """Whole frames through loadscope's decoder equal the ffmpeg CLI's rgb24 output, frame for
+    frame at ffmpeg's own timestamps (seeking, B-frames, rotation, AV1, HEVC, VP8/9, MPEG-4)."""
+    w, h = VIDEOS[rel]["size"]
+    ref = cli_frames(real / rel, w, h)
+    ix = _native.video_index(str(real / rel))
+    times, tick = framemd5_times(real, rel)
+    assert len(ref) == len(times)
+    index_times = [p * ix["time_base"] for p in ix["pts"]]
+    pts = [ix["pts"][nearest(index_times, t, tick / 2 + 1e-3)] for t in times]
+    pick = list(range(len(pts))) if len(pts) <= 40 else sorted({0, 1, len(pts) // 3, len(pts) // 2, len(pts) - 2, len(pts) - 1})
+    got = decode(real / rel, [pts[i] for i in pick], w, h)
+    for k, i in enumerate(pick):
+        assert np.array_equal(got[k], ref[i]), f"{rel}: frame {i}"
+
+
+def test_torchcodec_reference_frames_byte_for_byte(real):
+    base = real / "torchcodec/test/resources/nasa_13013.mp4"
+    for ref in sorted(glob.glob(str(base) + ".stream*.frame*.pt")):
+        stream, frame = map(int, re.search(r"stream(\d)\.frame(\d+)", ref).groups())
+        ix = _native.video_index(str(base), stream=stream)
+        want = torch.load(ref).numpy()
+        h, w = want.shape[:2]
+        got = decode(base, [ix["pts"][frame]], w, h, stream=stream)[0]
+        assert np.array_equal(got, want), ref
+    # torchcodec's test: the frame played at 6.006 s is time6.000000.pt (frame 180).
+    ix = _native.video_index(str(base))
+    got = decode(base, [round(6.006 / ix["time_base"])], 480, 270)[0]
+    assert np.array_equal(got, torch.load(str(base) + ".time6.000000.pt").numpy())
+
+
+def test_best_stream_and_explicit_stream(real):
+    path = str(real / "torchcodec/test/resources/nasa_13013.mp4")
+    assert _native.video_index(path)["stream"] == 3  # torchcodec's test: best video stream 3
+    s0 = _native.video_index(path, stream=0)
+    assert (s0["width"], s0["height"], len(s0["pts"])) == (320, 180, 325)
+    with pytest.raises(ls.DecodeError, match="stream 1 is not a decodable video stream"):
+        _native.video_index(path, stream=1)  # audio
+
+
+def test_rotation_gives_upright_frames(real):
+    """decord's test: video_90.mov (rotation -90) decodes to (568, 320, 3); resized to 300x200."""
+    path = real / "decord/tests/test_data/video_90.mov"
+    ix = _native.video_index(str(path))
+    assert ix["rotation"] == 90 and (ix["height"], ix["width"]) == (568, 320)
+    assert decode(path, ix["pts"], 320, 568).shape == (3, 568, 320, 3)
+    assert decode(path, ix["pts"][:1], 200, 300).shape == (1, 300, 200, 3)
+    # The upright frame is the stored one turned clockwise: compare with the stored decode.
+    stored = decode(path, ix["pts"][:1], 568, 320, rotate=False)[0]
+    upright = decode(path, ix["pts"][:1], 320, 568)[0]
+    assert np.array_equal(upright, np.rot90(stored, k=-1))
+
+
+def write_manifest(tmp_path, paths, name="v.jsonl"):
+    p = tmp_path / name
+    p.write_text("\n".join(json.dumps({"path": str(x)}) for x in paths))
+    return ls.FileList(p)
+
+
+def test_clips_through_the_loader(real, tmp_path):
+    rel = "vision/test/assets/videos/R6llTwEh07w.mp4"
+    src = write_manifest(tmp_path, [real / rel] * 6)
+    field = ls.VideoClip(64, frames=8, stride=2, crop="resize")
+    loader = ls.Loader(src, fields={"mp4": field}, batch_size=3, threads=2, shuffle=False)
+    batches = list(loader)
+    b = batches[0]
+    assert b["mp4"].shape == (3, 8, 3, 64, 64) and b["mp4"].dtype == torch.uint8
+    assert b["mp4.time"].shape == (3, 8) and b["mp4.time"].dtype == torch.float64
+    assert b["mp4.meta"][0] == {"duration": 10.1, "fps": 30, "frames": 303, "width": 340, "height": 256,
+                                "rotation": 0, "codec": "h264", "stream": 0}
+    ix = _native.video_index(str(real / rel))
+    times = [p * ix["time_base"] for p in ix["pts"]]
+    for row in torch.cat([x["mp4.time"] for x in batches]).tolist():
+        first = times.index(row[0])  # each clip: 8 frames, every second frame
+        assert row == pytest.approx(times[first : first + 16 : 2])
+    # The pixels are the frames at those times (resized by swscale).
+    got = batches[0]["mp4"][0].permute(0, 2, 3, 1).numpy()
+    pts = [ix["pts"][times.index(t)] for t in batches[0]["mp4.time"][0].tolist()]
+    assert np.array_equal(got, decode(real / rel, pts, 64, 64))
+
+
+def test_clips_identical_for_1_2_4_threads_and_vary_with_epoch(real, tmp_path):
+    files = [real / r for r in VIDEOS if "test.webm" not in r and "transparent" not in r]
+    src = write_manifest(tmp_path, files)
+    field = ls.VideoClip(48, frames=4, stride=3, flip=0.5, keys=sorted(ls._fields.VIDEO_MEMBERS))
+
+    def run(threads, epoch):
+        loader = ls.Loader(src, fields={"v": field}, batch_size=4, threads=threads, shuffle=True, seed=1)
+        loader.set_epoch(epoch)
+        bs = list(loader)
+        return torch.cat([b["v"] for b in bs]), torch.cat([b["v.time"] for b in bs])
+
+    ref = run(1, 0)
+    for threads in (2, 4):
+        got = run(threads, 0)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+    other = run(2, 1)
+    assert not torch.equal(other[1], ref[1])
+
+
+def test_variable_frame_rate_sampling_by_time(real, tmp_path):
+    """test.webm is VFR (31-48 ms steps) without a duration: fps=10 sampling returns, for each
+    time t0 + k/10, the frame on screen then."""
+    rel = real / "imageio/test.webm"
+    ix = _native.video_index(str(rel))
+    times = [p * ix["time_base"] for p in ix["pts"]]
+    loader = ls.Loader(write_manifest(tmp_path, [rel]), fields={"webm": ls.VideoClip(32, frames=12, fps=10.0, position="center")}, batch_size=1)
+    got = next(iter(loader))["webm.time"][0].tolist()
+    span = 11 / 10
+    t0 = times[0] + (times[-1] - times[0] - span) / 2  # "center": half of the free room
+    for k, t in enumerate(got):
+        shown = times[bisect.bisect_right(times, t0 + k / 10 + 1e-9) - 1]
+        assert t == pytest.approx(shown)
+    assert len(set(got)) == 12
+
+
+def test_uniform_and_center_positions(real, tmp_path):
+    rel = real / "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi"  # 240 frames
+    loader = ls.Loader(write_manifest(tmp_path, [rel]), fields={"avi": ls.VideoClip(32, frames=4, stride=5, position="uniform", clips=3)}, batch_size=1)
+    b = next(iter(loader))
+    assert b["avi"].shape == (1, 3, 4, 3, 32, 32) and b["avi.time"].shape == (1, 3, 4)
+    fps = 30000 / 1001
+    starts = [round(t * fps) for t in b["avi.time"][0, :, 0].tolist()]
+    assert starts == [0, 112, 224]  # span 16 frames: starts 0, (240-16)/2, 240-16
+    center = ls.Loader(write_manifest(tmp_path, [rel], "c.jsonl"), fields={"avi": ls.VideoClip(32, frames=4, stride=5, position="center")}, batch_size=1)
+    assert round(next(iter(center))["avi.time"][0, 0].item() * fps) == 112
+
+
+def test_short_videos_pad_or_fail(real, tmp_path):
+    rel = real / "decord/tests/test_data/video_0.mov"  # 3 frames
+    src = write_manifest(tmp_path, [rel])
+    b = next(iter(ls.Loader(src, fields={"mov": ls.VideoClip(32, frames=5)}, batch_size=1)))
+    t = b["mov.time"][0].tolist()
+    assert t[:3] == pytest.approx([0, 1 / 30, 2 / 30]) and t[3:] == [t[2], t[2]]  # padded with the last frame
+    assert torch.equal(b["mov"][0, 4], b["mov"][0, 2])
+    with pytest.raises(ls.DecodeError, match="video too short: 3 frames, a clip spans 5"):
+        list(ls.Loader(src, fields={"mov": ls.VideoClip(32, frames=5, short="fail")}, batch_size=1))
+
+
+def test_corrupt_and_truncated_videos(real, tmp_path):
+    corrupted = real / "decord/tests/test_data/corrupted.mp4"
+    with pytest.raises(ls.DecodeError, match="Invalid NAL unit size") as e:
+        list(ls.Loader(write_manifest(tmp_path, [corrupted]), fields={"mp4": ls.VideoClip(32, frames=4)}, batch_size=1))
+    assert e.value.key == str(corrupted)
+    cut = []
+    for i, rel in enumerate(["vision/test/assets/videos/R6llTwEh07w.mp4", "decord/examples/flipping_a_pancake.mkv", "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi"]):
+        data = (real / rel).read_bytes()
+        p = tmp_path / f"cut{i}{rel[rel.rfind('.'):]}"
+        p.write_bytes(data[: len(data) * 2 // 3])
+        cut.append(p)
+    loader = ls.Loader(write_manifest(tmp_path, cut, "cut.jsonl"), fields={"v": ls.VideoClip(32, frames=4, keys=["mp4", "mkv", "avi"])},
+                       batch_size=3, on_error="skip", error_budget=None)
+    assert sum(len(b["__key__"]) for b in loader) == 0
+    reasons = [s["reason"] for s in loader.stats()["skipped"]]
+    assert len(reasons) == 3
+    assert "moov atom not found" in reasons[0]
+    assert "damaged or truncated" in reasons[1]
+    assert "truncated: the container lists 240 frames" in reasons[2]
+
+
+def test_videos_in_tar_shards_decode_from_memory(real, tmp_path):
+    import tarfile
+
+    rels = ["vision/test/assets/videos/R6llTwEh07w.mp4", "decord/examples/flipping_a_pancake.mkv"]
+    with tarfile.open(tmp_path / "v.tar", "w") as t:
+        for i, rel in enumerate(rels):
+            t.add(real / rel, arcname=f"{i:03d}{rel[rel.rfind('.'):]}")
+    field = ls.VideoClip(40, frames=6, stride=3, keys=["mp4", "mkv"])
+    from_tar = next(iter(ls.Loader(ls.WebDataset(str(tmp_path / "v.tar")), fields={"v": field}, batch_size=2)))
+    from_files = next(iter(ls.Loader(write_manifest(tmp_path, [real / r for r in rels]), fields={"v": field}, batch_size=2)))
+    assert torch.equal(from_tar["v"], from_files["v"]) and torch.equal(from_tar["v.time"], from_files["v.time"])
+
+
+def test_images_and_videos_mixed_with_optional_fields(real, tmp_path, demo):
+    jpgs = sorted((demo / "folder").rglob("*.jpg"))[:3]
+    rows = [{"path": str(p), "txt": "a photo"} for p in jpgs] + [{"path": str(real / "vision/test/assets/videos/R6llTwEh07w.mp4"), "txt": "a clip"}]
+    (tmp_path / "mix.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    fields = {"jpg": ls.Image(32, optional=True), "mp4": ls.VideoClip(32, frames=2, optional=True), "txt": ls.Text()}
+    b = next(iter(ls.Loader(ls.FileList(tmp_path / "mix.jsonl"), fields=fields, batch_size=4)))
+    assert b["jpg.present"].tolist() == [True, True, True, False]
+    assert b["mp4.present"].tolist() == [False, False, False, True]
+    assert b["jpg"][3].sum() == 0 and b["mp4"][:3].sum() == 0 and b["mp4"][3].sum() > 0
+    assert b["mp4.meta"][:3] == [None, None, None] and b["mp4.meta"][3]["frames"] == 303
+    assert b["txt"] == ["a photo"] * 3 + ["a clip"]
+
+
+def test_bad_video_arguments():
+    with pytest.raises(ls.ConfigError, match="give stride or fps, not both"):
+        ls.VideoClip(32, stride=2, fps=10)
+    with pytest.raises(ls.ConfigError, match="random, uniform, center"):
+        ls.VideoClip(32, position="start")
+    with pytest.raises(ls.ConfigError, match="position='center' takes clips=1"):
+        ls.VideoClip(32, position="center", clips=3)
+    with pytest.raises(ls.ConfigError, match="pad, fail"):
+        ls.VideoClip(32, short="loop")
+    with pytest.raises(ls.ConfigError, match="frames must be an int >= 1"):
+        ls.VideoClip(32, frames=0)
+    with pytest.raises(ls.ConfigError, match="dct_scaling applies to JPEG images only"):
+        ls.VideoClip(32, dct_scaling=True)
