@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Build: compilers, CMake, pybind11, the codecs and oneTBB. Runtime/test: Debian's torch,
-# torchvision, PIL, numpy, pytest; ffmpeg and djpeg CLIs as independent references;
+# torchvision, PIL, numpy, pytest, PyAV (torchvision.io.read_video, the video baseline);
+# ffmpeg and djpeg CLIs as independent references;
 # scikit-image for the real photographs the demo data is cut from.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
@@ -16,7 +17,7 @@ PACKAGES=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
   libjpeg62-turbo-dev libturbojpeg0-dev zlib1g-dev libtbb-dev catch2
   python3-torch python3-torchvision python3-numpy python3-pil python3-psutil
-  python3-pytest python3-pytest-timeout python3-skimage
+  python3-pytest python3-pytest-timeout python3-skimage python3-av
   ffmpeg libjpeg-turbo-progs
 )
 

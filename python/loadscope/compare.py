@@ -182,3 +182,110 @@ def pss_run(arm: str, root: str, n: int, epochs: int = 2) -> Dict[str, float]:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# --- video -----------------------------------------------------------------------------------
+
+def video_clips(root: str, repeat: int = 4, gop: Optional[int] = None) -> List[dict]:
+    """The demo videos (optionally one GOP length only), each listed `repeat` times: every
+    listing is one clip of an epoch. Reads the generator's metadata sidecars."""
+    rows = []
+    with open(os.path.join(root, "videos.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            path = os.path.abspath(os.path.join(root, row["path"]))
+            with open(path[: -len(".mp4")] + ".json") as m:
+                meta = json.load(m)
+            if gop is None or meta["gop"] == gop:
+                rows.append({"path": path, "frames": meta["seconds"] * meta["fps"], "fps": meta["fps"], "gop": meta["gop"]})
+    return rows * repeat
+
+
+def _manifest(rows: List[dict]) -> str:
+    import tempfile
+
+    fd, path = tempfile.mkstemp(suffix=".jsonl", prefix="loadscope-clips-")
+    with os.fdopen(fd, "w") as f:
+        for r in rows:
+            f.write(json.dumps({"path": r["path"]}) + "\n")
+    return path
+
+
+def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2, size: int = 224,
+                        batch_size: int = 8, decoder_threads: int = 1) -> Arm:
+    from ._fields import VideoClip
+    from ._sources import FileList
+
+    loader = Loader(FileList(_manifest(rows)), fields={"mp4": VideoClip(size, frames=frames, stride=stride, flip=0.5, decoder_threads=decoder_threads)},
+                    batch_size=batch_size, threads=threads, shuffle=True, seed=0)
+
+    def epoch() -> int:
+        return sum(b["mp4"].shape[0] for b in loader)
+
+    return Arm(f"loadscope ({threads} threads, {decoder_threads} FFmpeg thread{'s' if decoder_threads != 1 else ''} each)", epoch)
+
+
+class ReadVideoClips(torch.utils.data.Dataset):
+    """The baseline users write today: torchvision.io.read_video of the clip's time range (PyAV),
+    every `stride`-th frame, RandomResizedCrop + flip on the clip tensor (one crop per clip)."""
+
+    def __init__(self, rows: List[dict], frames: int, stride: int, size: int) -> None:
+        import torchvision.transforms as T
+
+        self.rows, self.frames, self.stride = rows, frames, stride
+        self.tf = T.Compose([T.RandomResizedCrop(size, antialias=True), T.RandomHorizontalFlip()])
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        import random
+
+        import torchvision.io
+
+        r = self.rows[i]
+        span = (self.frames - 1) * self.stride + 1
+        start = random.Random(i * 1000003 + self.epoch).randrange(0, r["frames"] - span + 1)
+        video, _, _ = torchvision.io.read_video(r["path"], start / r["fps"], (start + span - 1) / r["fps"],
+                                                pts_unit="sec", output_format="TCHW")
+        clip = video[:: self.stride][: self.frames]
+        if clip.shape[0] < self.frames:  # pad with the last frame, as loadscope does
+            clip = torch.cat([clip, clip[-1:].expand(self.frames - clip.shape[0], -1, -1, -1)])
+        return self.tf(clip)
+
+
+def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride: int = 2, size: int = 224,
+                    batch_size: int = 8) -> Arm:
+    ds = ReadVideoClips(rows, frames, stride, size)
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
+                                     persistent_workers=workers > 0)
+
+    def epoch() -> int:
+        return sum(x.shape[0] for x in dl)
+
+    def close() -> None:
+        it = getattr(dl, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+    return Arm(f"torch DataLoader ({workers} workers) + read_video (PyAV)", epoch, close)
+
+
+def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2, seed: int = 0) -> Arm:
+    """FFmpeg decoding exactly the frames each clip needs (seek to the keyframe before it, decode
+    to its last frame), no conversion or resizing: the practical ceiling on these cores."""
+    import random
+
+    rng = random.Random(seed)
+    span = (frames - 1) * stride + 1
+    paths = [r["path"] for r in rows]
+
+    def epoch() -> int:
+        starts = [rng.randrange(0, r["frames"] - span + 1) / r["fps"] for r in rows]
+        _s, clips, failures = _native.ffmpeg_decode_only(paths, starts, frames, stride, threads, 1)
+        if failures:
+            raise RuntimeError(f"{failures} clips failed the decode-only ceiling")
+        return clips
+
+    return Arm(f"decode-only ceiling (FFmpeg, {threads} threads)", epoch)

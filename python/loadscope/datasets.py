@@ -1,6 +1,6 @@
 """Deterministic demo data: ImageNet-like JPEGs cut from real photographs.
 
-    python -m loadscope.datasets --out data/demo [--images 2000] [--seed 0]
+    python -m loadscope.datasets --out data/demo [--images 2000] [--videos 24] [--seed 0]
 
 Every image is a random crop of one of the photographs scikit-image ships (an astronaut, a cat,
 coffee, a rocket, a galaxy field, a retina, ...), one class per photograph, resized to a short
@@ -11,6 +11,14 @@ that upscaled crops keep a photograph's entropy), and saved as baseline 4:2:0 JP
     <out>/folder/<class>/<key>.jpg (+ .txt caption, .json metadata)   for ls.Folder / ImageFolder
     <out>/shards/train-{000000..}.tar   key.jpg key.cls key.txt key.json  for ls.WebDataset
     <out>/manifest.jsonl                {"path", "cls", "txt"}             for ls.FileList
+
+Videos (``--videos``, made by the ffmpeg CLI with libx264): slow pans and zooms across the same
+photographs, 5 s at 30 fps, 640x360 / 854x480 / 1280x720, GOP of 10, 30, 60 or 150 frames,
+each with a label and a caption:
+
+    <out>/videos/<class>/<key>.mp4 (+ .txt, .json)
+    <out>/video_shards/videos-{000000..}.tar   key.mp4 key.cls key.txt key.json
+    <out>/videos.jsonl                          {"path", "cls", "txt"}
 """
 
 from __future__ import annotations
@@ -27,7 +35,11 @@ from typing import List, Tuple
 
 import numpy as np
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
+VIDEO_SIZES = [(640, 360), (854, 480), (1280, 720)]
+VIDEO_GOPS = [10, 30, 60, 150]
+VIDEO_SECONDS = 5
+VIDEO_FPS = 30
 
 # (class name, scikit-image function, how a caption names it)
 PHOTOS: List[Tuple[str, str, str]] = [
@@ -97,7 +109,103 @@ def _tar_add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200, quiet: bool = False) -> dict:
+def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np.ndarray]):
+    """Plans the videos: one ffmpeg command each (a pan or a zoom over a photograph)."""
+    from PIL import Image
+
+    stills = os.path.join(tmp, "stills")
+    os.makedirs(stills, exist_ok=True)
+    jobs = []
+    for i in range(videos):
+        cls = int(rng.integers(0, len(PHOTOS)))
+        w, h = VIDEO_SIZES[i % len(VIDEO_SIZES)]
+        gop = VIDEO_GOPS[(i // len(VIDEO_SIZES)) % len(VIDEO_GOPS)]
+        still = os.path.join(stills, f"{cls}.png")
+        if not os.path.exists(still):
+            Image.fromarray(photos[cls]).save(still)
+        # The photo scaled to cover 1.5x the frame, then a window moving across it (pan) or a
+        # growing scale around the centre (zoom); grain keeps the entropy of real footage.
+        cover = f"scale=w='max({w}*1.5,ih*0+{h}*1.5*iw/ih)':h=-2"
+        if rng.random() < 0.5:
+            dx, dy = rng.uniform(-1, 1, size=2)
+            x = f"(iw-ow)*(0.5+{dx / 2:.3f}*(t/{VIDEO_SECONDS}-0.5))"
+            y = f"(ih-oh)*(0.5+{dy / 2:.3f}*(t/{VIDEO_SECONDS}-0.5))"
+            motion = f"{cover},crop={w}:{h}:x='{x}':y='{y}'"
+            kind = "pan"
+        else:
+            motion = (f"{cover},scale=w='iw*(1+0.3*t/{VIDEO_SECONDS})':h=-2:eval=frame,"
+                      f"crop={w}:{h}")
+            kind = "zoom"
+        key = f"{i:06d}"
+        name, _, thing = PHOTOS[cls]
+        caption = f"a slow {'pan across' if kind == 'pan' else 'zoom into'} {thing}"
+        meta = {"class": name, "width": w, "height": h, "gop": gop, "fps": VIDEO_FPS,
+                "seconds": VIDEO_SECONDS, "motion": kind}
+        cmd = ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-i", still, "-t", str(VIDEO_SECONDS),
+               "-r", str(VIDEO_FPS), "-vf", f"{motion},noise=alls=4:allf=t,format=yuv420p",
+               "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-g", str(gop),
+               "-keyint_min", str(gop), "-sc_threshold", "0", "-bf", "2", "-threads", "1",
+               "-movflags", "+faststart", "-an"]
+        jobs.append((key, cls, caption, meta, cmd))
+    return jobs
+
+
+def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_size: int, quiet: bool) -> int:
+    import concurrent.futures
+    import subprocess
+
+    if videos <= 0:
+        return 0
+    if shutil.which("ffmpeg") is None:
+        raise RuntimeError("making demo videos needs the ffmpeg CLI (Debian package ffmpeg)")
+    jobs = _video_jobs(tmp, videos, rng, photos)
+    labels = sorted(p[0] for p in PHOTOS)
+    outputs = {}
+    for key, cls, caption, meta, cmd in jobs:
+        folder = os.path.join(tmp, "videos", PHOTOS[cls][0])
+        os.makedirs(folder, exist_ok=True)
+        outputs[key] = os.path.join(folder, key + ".mp4")
+
+    def run(job):
+        key, _, _, _, cmd = job
+        subprocess.run(cmd + [outputs[key]], check=True, capture_output=True)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        for n, _ in enumerate(pool.map(run, jobs), 1):
+            if not quiet and n % 8 == 0:
+                print(f"  {n}/{videos} videos", file=sys.stderr)
+    os.makedirs(os.path.join(tmp, "video_shards"))
+    tar = None
+    total = 0
+    with open(os.path.join(tmp, "videos.jsonl"), "w") as manifest:
+        for i, (key, cls, caption, meta, _) in enumerate(jobs):
+            if i % shard_size == 0:
+                if tar is not None:
+                    tar.close()
+                tar = tarfile.open(os.path.join(tmp, "video_shards", f"videos-{i // shard_size:06d}.tar"), "w", format=tarfile.USTAR_FORMAT)
+            path = outputs[key]
+            with open(path, "rb") as f:
+                data = f.read()
+            total += len(data)
+            base = path[:-4]
+            with open(base + ".txt", "w") as f:
+                f.write(caption)
+            with open(base + ".json", "w") as f:
+                json.dump(meta, f)
+            label = labels.index(PHOTOS[cls][0])
+            _tar_add(tar, key + ".mp4", data)
+            _tar_add(tar, key + ".cls", str(label).encode())
+            _tar_add(tar, key + ".txt", caption.encode())
+            _tar_add(tar, key + ".json", json.dumps(meta).encode())
+            manifest.write(json.dumps({"path": os.path.relpath(path, tmp), "cls": label, "txt": caption}) + "\n")
+    if tar is not None:
+        tar.close()
+    shutil.rmtree(os.path.join(tmp, "stills"))
+    return total
+
+
+def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200, quiet: bool = False,
+             videos: int = 24, video_shard_size: int = 8) -> dict:
     """Writes the demo dataset to `out` (replacing it) and returns its metadata."""
     t0 = time.time()
     tmp = out.rstrip("/") + ".partial"
@@ -143,10 +251,11 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
     with open(os.path.join(tmp, "manifest.jsonl"), "w") as f:
         for m in manifest:
             f.write(json.dumps(m) + "\n")
+    video_bytes = _make_videos(tmp, videos, np.random.default_rng([seed, 1]), photos, video_shard_size, quiet)
     info = {
         "generator_version": GENERATOR_VERSION, "images": images, "seed": seed, "shards": n_shards,
         "shard_size": shard_size, "classes": sorted(p[0] for p in PHOTOS), "jpeg_bytes": total_bytes,
-        "seconds": round(time.time() - t0, 1),
+        "videos": videos, "video_bytes": video_bytes, "seconds": round(time.time() - t0, 1),
     }
     with open(os.path.join(tmp, "dataset.json"), "w") as f:
         json.dump(info, f, indent=1)
@@ -155,30 +264,33 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
     return info
 
 
-def ensure(out: str, images: int = 2000, seed: int = 0, quiet: bool = False) -> dict:
+def ensure(out: str, images: int = 2000, seed: int = 0, quiet: bool = False, videos: int = 24) -> dict:
     """Generates the dataset unless `out` already holds this exact one."""
     try:
         with open(os.path.join(out, "dataset.json")) as f:
             info = json.load(f)
-        if info.get("generator_version") == GENERATOR_VERSION and info.get("images") == images and info.get("seed") == seed:
+        if (info.get("generator_version") == GENERATOR_VERSION and info.get("images") == images
+                and info.get("seed") == seed and info.get("videos") == videos):
             return info
     except (OSError, ValueError):
         pass
     if not quiet:
-        print(f"generating {images} demo images in {out} ...", file=sys.stderr)
-    return generate(out, images=images, seed=seed, quiet=quiet)
+        print(f"generating {images} demo images and {videos} videos in {out} ...", file=sys.stderr)
+    return generate(out, images=images, seed=seed, quiet=quiet, videos=videos)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m loadscope.datasets", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="data/demo", help="output directory (default: data/demo)")
     p.add_argument("--images", type=int, default=2000, help="number of images (default: 2000)")
+    p.add_argument("--videos", type=int, default=24, help="number of videos (default: 24; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--force", action="store_true", help="regenerate even if present")
     a = p.parse_args(argv)
-    if a.images < 1:
-        p.error("--images must be >= 1")
-    info = generate(a.out, a.images, a.seed) if a.force else ensure(a.out, a.images, a.seed)
+    if a.images < 1 or a.videos < 0:
+        p.error("--images must be >= 1 and --videos >= 0")
+    info = (generate(a.out, a.images, a.seed, videos=a.videos) if a.force
+            else ensure(a.out, a.images, a.seed, videos=a.videos))
     print(json.dumps(info))
     return 0
 

@@ -23,7 +23,17 @@ def demo(tmp_path_factory) -> Path:
     from loadscope import datasets
 
     out = tmp_path_factory.mktemp("demo") / "demo"
-    datasets.generate(str(out), images=120, seed=0, shard_size=25, quiet=True)
+    datasets.generate(str(out), images=120, seed=0, shard_size=25, quiet=True, videos=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def demo_videos(tmp_path_factory) -> Path:
+    """Six demo videos (one per size and a few GOPs) from the project's generator."""
+    from loadscope import datasets
+
+    out = tmp_path_factory.mktemp("demo_videos") / "demo"
+    datasets.generate(str(out), images=1, seed=0, quiet=True, videos=6, video_shard_size=4)
     return out
 
 

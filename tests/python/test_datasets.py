@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import subprocess
 import tarfile
 
 import numpy as np
@@ -21,13 +22,13 @@ def digest(root):
 
 def test_same_seed_same_bytes_other_seed_other_bytes(tmp_path):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
-    datasets.generate(str(a), images=12, seed=5, shard_size=5, quiet=True)
-    datasets.generate(str(b), images=12, seed=5, shard_size=5, quiet=True)
-    datasets.generate(str(c), images=12, seed=6, shard_size=5, quiet=True)
+    datasets.generate(str(a), images=12, seed=5, shard_size=5, quiet=True, videos=2)
+    datasets.generate(str(b), images=12, seed=5, shard_size=5, quiet=True, videos=2)
+    datasets.generate(str(c), images=12, seed=6, shard_size=5, quiet=True, videos=2)
     assert digest(a) == digest(b) != digest(c)
     info = json.loads((a / "dataset.json").read_text())
     assert info["images"] == 12 and info["shards"] == 3
-    assert datasets.ensure(str(a), images=12, seed=5, quiet=True)["seconds"] == info["seconds"]  # kept
+    assert datasets.ensure(str(a), images=12, seed=5, quiet=True, videos=2)["seconds"] == info["seconds"]  # kept
 
 
 def test_images_are_imagenet_like_photographs(demo):
@@ -68,3 +69,28 @@ def test_shards_and_manifest_describe_the_folder(demo):
         assert rec["path"].split("/")[1] == classes[rec["cls"]]
         assert members[key + ".cls"] == str(rec["cls"]).encode()
         assert members[key + ".txt"].decode() == rec["txt"]
+
+
+def test_videos_are_pans_and_zooms_of_the_photographs(demo_videos):
+    from loadscope import _native
+
+    rows = [json.loads(l) for l in (demo_videos / "videos.jsonl").read_text().splitlines()]
+    assert len(rows) == 6
+    sizes, gops = set(), set()
+    for row in rows:
+        path = demo_videos / row["path"]
+        meta = json.loads(path.with_suffix(".json").read_text())
+        ix = _native.video_index(str(path))
+        assert (ix["width"], ix["height"]) == (meta["width"], meta["height"])
+        assert ix["codec"] == "h264" and len(ix["pts"]) == 150 and ix["fps"] == 30
+        keys = subprocess.run(
+            ["ffprobe", "-v", "error", "-select_streams", "v", "-skip_frame", "nokey", "-show_entries",
+             "frame=pts", "-of", "csv=p=0", str(path)], capture_output=True, text=True, check=True).stdout.split()
+        assert len(keys) == -(-150 // meta["gop"])  # a keyframe every GOP frames
+        sizes.add((meta["width"], meta["height"]))
+        gops.add(meta["gop"])
+        assert path.with_suffix(".txt").read_text() == row["txt"]
+    assert sizes == {(640, 360), (854, 480), (1280, 720)} and len(gops) == 2
+    with tarfile.open(demo_videos / "video_shards/videos-000000.tar") as t:
+        names = t.getnames()
+    assert names[:4] == ["000000.mp4", "000000.cls", "000000.txt", "000000.json"]

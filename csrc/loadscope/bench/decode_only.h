@@ -19,4 +19,12 @@ struct DecodeOnlyResult {
 DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, int threads,
                                        int repeat);
 
+// The video ceiling: for each (file, start second), seek to the keyframe before the start and
+// decode up to the clip's last frame (frames x stride at the stream's frame rate), with no
+// conversion, resizing or batching; `threads` videos in parallel, `decoder_threads` FFmpeg
+// threads each. `images` counts clips.
+DecodeOnlyResult ffmpeg_decode_only(const std::vector<std::string>& paths,
+                                    const std::vector<double>& starts, int frames, int stride,
+                                    int threads, int decoder_threads);
+
 }  // namespace loadscope::bench

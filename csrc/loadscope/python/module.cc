@@ -470,4 +470,19 @@ PYBIND11_MODULE(_native, m) {
         return py::make_tuple(r.seconds, r.images, r.failures);
       },
       py::arg("jpegs"), py::arg("threads"), py::arg("repeat") = 1);
+
+  m.def(
+      "ffmpeg_decode_only",
+      [](const std::vector<std::string>& paths, const std::vector<double>& starts, int frames,
+         int stride, int threads, int decoder_threads) {
+        if (paths.size() != starts.size()) throw ConfigError("paths and starts differ in length");
+        bench::DecodeOnlyResult r;
+        {
+          py::gil_scoped_release release;
+          r = bench::ffmpeg_decode_only(paths, starts, frames, stride, threads, decoder_threads);
+        }
+        return py::make_tuple(r.seconds, r.images, r.failures);
+      },
+      py::arg("paths"), py::arg("starts"), py::arg("frames"), py::arg("stride"),
+      py::arg("threads"), py::arg("decoder_threads") = 1);
 }

@@ -1,0 +1,177 @@
+// Clip sampling and the video decoder without Python: index facts from the data README, seeks
+// that land on the same frames as a sequential decode, memory input equal to file input,
+// corrupt files failing with FFmpeg's reason.
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "helpers.h"
+#include "loadscope/core/error.h"
+#include "loadscope/decode/video/video_decoder.h"
+#include "loadscope/pipeline/clips.h"
+
+using namespace loadscope;
+using namespace testing;
+using decode::VideoDecoder;
+
+namespace {
+
+std::vector<int64_t> cfr(int n, int64_t step = 1001) {
+  std::vector<int64_t> pts;
+  for (int i = 0; i < n; ++i) pts.push_back(i * step);
+  return pts;
+}
+
+std::vector<uint8_t> frames(VideoDecoder& dec, const std::vector<int64_t>& targets, int w, int h) {
+  decode::FrameOutput out;
+  out.x1 = w;
+  out.y1 = h;
+  out.out_w = w;
+  out.out_h = h;
+  out.chw = false;
+  std::vector<uint8_t> pixels(targets.size() * w * h * 3);
+  std::vector<VideoDecoder::Request> req;
+  for (size_t i = 0; i < targets.size(); ++i) req.push_back({targets[i], pixels.data() + i * w * h * 3, &out});
+  dec.decode(req);
+  return pixels;
+}
+
+}  // namespace
+
+TEST_CASE("clips by stride: span, positions, padding", "[clips]") {
+  pipeline::ClipSpec spec;
+  spec.frames = 4;
+  spec.stride = 3;  // span 10 frames
+  const auto pts = cfr(100);
+  Rng rng(1);
+  spec.position = pipeline::ClipPosition::kUniform;
+  spec.clips = 3;
+  auto t = pipeline::plan_clips(pts, 1.0 / 30000, spec, rng);
+  REQUIRE(t.size() == 12);
+  CHECK(t[0] == 0);
+  CHECK(t[4] == 45 * 1001);  // (100 - 10) / 2
+  CHECK(t[8] == 90 * 1001);  // the last start that fits
+  CHECK(t[11] == 99 * 1001);
+  for (int k = 0; k < 3; ++k) {
+    for (int j = 1; j < 4; ++j) CHECK(t[k * 4 + j] - t[k * 4 + j - 1] == 3 * 1001);
+  }
+  spec.position = pipeline::ClipPosition::kRandom;
+  spec.clips = 1;
+  std::set<int64_t> starts;
+  for (int i = 0; i < 500; ++i) {
+    Rng r(7, 0, RngStream::kAugment, i);
+    auto c = pipeline::plan_clips(pts, 1.0 / 30000, spec, r);
+    starts.insert(c[0] / 1001);
+    CHECK(c.back() / 1001 <= 99);
+  }
+  CHECK(*starts.begin() == 0);
+  CHECK(*starts.rbegin() == 90);  // every start 0..90 is possible
+  CHECK(starts.size() == 91);
+  // Too short: padded with the last frame, or a failure.
+  auto short_pts = cfr(5);
+  auto padded = pipeline::plan_clips(short_pts, 1.0 / 30000, spec, rng);
+  CHECK(padded == std::vector<int64_t>{0, 3 * 1001, 4 * 1001, 4 * 1001});
+  spec.short_video = pipeline::ShortVideo::kFail;
+  CHECK_THROWS_WITH(pipeline::plan_clips(short_pts, 1.0 / 30000, spec, rng),
+                    Catch::Contains("video too short: 5 frames, a clip spans 10"));
+}
+
+TEST_CASE("clips by time show the frame on screen at each sampled time", "[clips]") {
+  // Variable frame rate: frames at 0, 40, 70, 130, 140, 200, ... ms.
+  std::vector<int64_t> pts = {0, 40, 70, 130, 140, 200, 260, 300, 390, 400, 500};
+  pipeline::ClipSpec spec;
+  spec.frames = 4;
+  spec.fps = 10;  // every 100 ms
+  spec.position = pipeline::ClipPosition::kCenter;
+  Rng rng(0);
+  // span 300 ms, room 500 - 300 = 200, centre start at 100 ms: times 100, 200, 300, 400.
+  auto t = pipeline::plan_clips(pts, 0.001, spec, rng);
+  CHECK(t == std::vector<int64_t>{70, 200, 300, 400});
+}
+
+TEST_CASE("video index facts match the data README", "[video]") {
+  REQUIRE_SHARED_DATA();
+  VideoDecoder dec;
+  struct Fact {
+    const char* path;
+    int stream, width, height, rotation;
+    size_t frames;
+    const char* codec;
+  };
+  for (const Fact& f : {
+           Fact{"torchcodec/test/resources/nasa_13013.mp4", 3, 480, 270, 0, 390, "h264"},
+           Fact{"vision/test/assets/videos/R6llTwEh07w.mp4", 0, 340, 256, 0, 303, "h264"},
+           Fact{"torchcodec/test/resources/av1_video.mkv", 0, 640, 360, 0, 125, "av1"},
+           Fact{"torchcodec/test/resources/h265_video.mp4", 0, 128, 128, 0, 10, "hevc"},
+           Fact{"decord/tests/test_data/video_90.mov", 0, 320, 568, 90, 3, "h264"},
+           Fact{"imageio/test.webm", 0, 640, 480, 0, 94, "h264"},
+       }) {
+    INFO(f.path);
+    const auto& info = dec.open_file(real(f.path), -1, true, 1);
+    CHECK(info.stream == f.stream);
+    CHECK(info.width == f.width);
+    CHECK(info.height == f.height);
+    CHECK(info.rotation == f.rotation);
+    CHECK(dec.pts().size() == f.frames);
+    CHECK(info.codec == f.codec);
+    CHECK(std::is_sorted(dec.pts().begin(), dec.pts().end()));
+  }
+}
+
+TEST_CASE("seeking decodes the same frames as a sequential decode", "[video]") {
+  REQUIRE_SHARED_DATA();
+  // B-frames (pts out of decode order) and keyframes at 0 and 240 (torchcodec's test).
+  const std::string path = real("torchcodec/test/resources/nasa_13013.mp4");
+  VideoDecoder dec;
+  dec.open_file(path, -1, true, 1);
+  const auto pts = dec.pts();
+  std::vector<int64_t> all(pts.begin(), pts.begin() + 260);
+  const auto sequential = frames(dec, all, 96, 54);
+  const size_t frame = 96 * 54 * 3;
+  for (size_t i : {size_t(7), size_t(150), size_t(239), size_t(240), size_t(241), size_t(259)}) {
+    INFO("frame " << i);
+    dec.open_file(path, -1, true, 1);
+    const auto one = frames(dec, {pts[i]}, 96, 54);
+    CHECK(std::memcmp(one.data(), sequential.data() + i * frame, frame) == 0);
+  }
+  // Several clips far apart, in any order, in one call.
+  dec.open_file(path, -1, true, 1);
+  const auto scattered = frames(dec, {pts[250], pts[3], pts[120], pts[3]}, 96, 54);
+  CHECK(std::memcmp(scattered.data(), sequential.data() + 250 * frame, frame) == 0);
+  CHECK(std::memcmp(scattered.data() + frame, sequential.data() + 3 * frame, frame) == 0);
+  CHECK(std::memcmp(scattered.data() + 2 * frame, sequential.data() + 120 * frame, frame) == 0);
+  CHECK(std::memcmp(scattered.data() + 3 * frame, sequential.data() + 3 * frame, frame) == 0);
+}
+
+TEST_CASE("in-memory input decodes like the file", "[video]") {
+  REQUIRE_SHARED_DATA();
+  for (const char* rel : {"decord/examples/flipping_a_pancake.mkv", "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi"}) {
+    INFO(rel);
+    const std::string data = read_all(real(rel));
+    VideoDecoder a, b;
+    a.open_file(real(rel), -1, true, 1);
+    b.open_memory(reinterpret_cast<const uint8_t*>(data.data()), data.size(), -1, true, 1);
+    REQUIRE(a.pts() == b.pts());
+    std::vector<int64_t> t = {a.pts()[5], a.pts()[a.pts().size() / 2], a.pts().back()};
+    CHECK(frames(a, t, 64, 48) == frames(b, t, 64, 48));
+    CHECK(b.bytes_read() > 0);
+  }
+}
+
+TEST_CASE("corrupt and truncated videos fail with FFmpeg's reason", "[video]") {
+  REQUIRE_SHARED_DATA();
+  VideoDecoder dec;
+  CHECK_THROWS_WITH(dec.open_file(real("decord/tests/test_data/corrupted.mp4"), -1, true, 1),
+                    Catch::Contains("Invalid NAL unit size"));
+  CHECK_THROWS_WITH(dec.open_file(real("torchcodec/test/resources/missing.mp4"), -1, true, 1),
+                    Catch::Contains("No such file"));
+  const std::string mkv = read_all(real("decord/examples/flipping_a_pancake.mkv"));
+  const std::string cut = mkv.substr(0, mkv.size() / 2);
+  CHECK_THROWS_WITH(
+      dec.open_memory(reinterpret_cast<const uint8_t*>(cut.data()), cut.size(), -1, true, 1),
+      Catch::Contains("truncated"));
+  const std::string not_video = "this is not a video";
+  CHECK_THROWS_AS(dec.open_memory(reinterpret_cast<const uint8_t*>(not_video.data()),
+                                  not_video.size(), -1, true, 1),
+                  DecodeFailure);
+}
