@@ -20,13 +20,22 @@ from ._errors import (
 )
 from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip
 from ._loader import Dataset, Loader, default_threads
-from ._sources import IMAGE_EXTENSIONS, VIDEO_EXTENSIONS, FileList, Folder, Source, WebDataset, expand_braces
+from ._sources import (
+    IMAGE_EXTENSIONS,
+    VIDEO_EXTENSIONS,
+    FileList,
+    Folder,
+    Mix,
+    Source,
+    WebDataset,
+    expand_braces,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Bytes", "ConfigError", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
-    "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError",
+    "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces",
 ]

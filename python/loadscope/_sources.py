@@ -254,3 +254,55 @@ class WebDataset(Source):
 
     def __repr__(self) -> str:
         return f"WebDataset({len(self.shards)} shards)"
+
+
+class Mix(Source):
+    """Several sources mixed by sampling weights, e.g. a folder of JPEGs and shards of MP4s:
+
+        ls.Mix({"images": ls.Folder("photos/"), "clips": ls.WebDataset("clips-{0..9}.tar")},
+               weights={"images": 0.7, "clips": 0.3})
+
+    Each sample of an epoch comes from a source with probability proportional to its weight,
+    drawn from ``(seed, epoch)``; a source that runs out starts over with a new order of its own,
+    so it repeats only after showing all its samples. An epoch is ``samples_per_epoch`` samples
+    (default: the sum of the sources' sizes, when all are known). Declare fields that only
+    some sources have with ``optional=True``.
+    """
+
+    def __init__(self, sources, *, weights=None, samples_per_epoch: Optional[int] = None) -> None:
+        if isinstance(sources, dict):
+            names, srcs = list(sources), list(sources.values())
+        else:
+            srcs = list(sources)
+            names = [str(i) for i in range(len(srcs))]
+        if not srcs or not all(isinstance(s, Source) for s in srcs):
+            raise ConfigError("Mix: give a non-empty list or dict of loadscope sources")
+        if weights is None:
+            w = [1.0] * len(srcs)
+        elif isinstance(weights, dict):
+            if set(weights) != set(names):
+                raise ConfigError(f"Mix: weights must name exactly the sources {names}, got {sorted(weights)}")
+            w = [weights[n] for n in names]
+        else:
+            w = list(weights)
+        if len(w) != len(srcs) or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in w) or sum(w) <= 0:
+            raise ConfigError(f"Mix: weights must be {len(srcs)} numbers >= 0 with a positive sum, got {weights!r}")
+        if samples_per_epoch is None:
+            try:
+                samples_per_epoch = sum(len(s) for s in srcs)
+            except TypeError:
+                raise ConfigError("Mix: a source does not know its length (tar shards): give samples_per_epoch") from None
+        if isinstance(samples_per_epoch, bool) or not isinstance(samples_per_epoch, int) or samples_per_epoch < 1:
+            raise ConfigError(f"Mix: samples_per_epoch must be an int >= 1, got {samples_per_epoch!r}")
+        self.names, self.sources, self.weights = names, srcs, [float(x) for x in w]
+        self.samples_per_epoch = samples_per_epoch
+
+    def __len__(self) -> int:
+        return self.samples_per_epoch
+
+    def _native(self, native):
+        return native.MixSource([s._native(native) for s in self.sources], self.weights, self.samples_per_epoch)
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}={s!r} x{w:g}" for n, s, w in zip(self.names, self.sources, self.weights))
+        return f"Mix({parts}, samples_per_epoch={self.samples_per_epoch})"

@@ -296,3 +296,28 @@ def test_bad_video_arguments():
         ls.VideoClip(32, frames=0)
     with pytest.raises(ls.ConfigError, match="dct_scaling applies to JPEG images only"):
         ls.VideoClip(32, dct_scaling=True)
+
+
+def test_mix_of_image_folder_and_video_shards_by_weight(demo, demo_videos):
+    images = ls.Folder(demo / "folder")
+    clips = ls.WebDataset(str(demo_videos / "video_shards/videos-{000000..000001}.tar"))
+    mix = ls.Mix({"images": images, "clips": clips}, weights={"images": 0.75, "clips": 0.25}, samples_per_epoch=200)
+    fields = {"jpg": ls.Image(32, optional=True), "mp4": ls.VideoClip(32, frames=2, stride=5, optional=True), "cls": ls.Int()}
+    loader = ls.Loader(mix, fields=fields, batch_size=25, threads=2, shuffle=True)
+    assert len(loader) == 8
+    n_img = int(torch.cat([b["jpg.present"] for b in loader]).sum())
+    assert 130 <= n_img <= 170  # 150 expected
+    b = next(iter(loader))
+    assert torch.equal(b["jpg.present"], ~b["mp4.present"])
+    # The six videos repeat (each only after all six were shown), and orders are reproducible.
+    keys = [k for b in loader for k in b["__key__"] if ".tar:" in k]
+    first = keys[:6]
+    assert len(set(first)) == 6
+    loader.set_epoch(3)
+    a = [k for b in loader for k in b["__key__"]]
+    loader.set_epoch(3)
+    assert a == [k for b in loader for k in b["__key__"]]
+    with pytest.raises(ls.ConfigError, match="give samples_per_epoch"):
+        ls.Mix([images, clips])
+    with pytest.raises(ls.ConfigError, match="weights must name exactly the sources"):
+        ls.Mix({"a": images}, weights={"b": 1})

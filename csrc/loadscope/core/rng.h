@@ -22,7 +22,13 @@ inline uint64_t hash_keys(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0
 
 // Stream ids keep independent decisions (epoch order, shard order, per-field augmentation)
 // from sharing draws.
-enum class RngStream : uint64_t { kOrder = 1, kShardOrder = 2, kShuffleBuffer = 3, kAugment = 16 };
+enum class RngStream : uint64_t {
+  kOrder = 1,
+  kShardOrder = 2,
+  kShuffleBuffer = 3,
+  kMix = 4,
+  kAugment = 16,  // + field index
+};
 
 // A small counter-based generator: cheap to construct per sample, no shared state.
 class Rng {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "loadscope/core/error.h"
 
@@ -146,6 +147,62 @@ bool TarSource::next(Sample& out) {
   if (j + 1 != buffer_.size()) buffer_[j] = std::move(buffer_.back());
   buffer_.pop_back();
   return true;
+}
+
+}  // namespace loadscope::io
+
+namespace loadscope::io {
+
+MixSource::MixSource(std::vector<std::shared_ptr<Source>> sources, std::vector<double> weights,
+                     int64_t samples_per_epoch)
+    : sources_(std::move(sources)), samples_per_epoch_(samples_per_epoch) {
+  if (sources_.empty() || sources_.size() != weights.size()) {
+    throw ConfigError("Mix: give one weight per source");
+  }
+  double total = 0;
+  for (double w : weights) {
+    if (!(w >= 0) || !std::isfinite(w)) throw ConfigError("Mix: weights must be finite and >= 0");
+    total += w;
+  }
+  if (total <= 0) throw ConfigError("Mix: at least one weight must be > 0");
+  if (samples_per_epoch_ < 1) throw ConfigError("Mix: samples_per_epoch must be >= 1");
+  double acc = 0;
+  for (double w : weights) cumulative_.push_back(acc += w / total);
+  cumulative_.back() = 1.0;
+}
+
+void MixSource::start_epoch(const EpochOrder& order) {
+  order_ = order;
+  produced_ = 0;
+  passes_.assign(sources_.size(), 0);
+  rng_ = Rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kMix);
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    sources_[i]->start_epoch(EpochOrder{order.seed, static_cast<int64_t>(hash_keys(order.epoch, i, 0) >> 1), order.shuffle});
+  }
+}
+
+bool MixSource::next(Sample& out) {
+  if (produced_ >= samples_per_epoch_) return false;
+  const double u = rng_.uniform();
+  const size_t i = static_cast<size_t>(
+      std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
+  const size_t pick = std::min(i, sources_.size() - 1);
+  ++produced_;  // counted before reading: a failing source still uses its draw
+  Source& src = *sources_[pick];
+  if (src.next(out)) return true;
+  // Exhausted: start this source over with a fresh order of its own.
+  ++passes_[pick];
+  src.start_epoch(EpochOrder{order_.seed,
+                             static_cast<int64_t>(hash_keys(order_.epoch, pick, passes_[pick]) >> 1),
+                             order_.shuffle});
+  if (src.next(out)) return true;
+  throw ConfigError("Mix: source " + std::to_string(pick) + " has no samples");
+}
+
+uint64_t MixSource::bytes_read() const {
+  uint64_t total = 0;
+  for (const auto& s : sources_) total += s->bytes_read();
+  return total;
 }
 
 }  // namespace loadscope::io

@@ -64,4 +64,27 @@ class TarSource : public Source {
   std::atomic<uint64_t> bytes_read_{0};
 };
 
+// Several sources mixed by sampling weights: each sample of an epoch comes from source i with
+// probability weights[i] / sum(weights), drawn from (seed, epoch). A source that runs out starts
+// over (a new order of its own, so it repeats only after showing everything); an epoch is
+// `samples_per_epoch` samples. The mix of a multimodal dataset: 70% images, 30% clips.
+class MixSource : public Source {
+ public:
+  MixSource(std::vector<std::shared_ptr<Source>> sources, std::vector<double> weights,
+            int64_t samples_per_epoch);
+  int64_t size() const override { return samples_per_epoch_; }
+  void start_epoch(const EpochOrder& order) override;
+  bool next(Sample& out) override;
+  uint64_t bytes_read() const override;
+
+ private:
+  std::vector<std::shared_ptr<Source>> sources_;
+  std::vector<double> cumulative_;  // normalised cumulative weights
+  int64_t samples_per_epoch_;
+  EpochOrder order_;
+  std::vector<int64_t> passes_;     // restarts of each source in this epoch
+  int64_t produced_ = 0;
+  Rng rng_{0};
+};
+
 }  // namespace loadscope::io

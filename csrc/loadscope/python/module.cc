@@ -334,6 +334,10 @@ PYBIND11_MODULE(_native, m) {
            py::arg("shuffle_buffer"))
       .def_property_readonly("bytes_read", &io::TarSource::bytes_read);
 
+  py::class_<io::MixSource, Source, std::shared_ptr<io::MixSource>>(m, "MixSource")
+      .def(py::init<std::vector<std::shared_ptr<Source>>, std::vector<double>, int64_t>(),
+           py::arg("sources"), py::arg("weights"), py::arg("samples_per_epoch"));
+
   py::class_<Batch>(m, "Batch")
       .def_readonly("index", &Batch::index)
       .def_readonly("size", &Batch::size)
