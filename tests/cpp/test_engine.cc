@@ -237,3 +237,36 @@ TEST_CASE("bad engine options are refused up front", "[engine]") {
   o.batch_stride = 2;
   CHECK_THROWS_AS(EpochRun(src, proc, o), ConfigError);
 }
+
+TEST_CASE("mixing sources follows the weights and repeats a source only after all of it", "[mix]") {
+  auto small = std::static_pointer_cast<Source>(list_source(7));
+  std::vector<Sample> other;
+  for (int i = 0; i < 1000; ++i) {
+    Sample s;
+    s.key = "m" + std::to_string(i);
+    other.push_back(s);
+  }
+  io::MixSource mix({small, std::make_shared<io::ListSource>(other)}, {1, 3}, 4000);
+  auto draw = [&](int64_t epoch) {
+    mix.start_epoch(EpochOrder{5, epoch, true});
+    std::vector<std::string> keys;
+    Sample s;
+    while (mix.next(s)) keys.push_back(s.key);
+    return keys;
+  };
+  auto keys = draw(0);
+  REQUIRE(keys.size() == 4000);
+  std::vector<std::string> from_small;
+  for (const auto& k : keys) {
+    if (k[0] == 'k') from_small.push_back(k);
+  }
+  CHECK(from_small.size() > 900);   // 1000 expected
+  CHECK(from_small.size() < 1100);
+  for (size_t i = 0; i + 7 <= from_small.size(); i += 7) {  // each pass shows all 7 once
+    std::set<std::string> pass(from_small.begin() + i, from_small.begin() + i + 7);
+    CHECK(pass.size() == 7);
+  }
+  CHECK(draw(0) == keys);
+  CHECK(draw(1) != keys);
+  CHECK_THROWS_AS(io::MixSource({small}, {0}, 10), ConfigError);
+}
