@@ -63,10 +63,12 @@ def nearest(times, t, tolerance):
 
 
 def cli_frames(path, w, h, stream_spec="0:v:0"):
-    """Every decoded frame, upright, converted by the ffmpeg CLI to rgb24 (presentation order)."""
+    """Every decoded frame, upright, converted by the ffmpeg CLI to rgb24 (presentation order),
+    with swscale's bilinear filter as loadscope uses (it decides chroma interpolation where
+    swscale converts through its scaler, e.g. from 10-bit; the CLI's default is bicubic)."""
     out = subprocess.run(
         ["ffmpeg", "-v", "error", "-i", str(path), "-map", stream_spec, "-fps_mode", "passthrough",
-         "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
+         "-sws_flags", "bilinear", "-f", "rawvideo", "-pix_fmt", "rgb24", "-"],
         capture_output=True, check=True,
     ).stdout
     return np.frombuffer(out, np.uint8).reshape(-1, h, w, 3)
@@ -321,3 +323,21 @@ def test_mix_of_image_folder_and_video_shards_by_weight(demo, demo_videos):
         ls.Mix([images, clips])
     with pytest.raises(ls.ConfigError, match="weights must name exactly the sources"):
         ls.Mix({"a": images}, weights={"b": 1})
+
+
+@pytest.mark.parametrize("pix_fmt, codec", [("yuv444p", "libx264"), ("yuv420p10le", "libx264"), ("yuvj420p", "libx264"),
+                                            ("yuv422p", "libx264"), ("yuv420p", "mpeg4")])
+def test_pixel_formats_convert_like_the_ffmpeg_cli(tmp_path, pix_fmt, codec):
+    """10-bit, 4:4:4, 4:2:2 and full-range streams, made here by the ffmpeg CLI, decode to the
+    CLI's own rgb24 conversion (crop offsets must respect each format's chroma layout)."""
+    path = tmp_path / f"v_{pix_fmt}.mkv"
+    made = subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=size=202x118:rate=10:duration=1",
+                           "-pix_fmt", pix_fmt, "-c:v", codec, "-g", "5", str(path)], capture_output=True)
+    if made.returncode != 0:
+        pytest.skip(f"this ffmpeg cannot encode {pix_fmt} with {codec}: {made.stderr.decode()[-200:]}")
+    ref = cli_frames(path, 202, 118)
+    ix = _native.video_index(str(path))
+    assert len(ix["pts"]) == len(ref) == 10
+    got = decode(path, ix["pts"], 202, 118)
+    for i in range(10):
+        assert np.array_equal(got[i], ref[i]), (pix_fmt, i)
