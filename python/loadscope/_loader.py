@@ -10,13 +10,14 @@ import math
 import operator
 import os
 import threading
+import time
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, Mapping, Optional, Union
 
 import torch
 
-from . import _native
+from . import _native, _transfer, telemetry
 from ._errors import ConfigError, LoadscopeError
 from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip
 from ._sources import Source
@@ -74,6 +75,11 @@ class Loader:
         error_budget: under ``"skip"``, raise ``ErrorBudgetExceeded`` when more samples fail than
             this: an int is a count per epoch, a float a fraction of the samples seen (at least
             100 are assumed seen, so one early failure does not trip it); ``None``: no limit.
+        device: ``"cpu"`` (default) or ``"cuda"``/``"cuda:N"``: batches are built in page-locked
+            memory and copied to the GPU on a side stream, timed with CUDA events (see
+            loadscope._transfer; a ConfigError where CUDA is not available).
+        telemetry: measure everything (``telemetry()``, ``report_every``, traces); ``False``
+            turns every clock read off.
 
     Every batch is a dict: images ``uint8 [B, 3, H, W]``, ints ``int64 [B]``, text a list of
     ``str``, JSON a list of objects, bytes a list of ``bytes``; plus ``"__key__"`` (list of
@@ -98,6 +104,8 @@ class Loader:
         prefetch: int = 2,
         on_error: str = "raise",
         error_budget: Union[int, float, None] = 0.05,
+        device: Any = "cpu",
+        telemetry: bool = True,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -129,6 +137,7 @@ class Loader:
             shuffle=_bool_arg("shuffle", shuffle), seed=_int_arg("seed", seed, 0, 2**64 - 1),
             drop_last=_bool_arg("drop_last", drop_last),
             prefetch=_int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
+            device=device, telemetry=_bool_arg("telemetry", telemetry),
         )
         self._build()
         self._epoch = 0
@@ -148,8 +157,16 @@ class Loader:
         self.prefetch: int = a["prefetch"]
         self.on_error: str = a["on_error"]
         self.error_budget = a["error_budget"]
+        self.device = _transfer.parse_device(a["device"])
+        self._telemetry_on: bool = a["telemetry"]
         specs = [f._native(name, _native) for name, f in self.fields.items()]
-        self._pipeline = _native.Pipeline(self.source._native(_native), specs)
+        self._pipeline = _native.Pipeline(self.source._native(_native), specs, telemetry=self._telemetry_on)
+        self._loop = telemetry.LoopStats(self._pipeline.telemetry_created_ns())
+        self._transfer = _transfer.CudaTransfer(self.device) if self.device is not None else None
+        self._reporter: Optional[telemetry.Reporter] = None
+        self._trace_path: Optional[str] = None
+        self._pss_peak = 0
+        self._cpu_since = (time.monotonic(), sum(os.times()[:2]))
         self._outputs = []  # (name, field, fixed slots, string slots)
         for i, (name, f) in enumerate(self.fields.items()):
             fixed, strings = self._pipeline.slots(i)
@@ -193,18 +210,85 @@ class Loader:
         epoch = self._epoch
         a = self._args
         budget = a["error_budget"]
+        pin = self._transfer.pin if self._transfer else 0
+        unpin = self._transfer.unpin if self._transfer else 0
         run = self._pipeline.start(
             threads=self.threads, batch_size=self.batch_size, prefetch=self.prefetch,
             drop_last=self.drop_last, on_error=self.on_error,
             max_errors=budget if isinstance(budget, int) else -1,
             max_error_rate=budget if isinstance(budget, float) else -1.0,
             seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-            batch_offset=batch_offset, batch_stride=batch_stride,
+            batch_offset=batch_offset, batch_stride=batch_stride, pin=pin, unpin=unpin,
         )
+        if self._telemetry_on:
+            self._loop.epoch_started()
         self._epoch = epoch + 1
         it = _EpochIterator(self, run, epoch)
         self._active = weakref.ref(it)
         return it
+
+    # --- telemetry ---------------------------------------------------------------------------
+
+    def telemetry(self) -> "telemetry.Snapshot":
+        """Everything measured since the loader was made: see loadscope.telemetry and
+        docs/telemetry.md. Cheap enough to call every step (it reads /proc once)."""
+        native = self._pipeline.telemetry_snapshot()
+        process = _native.process_stats()
+        if process["pss"] is not None:
+            self._pss_peak = max(self._pss_peak, process["pss"])
+        pinned = native["engine_memory"]["pinned_bytes"]
+        if self._transfer is not None:
+            transfer = self._transfer.stats(pinned)
+        else:
+            transfer = {"enabled": False, "reason": "device='cpu'", "pinned_bytes": 0}
+        config = {"batch_size": self.batch_size, "threads": self.threads, "prefetch": self.prefetch,
+                  "shuffle": self.shuffle, "device": str(self.device or "cpu"), "telemetry": self._telemetry_on,
+                  "fields": list(self.fields), "source": repr(self.source)}
+        return telemetry.build_snapshot(native, self._loop, process, transfer, self._pss_peak or None,
+                                        config, self._cpu_since)
+
+    def report_every(self, seconds: float, to: "telemetry.Sink" = print) -> None:
+        """Emits an interval report (counters as deltas, gauges as they are) every `seconds` to a
+        callable, a logging.Logger or a JSON-lines file path, from a background thread, and a
+        final one from ``stop_reports()`` (or when the loader is garbage-collected)."""
+        self.stop_reports()
+        ref = weakref.ref(self)
+
+        def read():
+            loader = ref()
+            if loader is None:
+                raise ReferenceError
+            return loader.telemetry()
+
+        self._reporter = telemetry.Reporter(read, seconds, to)
+
+    def stop_reports(self) -> None:
+        if self._reporter is not None:
+            self._reporter.stop()
+            self._reporter = None
+
+    def start_trace(self, path: Union[str, "os.PathLike[str]"], *, max_spans: int = 500_000) -> None:
+        """Records per-sample, per-batch and training-loop spans until ``stop_trace()``, which
+        writes them to `path` as a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev)."""
+        if not self._telemetry_on:
+            raise ConfigError("tracing needs telemetry=True")
+        self._trace_path = os.fspath(path)
+        self._pipeline.take_spans()  # start clean
+        self._loop.spans = []
+        self._pipeline.set_tracing(True, _int_arg("max_spans", max_spans, 1))
+
+    def stop_trace(self) -> Optional[str]:
+        """Writes the trace started by ``start_trace`` and returns its path."""
+        if self._trace_path is None:
+            return None
+        self._pipeline.set_tracing(False)
+        native = self._pipeline.take_spans()
+        depth = self._pipeline.telemetry_snapshot()["queue"]["depth"]
+        path = telemetry.chrome_trace(native, self._loop.spans or [], depth,
+                                      self._pipeline.telemetry_created_ns(), self._trace_path)
+        self._loop.spans = None
+        self._trace_path = None
+        return path
 
     def stats(self) -> Dict[str, Any]:
         """Counters of the running or last epoch: batches, samples, failures, warnings,
@@ -214,6 +298,15 @@ class Loader:
         if it is not None and it._run is not None:
             return it._run.stats()
         return dict(self._last_stats)
+
+    def _deliver(self, b, enter_ns: int) -> Batch:
+        native_ns = time.monotonic_ns() if self._telemetry_on else 0
+        out = self._convert(b)
+        if self._transfer is not None:
+            out = self._transfer(out)
+        if self._telemetry_on:
+            self._loop.delivered(enter_ns, native_ns, time.monotonic_ns(), b.index)
+        return out
 
     def _convert(self, b) -> Batch:
         n = b.size
@@ -276,6 +369,7 @@ class _EpochIterator:
         return len(self._loader)
 
     def __next__(self) -> Batch:
+        enter = time.monotonic_ns()
         run = self._run
         if run is None:
             if self._ended_because:
@@ -294,7 +388,7 @@ class _EpochIterator:
             raise StopIteration
         if b.skipped:
             self._log_skips(b.skipped)
-        return self._loader._convert(b)
+        return self._loader._deliver(b, enter)
 
     def _log_skips(self, skipped) -> None:
         for s in skipped:

@@ -34,6 +34,12 @@ class Resampler {
   void resample(const uint8_t* src, int width, int height, size_t stride, const Box& box,
                 uint8_t* dst, int out_w, int out_h, Layout layout, bool flip);
 
+  // Bytes of scratch held between calls.
+  size_t buffer_bytes() const {
+    return temp_.capacity() + accum_.capacity() * sizeof(int32_t) + block_.capacity() +
+           (horizontal_.k.capacity() + vertical_.k.capacity()) * sizeof(int16_t);
+  }
+
  private:
   struct Coeffs {
     int ksize = 0;

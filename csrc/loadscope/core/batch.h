@@ -23,25 +23,40 @@ struct BatchLayout {
   size_t bytes_per_batch = 0;    // total block size for a full batch
 };
 
+// Optional page-locking of pool blocks, e.g. cudaHostRegister/cudaHostUnregister found at run
+// time in the CUDA runtime the process already loaded (loadscope does not link CUDA).
+struct PinHooks {
+  int (*pin)(void* ptr, size_t bytes, unsigned flags) = nullptr;  // returns 0 on success
+  int (*unpin)(void* ptr) = nullptr;
+};
+
 // Thread-safe pool of equally sized, 64-byte aligned blocks. Blocks handed out keep the pool
 // alive, so a tensor may outlive the loader that produced it.
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   // keep_free: blocks kept for reuse once returned; more are freed to the OS.
-  static std::shared_ptr<BufferPool> create(size_t block_bytes, size_t keep_free);
+  static std::shared_ptr<BufferPool> create(size_t block_bytes, size_t keep_free,
+                                            PinHooks hooks = {});
   ~BufferPool();
 
   std::shared_ptr<uint8_t> acquire();
   size_t block_bytes() const { return block_bytes_; }
   // Blocks currently allocated (in use or free): the engine's own memory accounting.
   size_t blocks_allocated() const;
+  // Blocks page-locked by the hooks (pinning can fail, e.g. past the locked-memory limit).
+  size_t blocks_pinned() const;
 
  private:
-  BufferPool(size_t block_bytes, size_t keep_free) : block_bytes_(block_bytes), keep_free_(keep_free) {}
+  BufferPool(size_t block_bytes, size_t keep_free, PinHooks hooks)
+      : block_bytes_(block_bytes), keep_free_(keep_free), hooks_(hooks) {}
   void release(uint8_t* block);
+  void free_block(uint8_t* block);
 
   const size_t block_bytes_;
   const size_t keep_free_;
+  const PinHooks hooks_;
+  size_t pinned_ = 0;
+  std::vector<uint8_t*> pinned_blocks_;
   mutable std::mutex mutex_;
   std::vector<uint8_t*> free_;
   size_t allocated_ = 0;

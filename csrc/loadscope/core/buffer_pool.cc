@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <new>
 
@@ -5,12 +6,31 @@
 
 namespace loadscope {
 
-std::shared_ptr<BufferPool> BufferPool::create(size_t block_bytes, size_t keep_free) {
-  return std::shared_ptr<BufferPool>(new BufferPool(block_bytes, keep_free));
+std::shared_ptr<BufferPool> BufferPool::create(size_t block_bytes, size_t keep_free,
+                                               PinHooks hooks) {
+  return std::shared_ptr<BufferPool>(new BufferPool(block_bytes, keep_free, hooks));
 }
 
 BufferPool::~BufferPool() {
-  for (auto* b : free_) std::free(b);
+  for (auto* b : free_) free_block(b);
+}
+
+void BufferPool::free_block(uint8_t* block) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = std::find(pinned_blocks_.begin(), pinned_blocks_.end(), block);
+    if (it != pinned_blocks_.end()) {
+      pinned_blocks_.erase(it);
+      --pinned_;
+      if (hooks_.unpin) hooks_.unpin(block);  // before the memory goes back to malloc
+    }
+  }
+  std::free(block);
+}
+
+size_t BufferPool::blocks_pinned() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pinned_;
 }
 
 std::shared_ptr<uint8_t> BufferPool::acquire() {
@@ -33,6 +53,11 @@ std::shared_ptr<uint8_t> BufferPool::acquire() {
       --allocated_;
       throw std::bad_alloc();
     }
+    if (hooks_.pin && hooks_.pin(block, bytes == 0 ? 64 : bytes, 0) == 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pinned_blocks_.push_back(block);
+      ++pinned_;
+    }
   }
   auto self = shared_from_this();
   return std::shared_ptr<uint8_t>(block, [self](uint8_t* b) { self->release(b); });
@@ -47,7 +72,7 @@ void BufferPool::release(uint8_t* block) {
     }
     --allocated_;
   }
-  std::free(block);
+  free_block(block);
 }
 
 size_t BufferPool::blocks_allocated() const {

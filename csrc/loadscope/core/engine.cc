@@ -80,8 +80,12 @@ struct EpochRun::Job {
 };
 
 EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcessor> processor,
-                   EngineOptions options)
-    : source_(std::move(source)), processor_(std::move(processor)), options_(options) {
+                   EngineOptions options, std::shared_ptr<telemetry::Telemetry> telemetry)
+    : source_(std::move(source)),
+      processor_(std::move(processor)),
+      telemetry_(std::move(telemetry)),
+      t_(telemetry_ && telemetry_->enabled() ? telemetry_.get() : nullptr),
+      options_(options) {
   if (options_.threads < 1) throw ConfigError("threads must be >= 1");
   if (options_.batch_size < 1) throw ConfigError("batch_size must be >= 1");
   if (options_.prefetch < 1) throw ConfigError("prefetch must be >= 1");
@@ -96,7 +100,7 @@ EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcess
   }
   layout_.bytes_per_batch = offset;
   // Jobs in flight plus a couple held by the consumer are reused; more are returned.
-  pool_ = BufferPool::create(layout_.bytes_per_batch, options_.prefetch + 2);
+  pool_ = BufferPool::create(layout_.bytes_per_batch, options_.prefetch + 2, options_.pin);
 }
 
 EpochRun::~EpochRun() { stop(); }
@@ -105,12 +109,22 @@ void EpochRun::start() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (started_) throw Error("EpochRun::start called twice");
   started_ = true;
+  if (t_) {
+    t_->set_prefetch(options_.prefetch);
+    t_->epoch_started(telemetry::now_ns());
+  }
   arena_ = std::make_unique<Arena>(options_.threads);
   planner_ = std::thread([this] { plan(); });
 }
 
+void EpochRun::update_depth() {
+  if (t_) t_->depth(ready_jobs_, static_cast<int>(jobs_.size()) - ready_jobs_, telemetry::now_ns());
+}
+
 void EpochRun::plan() {
   const int64_t batch = options_.batch_size;
+  telemetry::Slot* slot = t_ ? &t_->slot(0, "planner") : nullptr;
+  const uint64_t cpu0 = t_ ? telemetry::thread_cpu_ns() : 0;
   try {
     source_->start_epoch(options_.order);
     int64_t position = 0;
@@ -122,18 +136,23 @@ void EpochRun::plan() {
         continue;
       }
       {
+        const uint64_t b0 = t_ ? telemetry::now_ns() : 0;
         std::unique_lock<std::mutex> lock(mutex_);
         space_cv_.wait(lock, [&] {
           return stop_flag_.load() || jobs_.size() < static_cast<size_t>(options_.prefetch);
         });
+        if (t_) t_->producer_block.record(telemetry::now_ns() - b0);  // back-pressure
         if (stop_flag_.load()) break;
       }
+      const uint64_t fill0 = t_ ? telemetry::now_ns() : 0;
       auto job = std::make_unique<Job>();
       job->index = k;
       job->samples.reserve(batch);
       bool end = false;
       while (static_cast<int64_t>(job->samples.size()) < batch && !stop_flag_.load()) {
         Sample sample;
+        const uint64_t r0 = t_ ? telemetry::now_ns() : 0;
+        const uint64_t bytes0 = t_ ? source_->bytes_read() : 0;
         try {
           if (!source_->next(sample)) {
             end = true;
@@ -141,7 +160,13 @@ void EpochRun::plan() {
           }
         } catch (const SampleError& e) {
           job->source_failures.push_back(SampleNote{e.key(), e.reason(), "source", -1});
+          if (t_) t_->fail(*slot, telemetry::Stage::kRead, telemetry::Kind::kSource);
           continue;
+        }
+        if (t_) {  // reading from the source itself (tar shards); lists cost nothing here
+          t_->record(*slot, telemetry::Stage::kRead, telemetry::Kind::kSource,
+                     telemetry::now_ns() - r0, source_->bytes_read() - bytes0);
+          t_->source_buffer_bytes.store(source_->buffered_bytes(), std::memory_order_relaxed);
         }
         sample.position = position++;
         job->samples.push_back(std::move(sample));
@@ -149,6 +174,7 @@ void EpochRun::plan() {
       bool partial = static_cast<int64_t>(job->samples.size()) < batch;
       if (partial && options_.drop_last) job->samples.clear();
       if (job->samples.empty() && job->source_failures.empty()) break;
+      if (t_) t_->span(*slot, "fill batch", fill0, telemetry::now_ns(), k);
       submit(std::move(job));
       if (end) break;
     }
@@ -156,6 +182,7 @@ void EpochRun::plan() {
     std::lock_guard<std::mutex> lock(mutex_);
     planner_error_ = std::current_exception();
   }
+  if (t_) slot->cpu_ns.fetch_add(telemetry::thread_cpu_ns() - cpu0, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
   planner_done_ = true;
   ready_cv_.notify_all();
@@ -168,6 +195,10 @@ void EpochRun::submit(std::unique_ptr<Job> job) {
   batch->size = n;
   batch->layout = &layout_;
   batch->block = pool_->acquire();
+  if (t_) {
+    t_->pool_bytes.store(pool_->blocks_allocated() * pool_->block_bytes(), std::memory_order_relaxed);
+    t_->pinned_bytes.store(pool_->blocks_pinned() * pool_->block_bytes(), std::memory_order_relaxed);
+  }
   batch->keys.resize(n);
   batch->positions.resize(n);
   batch->strings.assign(processor_->num_string_fields(), std::vector<std::string>(n));
@@ -183,8 +214,10 @@ void EpochRun::submit(std::unique_ptr<Job> job) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job->done = (n == 0);
+    if (n == 0) ++ready_jobs_;
     jobs_.push_back(std::move(job));
     outstanding_tasks_ += n;
+    update_depth();
     if (n == 0) ready_cv_.notify_all();
   }
   for (int i = 0; i < n; ++i) {
@@ -200,6 +233,23 @@ void EpochRun::run_sample(Job* job, int slot) {
     auto t0 = std::chrono::steady_clock::now();
     SampleContext ctx;
     ctx.order = &options_.order;
+    uint64_t cpu0 = 0, start_ns = 0;
+    if (t_) {
+      // The worker's slot, looked up once per thread and telemetry (a lock otherwise).
+      thread_local const telemetry::Telemetry* cached_for = nullptr;
+      thread_local int cached_index = -1;
+      thread_local telemetry::Slot* cached_slot = nullptr;
+      const int index = std::max(tbb::this_task_arena::current_thread_index(), 0);
+      if (cached_for != t_ || cached_index != index) {
+        cached_slot = &t_->slot(2 + index, "worker", index);
+        cached_for = t_;
+        cached_index = index;
+      }
+      ctx.telemetry = t_;
+      ctx.slot = cached_slot;
+      cpu0 = telemetry::thread_cpu_ns();
+      start_ns = telemetry::now_ns();
+    }
     try {
       processor_->process(sample, *job->batch, slot, ctx);
       job->warnings[slot] = std::move(ctx.warning);
@@ -212,6 +262,10 @@ void EpochRun::run_sample(Job* job, int slot) {
       job->failures[slot] = SampleNote{sample.key, e.what(), "decode", sample.position};
     }
     bytes_read_.fetch_add(ctx.bytes_read, std::memory_order_relaxed);
+    if (t_) {
+      ctx.slot->cpu_ns.fetch_add(telemetry::thread_cpu_ns() - cpu0, std::memory_order_relaxed);
+      t_->span(*ctx.slot, "sample", start_ns, telemetry::now_ns(), sample.position);
+    }
     process_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
                               std::chrono::steady_clock::now() - t0)
                               .count(),
@@ -222,6 +276,8 @@ void EpochRun::run_sample(Job* job, int slot) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (last) {
     job->done = true;
+    ++ready_jobs_;
+    update_depth();
     ready_cv_.notify_all();
   }
   if (--outstanding_tasks_ == 0) idle_cv_.notify_all();
@@ -229,6 +285,12 @@ void EpochRun::run_sample(Job* job, int slot) {
 
 EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
+  // Data wait: the consumer blocked for a batch, summed over the calls (timeouts) it takes.
+  const uint64_t call0 = t_ ? telemetry::now_ns() : 0;
+  if (t_ && wait_start_ns_ == 0) wait_start_ns_ = call0;
+  auto waited = [&] {
+    if (t_) wait_ns_ += telemetry::now_ns() - call0;
+  };
   while (true) {
     std::unique_ptr<Job> job;
     {
@@ -239,10 +301,13 @@ EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::millis
         if (!jobs_.empty() && jobs_.front()->done) {
           job = std::move(jobs_.front());
           jobs_.pop_front();
+          --ready_jobs_;
+          update_depth();
           space_cv_.notify_one();
           break;
         }
         if (jobs_.empty() && planner_done_) {
+          if (t_) t_->epoch_ended(telemetry::now_ns());
           if (planner_error_) {
             failed_ = true;
             std::rethrow_exception(planner_error_);
@@ -251,11 +316,27 @@ EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::millis
         }
         if (ready_cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
             !(!jobs_.empty() && jobs_.front()->done) && !(jobs_.empty() && planner_done_)) {
+          waited();
           return Status::kTimeout;
         }
       }
     }
-    if (finish(*job, out)) return Status::kBatch;
+    waited();
+    const uint64_t f0 = t_ ? telemetry::now_ns() : 0;
+    const bool delivered = finish(*job, out);
+    if (t_) {
+      telemetry::Slot& c = t_->slot(1, "consumer");
+      const uint64_t end = telemetry::now_ns();
+      t_->record(c, telemetry::Stage::kCollate, telemetry::Kind::kOther, end - f0);
+      if (delivered) {
+        t_->consumer_wait.record(wait_ns_);
+        t_->span(c, "wait for batch", wait_start_ns_, end, out->index);
+        wait_ns_ = 0;
+        wait_start_ns_ = 0;
+        t_->batch_delivered(end);
+      }
+    }
+    if (delivered) return Status::kBatch;
   }
 }
 
@@ -289,6 +370,7 @@ bool EpochRun::finish(Job& job, std::unique_ptr<Batch>& out) {
       throw SampleError(f.key, f.reason, kind);
     }
     stats_.failures += static_cast<int64_t>(failures.size());
+    if (t_) t_->failures.fetch_add(failures.size(), std::memory_order_relaxed);
     for (const auto& f : failures) {
       if (stats_.skipped.size() < kMaxNotes) stats_.skipped.push_back(f);
     }
@@ -315,6 +397,11 @@ bool EpochRun::finish(Job& job, std::unique_ptr<Batch>& out) {
     compact(*batch, failed);
   }
   stats_.samples += batch->size;
+  if (t_) {
+    t_->samples.fetch_add(batch->size, std::memory_order_relaxed);
+    t_->warnings.fetch_add(batch->warnings.size(), std::memory_order_relaxed);
+    if (batch->size > 0) t_->batches.fetch_add(1, std::memory_order_relaxed);
+  }
   if (!carried_skips_.empty()) {  // failures of earlier batches that had nothing left
     batch->skipped.insert(batch->skipped.begin(), carried_skips_.begin(), carried_skips_.end());
     carried_skips_.clear();
@@ -368,6 +455,7 @@ void EpochRun::stop() {
   }
   if (arena_) arena_->shutdown();
   arena_.reset();
+  if (t_) t_->epoch_ended(telemetry::now_ns());
 }
 
 EpochStats EpochRun::stats() const {

@@ -29,6 +29,7 @@
 
 #include "loadscope/core/batch.h"
 #include "loadscope/core/source.h"
+#include "loadscope/telemetry/telemetry.h"
 
 namespace loadscope {
 
@@ -37,6 +38,8 @@ struct SampleContext {
   const EpochOrder* order = nullptr;
   std::string warning;      // set by the processor when a decoder complained but succeeded
   uint64_t bytes_read = 0;  // file bytes read by the processor (members that were paths)
+  telemetry::Telemetry* telemetry = nullptr;  // null or disabled: record nothing
+  telemetry::Slot* slot = nullptr;            // the calling thread's slot
 };
 
 // Turns one sample into slot `slot` of a batch. Called concurrently from many threads with
@@ -62,6 +65,7 @@ struct EngineOptions {
   int64_t batch_offset = 0;    // this consumer takes batches k with k % batch_stride == offset
   int64_t batch_stride = 1;    // (torch DataLoader workers)
   EpochOrder order;
+  PinHooks pin;                // page-lock batch blocks (CUDA transfer); none by default
 };
 
 struct EpochStats {
@@ -79,8 +83,9 @@ class EpochRun {
  public:
   static constexpr size_t kMaxNotes = 1000;
 
+  // telemetry may be null (nothing is measured).
   EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcessor> processor,
-           EngineOptions options);
+           EngineOptions options, std::shared_ptr<telemetry::Telemetry> telemetry = nullptr);
   ~EpochRun();
   EpochRun(const EpochRun&) = delete;
   EpochRun& operator=(const EpochRun&) = delete;
@@ -107,8 +112,15 @@ class EpochRun {
   bool finish(Job& job, std::unique_ptr<Batch>& out);
   void compact(Batch& batch, const std::vector<bool>& failed) const;
 
+  void update_depth();  // under mutex_
+
   std::shared_ptr<Source> source_;
   std::shared_ptr<SampleProcessor> processor_;
+  std::shared_ptr<telemetry::Telemetry> telemetry_;
+  telemetry::Telemetry* t_ = nullptr;  // telemetry_.get() when enabled, else null
+  int ready_jobs_ = 0;                 // done, not yet taken (under mutex_)
+  uint64_t wait_ns_ = 0;               // consumer wait for the next batch so far (across timeouts)
+  uint64_t wait_start_ns_ = 0;
   const EngineOptions options_;
   BatchLayout layout_;
   std::shared_ptr<BufferPool> pool_;

@@ -34,6 +34,9 @@ class Source {
   // read by the workers and counted by the engine. Safe to call from any thread.
   virtual uint64_t bytes_read() const { return 0; }
 
+  // Bytes of samples the source holds in memory (a shuffle buffer). Planner thread only.
+  virtual uint64_t buffered_bytes() const { return 0; }
+
   // Advances by up to n samples the caller does not need (another worker's batches); returns
   // how many were skipped. Never throws: a source failure met while skipping belongs to the
   // worker that owns those samples, which reports it. Random-access sources override this.

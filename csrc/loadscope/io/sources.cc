@@ -72,6 +72,7 @@ void TarSource::start_epoch(const EpochOrder& order) {
   have_lookahead_ = false;
   exhausted_ = false;
   buffer_.clear();
+  buffer_bytes_ = 0;
 }
 
 bool TarSource::open_next_shard() {
@@ -139,11 +140,13 @@ bool TarSource::next(Sample& out) {
       exhausted_ = true;
       break;
     }
+    for (const auto& m : s.members) buffer_bytes_ += m.data.size();
     buffer_.push_back(std::move(s));
   }
   if (buffer_.empty()) return false;
   const size_t j = rng_.below(buffer_.size());
   out = std::move(buffer_[j]);
+  for (const auto& m : out.members) buffer_bytes_ -= m.data.size();
   if (j + 1 != buffer_.size()) buffer_[j] = std::move(buffer_.back());
   buffer_.pop_back();
   return true;
@@ -197,6 +200,12 @@ bool MixSource::next(Sample& out) {
                              order_.shuffle});
   if (src.next(out)) return true;
   throw ConfigError("Mix: source " + std::to_string(pick) + " has no samples");
+}
+
+uint64_t MixSource::buffered_bytes() const {
+  uint64_t total = 0;
+  for (const auto& s : sources_) total += s->buffered_bytes();
+  return total;
 }
 
 uint64_t MixSource::bytes_read() const {

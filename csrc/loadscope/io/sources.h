@@ -44,6 +44,7 @@ class TarSource : public Source {
   void start_epoch(const EpochOrder& order) override;
   bool next(Sample& out) override;
   uint64_t bytes_read() const override { return bytes_read_.load(std::memory_order_relaxed); }
+  uint64_t buffered_bytes() const override { return buffer_bytes_; }
 
  private:
   bool read_sample(Sample& out);  // next sample in shard order, no shuffling
@@ -61,6 +62,7 @@ class TarSource : public Source {
   bool exhausted_ = false;
   Rng rng_{0};
   std::vector<Sample> buffer_;
+  uint64_t buffer_bytes_ = 0;
   std::atomic<uint64_t> bytes_read_{0};
 };
 
@@ -76,6 +78,7 @@ class MixSource : public Source {
   void start_epoch(const EpochOrder& order) override;
   bool next(Sample& out) override;
   uint64_t bytes_read() const override;
+  uint64_t buffered_bytes() const override;
 
  private:
   std::vector<std::shared_ptr<Source>> sources_;

@@ -31,6 +31,11 @@ struct Scratch {
   std::vector<uint8_t> oriented;
   std::string file;
   std::unique_ptr<decode::VideoDecoder> video;  // created on first use
+
+  size_t bytes() const {
+    return jpeg.buffer_bytes() + (png ? png->buffer_bytes() : 0) + resampler.buffer_bytes() +
+           oriented.capacity() + file.capacity() + (video ? video->buffer_bytes() : 0);
+  }
 };
 
 Scratch& scratch() {
@@ -126,7 +131,8 @@ void check_png_size(const uint8_t* d, size_t n, const ImageSpec& spec) {
 }
 
 std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const ImageSpec& spec,
-                        Rng& rng, uint8_t* dst) {
+                        Rng& rng, uint8_t* dst, DecodeSplit* split) {
+  const uint64_t t0 = split ? telemetry::now_ns() : 0;
   const decode::JpegInfo info = s.jpeg.open(data, size);
   check_pixels(info.width, info.height, spec);
   const int orientation = spec.exif ? info.orientation : 1;
@@ -145,10 +151,16 @@ std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const Imag
   const Rect region = needed_region(splan, sw, sh, spec.width, spec.height);
   if (orientation == 1) {
     const decode::RgbView img = s.jpeg.decode(num, region);
+    const uint64_t t1 = split ? telemetry::now_ns() : 0;
     resample_region(s, img, region, splan, spec, dst);
+    if (split) {
+      split->decode_ns = t1 - t0;
+      split->augment_ns = telemetry::now_ns() - t1;
+    }
   } else {
     // Rare: decode the whole (scaled) image and turn it upright first.
     const decode::RgbView stored = s.jpeg.decode(num, Rect{0, 0, sw_stored, sh_stored});
+    const uint64_t t1 = split ? telemetry::now_ns() : 0;
     s.oriented.resize(static_cast<size_t>(sw) * sh * 3);
     augment::orient(stored.data, stored.width, stored.height, stored.stride, orientation,
                     s.oriented.data());
@@ -158,6 +170,10 @@ std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const Imag
     upright.height = sh;
     upright.stride = static_cast<size_t>(sw) * 3;
     resample_region(s, upright, region, splan, spec, dst);
+    if (split) {
+      split->decode_ns = t1 - t0;
+      split->augment_ns = telemetry::now_ns() - t1;
+    }
   }
   return s.jpeg.warning();
 }
@@ -165,17 +181,23 @@ std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const Imag
 }  // namespace
 
 std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec, Rng& rng,
-                         uint8_t* dst) {
+                         uint8_t* dst, DecodeSplit* split) {
   Scratch& s = scratch();
   const decode::ImageFormat format = decode::sniff(data, size);
-  if (format == decode::ImageFormat::kJpeg) return decode_jpeg(s, data, size, spec, rng, dst);
+  if (format == decode::ImageFormat::kJpeg) return decode_jpeg(s, data, size, spec, rng, dst, split);
   if (format == decode::ImageFormat::kPng) {
+    const uint64_t t0 = split ? telemetry::now_ns() : 0;
     check_png_size(data, size, spec);
     if (!s.png) s.png = std::make_unique<decode::PngDecoder>();
     const decode::RgbView img = s.png->decode(data, size);
+    const uint64_t t1 = split ? telemetry::now_ns() : 0;
     const CropPlan plan = make_plan(spec, img.width, img.height, rng);
     resample_region(s, img, needed_region(plan, img.width, img.height, spec.width, spec.height),
                     plan, spec, dst);
+    if (split) {
+      split->decode_ns = t1 - t0;
+      split->augment_ns = telemetry::now_ns() - t1;
+    }
     return "";
   }
   if (size == 0) throw DecodeFailure("empty file");
@@ -323,11 +345,39 @@ uint8_t* slot_ptr(Batch& batch, int fixed, int slot) {
 
 }  // namespace
 
+namespace {
+telemetry::Kind kind_of(FieldKind k) {
+  return k == FieldKind::kImage   ? telemetry::Kind::kImage
+         : k == FieldKind::kVideo ? telemetry::Kind::kVideo
+                                  : telemetry::Kind::kOther;
+}
+telemetry::Stage stage_of(FailureKind k) {
+  return k == FailureKind::kRead     ? telemetry::Stage::kRead
+         : k == FailureKind::kDecode ? telemetry::Stage::kDecode
+                                     : telemetry::Stage::kCollate;
+}
+}  // namespace
+
 void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) {
+  telemetry::Telemetry* t = ctx.telemetry;
+  size_t i = 0;
+  try {
+    for (; i < fields_.size(); ++i) process_field(i, sample, batch, slot, ctx);
+  } catch (const SampleError& e) {
+    if (t) t->fail(*ctx.slot, stage_of(e.kind()), kind_of(fields_[i].kind));
+    throw;
+  }
+  if (t) ctx.slot->scratch_bytes.store(scratch().bytes(), std::memory_order_relaxed);
+}
+
+void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int slot,
+                                   SampleContext& ctx) {
   Scratch& s = scratch();
-  for (size_t i = 0; i < fields_.size(); ++i) {
+  telemetry::Telemetry* t = ctx.telemetry;
+  {
     const FieldSpec& f = fields_[i];
     const FieldSlots& out = slots_[i];
+    const telemetry::Kind kind = kind_of(f.kind);
     const Member* m = nullptr;
     for (const auto& key : f.keys) {
       if ((m = sample.find(key)) != nullptr) break;
@@ -338,7 +388,7 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
           std::memset(slot_ptr(batch, fx, slot), 0, batch.layout->fixed[fx].bytes_per_sample);
         }
         for (int st : out.strings) batch.strings[st][slot].clear();
-        continue;
+        return;
       }
       std::string wanted;
       for (const auto& k : f.keys) wanted += (wanted.empty() ? "" : ";") + k;
@@ -351,24 +401,33 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
     const std::string* bytes = &m->data;
     // Videos named by path are opened by FFmpeg directly: it reads only what it needs.
     if (m->is_path && f.kind != FieldKind::kVideo) {
+      telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kRead, kind);
       try {
-        ctx.bytes_read += io::read_file(m->path, s.file);
+        const uint64_t n = io::read_file(m->path, s.file);
+        ctx.bytes_read += n;
+        timer.add_bytes(n);
       } catch (const ReadFailure& e) {
         throw SampleError(m->path, e.what(), FailureKind::kRead);
       }
       bytes = &s.file;
     }
     const std::string& where = m->is_path ? m->path : sample.key;
+    (void)kind;
     switch (f.kind) {
       case FieldKind::kImage: {
         Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
                 static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + i),
                 static_cast<uint64_t>(sample.position));
         try {
+          DecodeSplit split;
           std::string warning =
               decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
-                           f.image, rng, slot_ptr(batch, out.fixed[0], slot));
+                           f.image, rng, slot_ptr(batch, out.fixed[0], slot), t ? &split : nullptr);
           if (!warning.empty() && ctx.warning.empty()) ctx.warning = m->name + ": " + warning;
+          if (t) {
+            t->record(*ctx.slot, telemetry::Stage::kDecode, kind, split.decode_ns, bytes->size());
+            t->record(*ctx.slot, telemetry::Stage::kAugment, kind, split.augment_ns);
+          }
         } catch (const DecodeFailure& e) {
           throw SampleError(where, m->name + ": " + e.what(), FailureKind::kDecode);
         }
@@ -378,6 +437,7 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
         process_video(f, i, *m, *bytes, sample, batch, slot, ctx);
         break;
       case FieldKind::kInt: {
+        telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kDecode, kind);
         int64_t v = 0;
         if (!parse_int(*bytes, v)) {
           throw SampleError(where, m->name + ": not an integer: '" + preview(*bytes) + "'",
@@ -386,13 +446,16 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
         std::memcpy(slot_ptr(batch, out.fixed[0], slot), &v, sizeof v);
         break;
       }
-      case FieldKind::kText:
+      case FieldKind::kText: {
+        telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kDecode, kind);
         if (!is_valid_utf8(*bytes)) {
           throw SampleError(where, m->name + ": text is not valid UTF-8", FailureKind::kField);
         }
         batch.strings[out.strings[0]][slot] = *bytes;
         break;
+      }
       case FieldKind::kJson: {
+        telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kDecode, kind);
         std::string reason;
         if (!is_valid_json(*bytes, &reason)) {
           throw SampleError(where, m->name + ": invalid JSON: " + reason, FailureKind::kField);
@@ -416,6 +479,7 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
   const VideoSpec& v = f.video;
   const FieldSlots& out = slots_[index];
   const std::string& where = m.is_path ? m.path : sample.key;
+  const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
   try {
     const decode::VideoInfo& info =
         m.is_path ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
@@ -447,7 +511,15 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
       }
     }
     dec.decode(requests);
-    ctx.bytes_read += m.is_path ? dec.bytes_read() : 0;
+    const uint64_t read = m.is_path ? dec.bytes_read() : bytes.size();
+    ctx.bytes_read += m.is_path ? read : 0;
+    if (ctx.telemetry) {  // decode = open, index, seek, decode; augment = frame conversion
+      const uint64_t total = telemetry::now_ns() - t0;
+      const uint64_t convert = std::min(dec.convert_ns(), total);
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kVideo,
+                            total - convert, read);
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, telemetry::Kind::kVideo, convert);
+    }
     batch.strings[out.strings[0]][slot] =
         "{\"duration\": " + json_number(info.duration) + ", \"fps\": " + json_number(info.fps) +
         ", \"frames\": " + std::to_string(dec.pts().size()) + ", \"width\": " +

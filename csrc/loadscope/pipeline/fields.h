@@ -75,6 +75,7 @@ class FieldProcessor : public SampleProcessor {
   const FieldSlots& slots(size_t field) const { return slots_[field]; }
 
  private:
+  void process_field(size_t index, Sample& sample, Batch& batch, int slot, SampleContext& ctx);
   void process_video(const FieldSpec& f, size_t index, const Member& m, const std::string& bytes,
                      Sample& sample, Batch& batch, int slot, SampleContext& ctx);
 
@@ -84,10 +85,16 @@ class FieldProcessor : public SampleProcessor {
   size_t num_strings_ = 0;
 };
 
+// Where decode_image spent its time, when asked.
+struct DecodeSplit {
+  uint64_t decode_ns = 0;   // parsing and decoding (the region) into RGB
+  uint64_t augment_ns = 0;  // orientation, crop, resampling into the slot
+};
+
 // Decodes one encoded image into an output slot per `spec`; exposed for tests and the
 // decode-only benchmark. Returns a decoder warning ("" if none). Throws DecodeFailure.
 std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec, Rng& rng,
-                         uint8_t* dst);
+                         uint8_t* dst, DecodeSplit* split = nullptr);
 
 // Checks that bytes are a syntactically valid JSON text (RFC 8259), nesting at most 256 deep.
 bool is_valid_json(const std::string& text, std::string* reason);

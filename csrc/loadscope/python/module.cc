@@ -33,11 +33,83 @@ struct BlockView {
   size_t bytes;
 };
 
-// One loader configuration: a source and what to make of each sample.
+// One loader configuration: a source, what to make of each sample, and its telemetry.
 struct Pipeline {
   std::shared_ptr<Source> source;
   std::shared_ptr<pipeline::FieldProcessor> processor;
+  std::shared_ptr<telemetry::Telemetry> telemetry;
 };
+
+py::dict histogram_dict(const telemetry::HistogramData& h, double unit) {
+  py::dict d;
+  d["count"] = h.count;
+  d["total"] = static_cast<double>(h.sum) * unit;
+  d["mean"] = h.mean() * unit;
+  d["p50"] = h.quantile(0.50) * unit;
+  d["p90"] = h.quantile(0.90) * unit;
+  d["p99"] = h.quantile(0.99) * unit;
+  d["max"] = static_cast<double>(h.max) * unit;
+  return d;
+}
+
+py::dict snapshot_dict(const telemetry::Snapshot& s) {
+  using namespace telemetry;
+  py::dict stages;
+  for (int st = 0; st < kStages; ++st) {
+    py::dict kinds;
+    for (int k = 0; k < kKinds; ++k) {
+      const StageTotals& t = s.stages[st][k];
+      if (t.items == 0 && t.failures == 0) continue;
+      py::dict c;
+      c["items"] = t.items;
+      c["bytes"] = t.bytes;
+      c["failures"] = t.failures;
+      c["busy"] = histogram_dict(t.busy, 1e-9);
+      kinds[kind_name(static_cast<Kind>(k))] = c;
+    }
+    if (!kinds.empty()) stages[stage_name(static_cast<Stage>(st))] = kinds;
+  }
+  py::list threads;
+  uint64_t scratch = 0;
+  for (const auto& v : s.slots) {
+    py::dict t;
+    t["role"] = v.role;
+    t["cpu_seconds"] = v.cpu;
+    t["scratch_bytes"] = v.scratch_bytes;
+    scratch += v.scratch_bytes;
+    threads.append(t);
+  }
+  py::dict queue;
+  queue["consumer_wait"] = histogram_dict(s.consumer_wait, 1e-9);
+  queue["planner_wait"] = histogram_dict(s.producer_block, 1e-9);
+  queue["back_pressure_seconds"] = s.back_pressure_seconds;
+  queue["prefetch"] = s.prefetch;
+  queue["mean_ready"] = s.active_seconds > 0 ? s.ready_integral / s.active_seconds : 0.0;
+  queue["mean_in_flight"] = s.active_seconds > 0 ? s.inflight_integral / s.active_seconds : 0.0;
+  py::list depth;
+  for (const auto& row : s.depth) depth.append(py::make_tuple(row[0], row[1], row[2]));
+  queue["depth"] = depth;
+  py::dict d;
+  d["uptime"] = s.uptime;
+  d["active_seconds"] = s.active_seconds;
+  d["stages"] = stages;
+  d["threads"] = threads;
+  d["queue"] = queue;
+  d["batches"] = s.batches;
+  d["samples"] = s.samples;
+  d["failures"] = s.failures;
+  d["warnings"] = s.warnings;
+  py::dict memory;
+  memory["pool_bytes"] = s.pool_bytes;
+  memory["pinned_bytes"] = s.pinned_bytes;
+  memory["scratch_bytes"] = scratch;
+  memory["source_buffer_bytes"] = s.source_buffer_bytes;
+  d["engine_memory"] = memory;
+  d["first_batch_after_create"] = s.first_batch_after_create;
+  d["first_batch_last_epoch"] = s.first_batch_last_epoch;
+  d["spans_dropped"] = s.spans_dropped;
+  return d;
+}
 
 // Keys and reasons may hold file names that are not UTF-8: decode them the way os.fsdecode
 // does (undecodable bytes become surrogates), so a key can always be used to open its file.
@@ -395,12 +467,57 @@ PYBIND11_MODULE(_native, m) {
         return d;
       });
 
+  py::class_<telemetry::Histogram>(m, "Histogram")
+      .def(py::init<>())
+      .def("record", [](telemetry::Histogram& h, int64_t v) { h.record(v < 0 ? 0 : static_cast<uint64_t>(v)); },
+           py::arg("value"))
+      .def("summary", [](const telemetry::Histogram& h, double unit) { return histogram_dict(h.data(), unit); },
+           py::arg("unit") = 1e-9);
+
+  m.def("process_stats", [] {
+    const telemetry::ProcessStats p = telemetry::read_process_stats();
+    py::dict d;
+    auto opt = [](int64_t v) -> py::object {
+      if (v < 0) return py::none();
+      return py::int_(v);
+    };
+    d["rss"] = opt(p.rss);
+    d["pss"] = opt(p.pss);
+    d["rss_peak"] = opt(p.rss_peak);
+    d["cgroup_current"] = opt(p.cgroup_current);
+    d["cgroup_peak"] = opt(p.cgroup_peak);
+    d["mem_available"] = opt(p.mem_available);
+    d["cpu_user"] = p.cpu_user;
+    d["cpu_system"] = p.cpu_system;
+    d["io_rchar"] = opt(p.io_rchar);
+    d["io_read_bytes"] = opt(p.io_read_bytes);
+    d["io_syscr"] = opt(p.io_syscr);
+    d["threads"] = p.threads;
+    return d;
+  });
+  m.def("now_ns", [] { return telemetry::now_ns(); });
+
   py::class_<Pipeline>(m, "Pipeline")
-      .def(py::init([](std::shared_ptr<Source> source, std::vector<pipeline::FieldSpec> fields) {
+      .def(py::init([](std::shared_ptr<Source> source, std::vector<pipeline::FieldSpec> fields,
+                       bool telemetry) {
              return Pipeline{std::move(source),
-                             std::make_shared<pipeline::FieldProcessor>(std::move(fields))};
+                             std::make_shared<pipeline::FieldProcessor>(std::move(fields)),
+                             std::make_shared<telemetry::Telemetry>(telemetry)};
            }),
-           py::arg("source"), py::arg("fields"))
+           py::arg("source"), py::arg("fields"), py::arg("telemetry") = true)
+      .def("telemetry_snapshot", [](const Pipeline& p) { return snapshot_dict(p.telemetry->snapshot()); })
+      .def("telemetry_created_ns", [](const Pipeline& p) { return p.telemetry->created_ns(); })
+      .def("set_tracing", [](Pipeline& p, bool on, size_t max_spans) { p.telemetry->set_tracing(on, max_spans); },
+           py::arg("on"), py::arg("max_spans") = 500000)
+      .def("take_spans", [](Pipeline& p) {
+        py::list out;
+        for (auto& [role, spans] : p.telemetry->take_spans()) {
+          py::list items;
+          for (const auto& sp : spans) items.append(py::make_tuple(sp.name, sp.start_ns, sp.dur_ns, sp.arg));
+          out.append(py::make_tuple(role, items));
+        }
+        return out;
+      })
       .def("slots",
            [](const Pipeline& p, size_t i) {
              const auto& sl = p.processor->slots(i);
@@ -411,7 +528,7 @@ PYBIND11_MODULE(_native, m) {
           [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,
              const std::string& on_error, int64_t max_errors, double max_error_rate,
              uint64_t seed, int64_t epoch, bool shuffle, int64_t batch_offset,
-             int64_t batch_stride) {
+             int64_t batch_stride, uintptr_t pin, uintptr_t unpin) {
             EngineOptions o;
             o.threads = threads;
             o.batch_size = batch_size;
@@ -429,13 +546,17 @@ PYBIND11_MODULE(_native, m) {
             o.order = EpochOrder{seed, epoch, shuffle};
             o.batch_offset = batch_offset;
             o.batch_stride = batch_stride;
-            auto run = std::make_shared<EpochRun>(p.source, p.processor, o);
+            // Addresses of cudaHostRegister / cudaHostUnregister, found by Python (or 0).
+            o.pin.pin = reinterpret_cast<int (*)(void*, size_t, unsigned)>(pin);
+            o.pin.unpin = reinterpret_cast<int (*)(void*)>(unpin);
+            auto run = std::make_shared<EpochRun>(p.source, p.processor, o, p.telemetry);
             run->start();
             return run;
           },
           py::arg("threads"), py::arg("batch_size"), py::arg("prefetch"), py::arg("drop_last"),
           py::arg("on_error"), py::arg("max_errors"), py::arg("max_error_rate"), py::arg("seed"),
-          py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"));
+          py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"),
+          py::arg("pin") = 0, py::arg("unpin") = 0);
 
   m.def(
       "decode_image",

@@ -45,6 +45,9 @@ class JpegDecoder {
   // it could still decode. Such images are delivered; the warning is reported.
   const std::string& warning() const { return warning_; }
 
+  // Bytes of output buffer held between calls.
+  size_t buffer_bytes() const { return pixels_.capacity(); }
+
  private:
   struct State;
   std::unique_ptr<State> state_;

@@ -25,6 +25,9 @@ class PngDecoder {
   // Decodes the whole image. Throws DecodeFailure with FFmpeg's reason.
   RgbView decode(const uint8_t* data, size_t size);
 
+  // Bytes of buffers held between calls.
+  size_t buffer_bytes() const { return input_.capacity() + pixels_.capacity(); }
+
  private:
   const AVCodec* codec_ = nullptr;
   ffmpeg::CodecContextPtr context_;

@@ -1,6 +1,7 @@
 #include "loadscope/decode/video/video_decoder.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -170,6 +171,7 @@ const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int
 
 void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   ffmpeg::LogCapture log;
+  convert_ns_ = 0;
   State& s = *s_;
   // avformat_find_stream_info decodes frames to learn parameters; MP4/MOV and Matroska headers
   // already state codec, size and extradata, and probing cost 3.5 ms of a 45 ms clip. Other
@@ -445,6 +447,8 @@ void convert(SwsContext*& sws, std::vector<uint8_t>& rgb,
 
 }  // namespace
 
+size_t VideoDecoder::buffer_bytes() const { return s_->rgb.capacity() + s_->upright.capacity(); }
+
 uint64_t VideoDecoder::bytes_read() const {
   return s_->fmt && s_->fmt->pb ? static_cast<uint64_t>(s_->fmt->pb->bytes_read) : 0;
 }
@@ -495,7 +499,11 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   };
   auto emit = [&](const AVFrame* f) {
     const Request& r = requests[order[cur]];
+    const auto c0 = std::chrono::steady_clock::now();
     convert(s.sws, s.rgb, s.upright, f, s.info.rotation, *r.out, r.dst);
+    convert_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                             std::chrono::steady_clock::now() - c0)
+                                             .count());
     if (r.time) *r.time = f->best_effort_timestamp * tb;
     ++cur;
   };

@@ -75,11 +75,16 @@ class VideoDecoder {
 
   // Bytes read from the input since open() (index scan and decoding).
   uint64_t bytes_read() const;
+  // Time spent converting frames (crop, resize, colour) since open(), ns.
+  uint64_t convert_ns() const { return convert_ns_; }
+  // Bytes of conversion buffers held between calls.
+  size_t buffer_bytes() const;
 
  private:
   struct State;
   std::unique_ptr<State> s_;
   std::vector<int64_t> pts_;
+  uint64_t convert_ns_ = 0;
   void open_common(int stream, bool rotate, int threads);
   void index_by_decoding();
 };

@@ -1,0 +1,290 @@
+#include "loadscope/telemetry/telemetry.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace loadscope::telemetry {
+
+const char* stage_name(Stage s) {
+  switch (s) {
+    case Stage::kRead: return "read";
+    case Stage::kDecode: return "decode";
+    case Stage::kAugment: return "augment";
+    case Stage::kCollate: return "collate";
+    default: return "?";
+  }
+}
+
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kImage: return "image";
+    case Kind::kVideo: return "video";
+    case Kind::kOther: return "other";
+    case Kind::kSource: return "source";
+    default: return "?";
+  }
+}
+
+uint64_t thread_cpu_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+Slot::~Slot() {
+  for (auto& row : cells) {
+    for (auto& c : row) delete c.busy.load();
+  }
+}
+
+Telemetry::Telemetry(bool enabled) : enabled_(enabled), created_ns_(now_ns()) {
+  depth_.reserve(4096);
+}
+
+Telemetry::~Telemetry() = default;
+
+Slot& Telemetry::slot(int index, const char* role, int number) {
+  std::lock_guard<std::mutex> lock(slots_mutex_);
+  if (static_cast<size_t>(index) >= slots_.size()) slots_.resize(index + 1);
+  if (!slots_[index]) {
+    slots_[index] = std::make_unique<Slot>();
+    slots_[index]->role = number >= 0 ? std::string(role) + " " + std::to_string(number) : role;
+  }
+  return *slots_[index];
+}
+
+void Telemetry::record(Slot& s, Stage stage, Kind kind, uint64_t ns, uint64_t bytes) {
+  StageCell& c = s.cells[static_cast<int>(stage)][static_cast<int>(kind)];
+  Histogram* h = c.busy.load(std::memory_order_acquire);
+  if (h == nullptr) {  // only this slot's thread writes the cell
+    h = new Histogram();
+    c.busy.store(h, std::memory_order_release);
+  }
+  h->record(ns);
+  c.items.store(c.items.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (bytes) c.bytes.store(c.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+}
+
+void Telemetry::fail(Slot& s, Stage stage, Kind kind) {
+  auto& f = s.cells[static_cast<int>(stage)][static_cast<int>(kind)].failures;
+  f.store(f.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+void Telemetry::span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg) {
+  if (!tracing()) return;
+  if (span_count_.fetch_add(1, std::memory_order_relaxed) >= max_spans_.load(std::memory_order_relaxed)) {
+    spans_dropped_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(s.spans_mutex);  // uncontended: only export also takes it
+  s.spans.push_back(Span{name, start_ns, end_ns - start_ns, arg});
+}
+
+void Telemetry::set_tracing(bool on, size_t max_spans) {
+  max_spans_.store(max_spans, std::memory_order_relaxed);
+  tracing_.store(on, std::memory_order_relaxed);
+}
+
+std::vector<std::pair<std::string, std::vector<Span>>> Telemetry::take_spans() {
+  std::vector<std::pair<std::string, std::vector<Span>>> out;
+  std::lock_guard<std::mutex> lock(slots_mutex_);
+  for (auto& s : slots_) {
+    if (!s) continue;
+    std::lock_guard<std::mutex> sl(s->spans_mutex);
+    out.emplace_back(s->role, std::move(s->spans));
+    s->spans.clear();
+  }
+  span_count_.store(0, std::memory_order_relaxed);
+  return out;
+}
+
+void Telemetry::depth(int ready, int inflight, uint64_t at_ns) {
+  const uint64_t last = last_depth_ns_.load(std::memory_order_relaxed);
+  if (last != 0 && at_ns > last) {
+    const double dt = static_cast<double>(at_ns - last) * 1e-9;
+    ready_integral_.store(ready_integral_.load(std::memory_order_relaxed) +
+                              ready_.load(std::memory_order_relaxed) * dt,
+                          std::memory_order_relaxed);
+    inflight_integral_.store(inflight_integral_.load(std::memory_order_relaxed) +
+                                 inflight_.load(std::memory_order_relaxed) * dt,
+                             std::memory_order_relaxed);
+    const int p = prefetch_.load(std::memory_order_relaxed);
+    if (p > 0 && ready_.load(std::memory_order_relaxed) >= p) {
+      back_pressure_.store(back_pressure_.load(std::memory_order_relaxed) + dt,
+                           std::memory_order_relaxed);
+    }
+  }
+  last_depth_ns_.store(at_ns, std::memory_order_relaxed);
+  ready_.store(ready, std::memory_order_relaxed);
+  inflight_.store(inflight, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(depth_mutex_);
+  const std::array<double, 3> row{static_cast<double>(at_ns - created_ns_) * 1e-9,
+                                  static_cast<double>(ready), static_cast<double>(inflight)};
+  if (depth_.size() < 4096) {
+    depth_.push_back(row);
+  } else {  // a ring of the most recent changes
+    depth_[depth_next_] = row;
+    depth_next_ = (depth_next_ + 1) % depth_.size();
+  }
+}
+
+void Telemetry::epoch_started(uint64_t at_ns) {
+  epoch_start_ns_.store(at_ns, std::memory_order_relaxed);
+  first_batch_pending_.store(true, std::memory_order_relaxed);
+  last_depth_ns_.store(at_ns, std::memory_order_relaxed);
+}
+
+void Telemetry::batch_delivered(uint64_t at_ns) {
+  if (first_batch_pending_.exchange(false, std::memory_order_relaxed)) {
+    first_last_epoch_.store(static_cast<double>(at_ns - epoch_start_ns_.load()) * 1e-9);
+    if (first_after_create_.load() < 0) {
+      first_after_create_.store(static_cast<double>(at_ns - created_ns_) * 1e-9);
+    }
+  }
+}
+
+void Telemetry::epoch_ended(uint64_t at_ns) {
+  const uint64_t start = epoch_start_ns_.exchange(0, std::memory_order_relaxed);
+  if (start != 0 && at_ns > start) active_ns_.fetch_add(at_ns - start, std::memory_order_relaxed);
+  depth(0, 0, at_ns);
+}
+
+Snapshot Telemetry::snapshot() const {
+  Snapshot out;
+  const uint64_t now = now_ns();
+  out.uptime = static_cast<double>(now - created_ns_) * 1e-9;
+  {
+    std::lock_guard<std::mutex> lock(slots_mutex_);
+    for (const auto& s : slots_) {
+      if (!s) continue;
+      for (int st = 0; st < kStages; ++st) {
+        for (int k = 0; k < kKinds; ++k) {
+          const StageCell& c = s->cells[st][k];
+          StageTotals& t = out.stages[st][k];
+          if (const Histogram* h = c.busy.load(std::memory_order_acquire)) h->add_to(t.busy);
+          t.items += c.items.load(std::memory_order_relaxed);
+          t.bytes += c.bytes.load(std::memory_order_relaxed);
+          t.failures += c.failures.load(std::memory_order_relaxed);
+        }
+      }
+      out.slots.push_back(Snapshot::SlotView{s->role, s->cpu_ns.load() * 1e-9, s->scratch_bytes.load()});
+    }
+  }
+  out.prefetch = prefetch_.load();
+  out.consumer_wait = consumer_wait.data();
+  out.producer_block = producer_block.data();
+  // Integrals up to now, counting the current depth since its last change.
+  const uint64_t last = last_depth_ns_.load(std::memory_order_relaxed);
+  const double tail = last && now > last ? static_cast<double>(now - last) * 1e-9 : 0.0;
+  const bool running = epoch_start_ns_.load(std::memory_order_relaxed) != 0;
+  out.ready_integral = ready_integral_.load() + (running ? ready_.load() * tail : 0.0);
+  out.inflight_integral = inflight_integral_.load() + (running ? inflight_.load() * tail : 0.0);
+  const bool full = out.prefetch > 0 && ready_.load() >= out.prefetch;
+  out.back_pressure_seconds = back_pressure_.load() + (running && full ? tail : 0.0);
+  const uint64_t start = epoch_start_ns_.load(std::memory_order_relaxed);
+  out.active_seconds = static_cast<double>(active_ns_.load() + (start && now > start ? now - start : 0)) * 1e-9;
+  out.batches = batches.load();
+  out.samples = samples.load();
+  out.failures = failures.load();
+  out.warnings = warnings.load();
+  out.pool_bytes = pool_bytes.load();
+  out.pinned_bytes = pinned_bytes.load();
+  out.source_buffer_bytes = source_buffer_bytes.load();
+  out.first_batch_after_create = first_after_create_.load();
+  out.first_batch_last_epoch = first_last_epoch_.load();
+  out.spans_dropped = spans_dropped_.load();
+  {
+    std::lock_guard<std::mutex> lock(depth_mutex_);
+    out.depth.reserve(depth_.size());
+    for (size_t i = 0; i < depth_.size(); ++i) out.depth.push_back(depth_[(depth_next_ + i) % depth_.size()]);
+  }
+  return out;
+}
+
+namespace {
+
+// "Key:   123 kB" lines of /proc files, in bytes.
+int64_t kb_field(const std::string& text, const char* key) {
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(text.c_str() + at + std::strlen(key), nullptr, 10) * 1024;
+}
+
+int64_t plain_field(const std::string& text, const char* key) {
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(text.c_str() + at + std::strlen(key), nullptr, 10);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return "";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int64_t read_number(const std::string& path) {
+  const std::string s = slurp(path);
+  if (s.empty() || s[0] < '0' || s[0] > '9') return -1;  // also "max"
+  return std::strtoll(s.c_str(), nullptr, 10);
+}
+
+}  // namespace
+
+ProcessStats read_process_stats() {
+  ProcessStats p;
+  const std::string status = slurp("/proc/self/status");
+  p.rss = kb_field(status, "VmRSS:");
+  p.rss_peak = kb_field(status, "VmHWM:");
+  p.threads = static_cast<int>(plain_field(status, "Threads:"));
+  p.pss = kb_field(slurp("/proc/self/smaps_rollup"), "Pss:");
+  p.mem_available = kb_field(slurp("/proc/meminfo"), "MemAvailable:");
+  const std::string io = slurp("/proc/self/io");
+  p.io_rchar = plain_field(io, "rchar:");
+  p.io_read_bytes = plain_field(io, "read_bytes:");
+  p.io_syscr = plain_field(io, "syscr:");
+  timespec ts{};
+  // CPU time of the whole process, split from /proc/self/stat (utime, stime in clock ticks).
+  const std::string stat = slurp("/proc/self/stat");
+  const size_t paren = stat.rfind(')');
+  if (paren != std::string::npos) {
+    std::istringstream in(stat.substr(paren + 2));
+    std::string field;
+    unsigned long long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+    p.cpu_user = utime / tick;
+    p.cpu_system = stime / tick;
+  }
+  (void)ts;
+  // cgroup v2: "0::/path" in /proc/self/cgroup; v1: the memory controller's line.
+  std::istringstream cg(slurp("/proc/self/cgroup"));
+  std::string line;
+  while (std::getline(cg, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (controllers.empty()) {
+      const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
+      p.cgroup_current = read_number(dir + "/memory.current");
+      p.cgroup_peak = read_number(dir + "/memory.peak");
+    } else if (controllers.find("memory") != std::string::npos && p.cgroup_current < 0) {
+      const std::string dir = "/sys/fs/cgroup/memory" + (path == "/" ? std::string() : path);
+      p.cgroup_current = read_number(dir + "/memory.usage_in_bytes");
+      p.cgroup_peak = read_number(dir + "/memory.max_usage_in_bytes");
+    }
+  }
+  return p;
+}
+
+}  // namespace loadscope::telemetry

@@ -1,0 +1,483 @@
+"""Telemetry: where the time and the memory of an input pipeline go.
+
+    snap = loader.telemetry()          # a Snapshot: .summary(), .to_dict(), .to_json(), .to_prometheus()
+    loader.report_every(10, to=print)  # interval reports (deltas) to a callable, a logger or a .jsonl path
+    loader.start_trace("run.trace.json"); ...; loader.stop_trace()   # Chrome/Perfetto trace
+    for batch in loadscope.telemetry.watch(dataloader): ...          # the same ruler on a torch DataLoader
+
+Every metric, its unit and how it is measured: docs/telemetry.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+
+from . import _native
+
+Sink = Union[Callable[[Dict[str, Any]], None], logging.Logger, str, "os.PathLike[str]"]
+
+
+def _hist() -> "_native.Histogram":
+    return _native.Histogram()
+
+
+class LoopStats:
+    """What the training loop sees, measured in the consumer's thread: the time each
+    ``__next__`` takes (data wait: the loop, and so the GPU, waits for input), the gap between
+    consecutive ``__next__`` calls (step time), and the time to the first batch."""
+
+    def __init__(self, created_ns: int) -> None:
+        self.created_ns = created_ns
+        self.wait = _hist()      # __next__ duration, ns
+        self.step = _hist()      # entry-to-entry, ns
+        self.convert = _hist()   # native batch -> tensors, ns
+        self.wait_in_steps = 0   # ns of wait inside counted steps
+        self.step_total = 0      # ns
+        self.batches = 0
+        self.first_batch_after_create: Optional[float] = None
+        self.first_batch_last_epoch: Optional[float] = None
+        self._last_enter: Optional[int] = None
+        self._epoch_start: Optional[int] = None
+        self.spans: Optional[List[tuple]] = None  # (name, start_ns, dur_ns, arg) when tracing
+
+    def epoch_started(self) -> None:
+        self._epoch_start = time.monotonic_ns()
+        self._last_enter = None  # the gap across epochs is not a training step
+
+    def delivered(self, enter_ns: int, native_ns: int, done_ns: int, index: int) -> None:
+        wait = done_ns - enter_ns
+        self.wait.record(wait)
+        self.convert.record(done_ns - native_ns)
+        if self._last_enter is not None:
+            step = enter_ns - self._last_enter
+            self.step.record(step)
+            self.step_total += step
+            self.wait_in_steps += wait
+        self._last_enter = enter_ns
+        self.batches += 1
+        if self.first_batch_after_create is None:
+            self.first_batch_after_create = (done_ns - self.created_ns) * 1e-9
+        if self._epoch_start is not None:
+            self.first_batch_last_epoch = (done_ns - self._epoch_start) * 1e-9
+            self._epoch_start = None
+        if self.spans is not None:
+            self.spans.append(("next()", enter_ns, wait, index))
+            self.spans.append(("to tensors", native_ns, done_ns - native_ns, index))
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {
+            "batches": self.batches,
+            "step": self.step.summary(),
+            "data_wait": self.wait.summary(),
+            "data_wait_share": (self.wait_in_steps / self.step_total) if self.step_total else None,
+            "to_tensors": self.convert.summary(),
+            "first_batch_after_create": self.first_batch_after_create,
+            "first_batch_last_epoch": self.first_batch_last_epoch,
+        }
+
+
+def _mb(n: Optional[float]) -> str:
+    return "n/a" if n is None else f"{n / 2**20:.1f} MiB"
+
+
+def _t(s: Optional[float]) -> str:
+    if s is None:
+        return "n/a"
+    if s >= 1:
+        return f"{s:.2f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.2f} ms"
+    return f"{s * 1e6:.0f} µs"
+
+
+class Snapshot:
+    """One reading of a loader's telemetry. ``to_dict()`` has every metric (docs/telemetry.md);
+    ``summary()`` is the table for people."""
+
+    def __init__(self, data: Dict[str, Any]) -> None:
+        self._d = data
+
+    def __getitem__(self, key: str) -> Any:
+        return self._d[key]
+
+    def to_dict(self) -> Dict[str, Any]:
+        return json.loads(json.dumps(self._d))  # a deep copy of plain types
+
+    def to_json(self, **kw) -> str:
+        return json.dumps(self._d, **kw)
+
+    def verdict(self) -> str:
+        share = self._d["loop"]["data_wait_share"]
+        if share is None:
+            return "not enough steps yet"
+        if share > 0.5:
+            return f"input-bound: the training loop waited for data {share:.0%} of its step time"
+        if share > 0.1:
+            return f"partly input-bound: data wait is {share:.0%} of step time"
+        return f"compute-bound: data wait is {share:.0%} of step time; faster input would not help"
+
+    def summary(self) -> str:
+        d = self._d
+        lines = []
+        active = d["active_seconds"] or 0
+        rate = d["samples"] / active if active else 0
+        lines.append(f"loadscope telemetry: {d['samples']} samples in {d['batches']} batches, "
+                     f"{rate:.0f} samples/s over {active:.2f} s of epochs; "
+                     f"{d['failures']} failed, {d['warnings']} with decoder warnings")
+        loop = d["loop"]
+        if loop["batches"]:
+            lines.append(f"training loop: step p50 {_t(loop['step']['p50'])}, data wait p50 "
+                         f"{_t(loop['data_wait']['p50'])} p99 {_t(loop['data_wait']['p99'])} max "
+                         f"{_t(loop['data_wait']['max'])}; first batch {_t(loop['first_batch_last_epoch'])} "
+                         f"after the epoch started")
+            lines.append(f"  -> {self.verdict()}")
+        q = d["queue"]
+        lines.append(f"queue: {q['mean_ready']:.2f} of {q['prefetch']} batches ready on average "
+                     f"(occupancy {q['occupancy']:.0%}), {q['mean_in_flight']:.2f} being built; "
+                     f"back-pressure {_t(q['back_pressure_seconds'])} (all {q['prefetch']} ready, workers idle "
+                     f"for the consumer), consumer waited {_t(q['consumer_wait']['total'])}")
+        lines.append(f"{'stage':<8} {'kind':<7} {'items':>7} {'busy':>9} {'p50':>9} {'p99':>9} {'max':>9} {'MiB/s':>7} {'failed':>6}")
+        for stage, kinds in d["stages"].items():
+            for kind, c in kinds.items():
+                busy = c["busy"]["total"]
+                mbps = (c["bytes"] / 2**20 / busy) if busy and c["bytes"] else None
+                lines.append(f"{stage:<8} {kind:<7} {c['items']:>7} {_t(busy):>9} {_t(c['busy']['p50']):>9} "
+                             f"{_t(c['busy']['p99']):>9} {_t(c['busy']['max']):>9} "
+                             f"{'' if mbps is None else f'{mbps:.0f}':>7} {c['failures']:>6}")
+        t = d.get("transfer", {})
+        if t.get("enabled"):
+            lines.append(f"transfer: {t['batches']} batches, copy p50 {_t(t['copy']['p50'])}, "
+                         f"{t['bandwidth_gbps']:.1f} GB/s, {t['overlapped_share']:.0%} overlapped with compute")
+        else:
+            lines.append(f"transfer: off ({t.get('reason', 'no device')})")
+        m = d["memory"]
+        e = m["engine"]
+        lines.append(f"memory: RSS {_mb(m['rss'])}, PSS {_mb(m['pss'])} (largest seen {_mb(m['pss_peak'])}), "
+                     f"RSS peak {_mb(m['rss_peak'])}, cgroup peak {_mb(m['cgroup_peak'])}, available {_mb(m['mem_available'])}; "
+                     f"engine-owned {_mb(e['total'])} (batches {_mb(e['pool_bytes'])}, scratch {_mb(e['scratch_bytes'])}, "
+                     f"shuffle buffer {_mb(e['source_buffer_bytes'])}, pinned {_mb(e['pinned_bytes'])})")
+        c = d["cpu"]
+        workers = [th for th in d["threads"] if th["role"].startswith("worker")]
+        lines.append(f"cpu: process {c['cores']:.2f} cores busy since the loader was made; engine threads "
+                     + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
+        io = d["io"]
+        lines.append(f"storage: engine read {_mb(io['engine_bytes'])} in {io['engine_reads']} reads "
+                     f"({_mb(io['engine_bytes_per_s'])}/s over epochs); process rchar {_mb(io['proc_rchar'])}, "
+                     f"from disk {_mb(io['proc_read_bytes'])}")
+        return "\n".join(lines)
+
+    def to_prometheus(self, prefix: str = "loadscope") -> str:
+        """Prometheus text exposition of the counters, gauges and quantiles."""
+        d = self._d
+        out: List[str] = []
+
+        def metric(name: str, kind: str, helptext: str, samples: List[tuple]) -> None:
+            out.append(f"# HELP {prefix}_{name} {helptext}")
+            out.append(f"# TYPE {prefix}_{name} {kind}")
+            for labels, value in samples:
+                if value is None:
+                    continue
+                lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+                out.append(f"{prefix}_{name}{{{lab}}} {value}" if lab else f"{prefix}_{name} {value}")
+
+        metric("samples_total", "counter", "Samples delivered.", [({}, d["samples"])])
+        metric("batches_total", "counter", "Batches delivered.", [({}, d["batches"])])
+        metric("failures_total", "counter", "Samples skipped or failed.", [({}, d["failures"])])
+        busy, items, quant = [], [], []
+        for stage, kinds in d["stages"].items():
+            for kind, c in kinds.items():
+                lab = {"stage": stage, "kind": kind}
+                busy.append((lab, c["busy"]["total"]))
+                items.append((lab, c["items"]))
+                for q in ("p50", "p90", "p99"):
+                    quant.append(({**lab, "quantile": "0." + q[1:]}, c["busy"][q]))
+        metric("stage_busy_seconds_total", "counter", "Busy time per stage and kind.", busy)
+        metric("stage_items_total", "counter", "Items per stage and kind.", items)
+        metric("stage_busy_seconds", "summary", "Busy time per item, quantiles.", quant)
+        loop = d["loop"]
+        metric("data_wait_seconds", "summary", "Time __next__ blocked the training loop.",
+               [({"quantile": "0." + q[1:]}, loop["data_wait"][q]) for q in ("p50", "p90", "p99")]
+               + [({}, None)])
+        metric("data_wait_share", "gauge", "Data wait as a share of step time.", [({}, loop["data_wait_share"])])
+        q = d["queue"]
+        metric("queue_occupancy", "gauge", "Mean ready batches over prefetch.", [({}, q["occupancy"])])
+        m = d["memory"]
+        metric("memory_bytes", "gauge", "Process memory.",
+               [({"kind": k}, m[k]) for k in ("rss", "pss", "rss_peak", "cgroup_peak", "mem_available")]
+               + [({"kind": "engine"}, m["engine"]["total"])])
+        return "\n".join(out) + "\n"
+
+
+def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, Any], transfer: Dict[str, Any],
+                   pss_peak: Optional[int], config: Dict[str, Any], cpu_since: tuple) -> Snapshot:
+    """Assembles the snapshot dictionary (see docs/telemetry.md for each field)."""
+    d = dict(native)
+    q = d["queue"]
+    q["occupancy"] = q["mean_ready"] / q["prefetch"] if q["prefetch"] else 0.0
+    d["loop"] = loop.to_dict()
+    e = dict(d.pop("engine_memory"))
+    e["pinned_bytes"] = transfer.get("pinned_bytes", 0)
+    e["total"] = e["pool_bytes"] + e["scratch_bytes"] + e["source_buffer_bytes"]
+    d["memory"] = {k: process[k] for k in ("rss", "pss", "rss_peak", "cgroup_current", "cgroup_peak", "mem_available")}
+    d["memory"]["pss_peak"] = pss_peak
+    d["memory"]["engine"] = e
+    wall0, cpu0 = cpu_since
+    wall = time.monotonic() - wall0
+    cpu = process["cpu_user"] + process["cpu_system"] - cpu0
+    d["cpu"] = {"user": process["cpu_user"], "system": process["cpu_system"], "cores": cpu / wall if wall > 0 else 0.0}
+    reads = sum(c["items"] for stage, kinds in d["stages"].items() if stage == "read" for k, c in kinds.items() if k != "source")
+    reads += d["stages"].get("read", {}).get("source", {}).get("items", 0)
+    engine_bytes = sum(c["bytes"] for c in d["stages"].get("read", {}).values())
+    d["io"] = {"engine_bytes": engine_bytes, "engine_reads": reads,
+               "engine_bytes_per_s": engine_bytes / d["active_seconds"] if d["active_seconds"] else 0.0,
+               "proc_rchar": process["io_rchar"], "proc_read_bytes": process["io_read_bytes"], "proc_syscr": process["io_syscr"]}
+    d["transfer"] = transfer
+    d["config"] = config
+    return Snapshot(d)
+
+
+def _flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, key + "."))
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[key] = v
+    return out
+
+
+# Counters whose difference between two snapshots is the interval's share.
+_COUNTERS = ("samples", "batches", "failures", "warnings", "active_seconds", "uptime")
+
+
+def delta(now: Snapshot, before: Optional[Snapshot]) -> Dict[str, Any]:
+    """An interval report: counters and totals as differences since `before`, gauges (memory,
+    queue depth) as they are now, quantiles as they are now (cumulative)."""
+    report: Dict[str, Any] = {"time": time.time(), "snapshot": now.to_dict()}
+    if before is None:
+        report["interval"] = {k: now[k] for k in _COUNTERS}
+        return report
+    a, b = _flatten(now.to_dict()), _flatten(before.to_dict())
+    changes = {}
+    for k, v in a.items():
+        leaf = k.rsplit(".", 1)[-1]
+        if k in _COUNTERS or leaf in ("items", "bytes", "total", "count", "engine_bytes", "engine_reads", "step_total"):
+            changes[k] = v - b.get(k, 0)
+    report["interval"] = changes
+    dt = changes.get("uptime", 0)
+    report["samples_per_s"] = changes.get("samples", 0) / dt if dt else 0.0
+    return report
+
+
+class Reporter:
+    """Emits interval reports every `seconds` from a daemon thread, and a final one on stop()."""
+
+    def __init__(self, source: Callable[[], Snapshot], seconds: float, to: Sink) -> None:
+        if not seconds > 0:
+            raise ValueError("report interval must be > 0 seconds")
+        self._source = source
+        self._seconds = seconds
+        self._emit = self._sink(to)
+        self._stop = threading.Event()
+        self._last: Optional[Snapshot] = None
+        self._thread = threading.Thread(target=self._run, name="loadscope-reporter", daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def _sink(to: Sink) -> Callable[[Dict[str, Any]], None]:
+        if callable(to) and not isinstance(to, logging.Logger):
+            return to
+        if isinstance(to, logging.Logger):
+            return lambda r: to.info("loadscope telemetry %s", json.dumps(r["interval"]))
+        path = os.fspath(to)
+
+        def write(report: Dict[str, Any]) -> None:
+            with open(path, "a") as f:
+                f.write(json.dumps(report) + "\n")
+
+        return write
+
+    def report(self) -> None:
+        try:
+            snap = self._source()
+        except ReferenceError:  # the loader is gone
+            self._stop.set()
+            return
+        self._emit(delta(snap, self._last))
+        self._last = snap
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._seconds):
+            self.report()
+
+    def stop(self) -> None:
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            self.report()
+
+
+def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List[tuple],
+                 created_ns: int, path: Union[str, "os.PathLike[str]"]) -> str:
+    """Writes spans as a Chrome/Perfetto trace (JSON trace-event format): one row per engine
+    thread and one for the training loop, a counter track for the ready queue."""
+    pid = os.getpid()
+    events: List[Dict[str, Any]] = []
+    tid = 0
+
+    def lane(name: str) -> int:
+        nonlocal tid
+        tid += 1
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+        return tid
+
+    def x(name: str, start: int, dur: int, t: int, arg: int, cat: str) -> None:
+        ev = {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": t,
+              "ts": (start - created_ns) / 1e3, "dur": dur / 1e3}
+        if arg >= 0:
+            ev["args"] = {"batch" if cat in ("loop", "planner", "consumer") else "sample": arg}
+        events.append(ev)
+
+    loop_lane = lane("training loop")
+    for name, start, dur, arg in loop_spans:
+        x(name, start, dur, loop_lane, arg, "loop")
+    for role, spans in native_spans:
+        if not spans:
+            continue
+        t = lane(role)
+        cat = role.split()[0]
+        for name, start, dur, arg in sorted(spans, key=lambda s: s[1]):
+            x(name, start, dur, t, arg, cat)
+    for at, ready, inflight in depth:
+        events.append({"ph": "C", "name": "batches", "pid": pid, "ts": at * 1e6,
+                       "args": {"ready": ready, "being built": inflight}})
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms",
+                   "otherData": {"producer": "loadscope", "clock": "CLOCK_MONOTONIC, µs from the loader's creation"}}, f)
+    return os.fspath(path)
+
+
+# --- watching any iterable, e.g. a torch DataLoader ------------------------------------------
+
+class _ProcessTreeSampler:
+    """Samples RSS, PSS and CPU of this process and each child (DataLoader workers) with psutil,
+    every `interval` seconds, from a daemon thread; keeps the latest and the largest."""
+
+    def __init__(self, interval: float = 0.2) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._me = psutil.Process()
+        self._interval = interval
+        self._stop = threading.Event()
+        self.latest: Dict[str, Any] = {}
+        self.peak_total_pss = 0
+        self._thread = threading.Thread(target=self._run, name="loadscope-watch", daemon=True)
+        self._thread.start()
+
+    def sample(self) -> Dict[str, Any]:
+        procs = []
+        for role, p in [("main", self._me)] + [("worker", c) for c in self._me.children(recursive=True)]:
+            try:
+                with p.oneshot():
+                    full = p.memory_full_info()
+                    cpu = p.cpu_times()
+                    procs.append({"role": role, "pid": p.pid, "rss": full.rss, "pss": full.pss,
+                                  "cpu_seconds": cpu.user + cpu.system})
+            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
+                continue
+        total = {k: sum(p[k] for p in procs) for k in ("rss", "pss", "cpu_seconds")}
+        self.peak_total_pss = max(self.peak_total_pss, total["pss"])
+        self.latest = {"processes": procs, "total": total, "workers": sum(p["role"] == "worker" for p in procs)}
+        return self.latest
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(self._interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+class Watched:
+    """Wraps any iterable of batches (a torch DataLoader) and measures it with loadscope's
+    ruler: per-``__next__`` data wait, step time, tail latency, and RSS/PSS/CPU of the process
+    and of each worker process. ``telemetry()`` returns the same ``loop`` and ``memory``
+    sections as a loadscope Loader's snapshot, plus ``processes``."""
+
+    def __init__(self, iterable: Iterable, interval: float = 0.2) -> None:
+        self._iterable = iterable
+        self.loop = LoopStats(time.monotonic_ns())
+        self._interval = interval
+        self._sampler: Optional[_ProcessTreeSampler] = None
+        self._cpu0 = (time.monotonic(), sum(os.times()[:2]))
+        self._samples = 0
+
+    def __len__(self) -> int:
+        return len(self._iterable)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._sampler is None:
+            self._sampler = _ProcessTreeSampler(self._interval)
+        self.loop.epoch_started()
+        it = iter(self._iterable)
+        while True:
+            enter = time.monotonic_ns()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            done = time.monotonic_ns()
+            self.loop.delivered(enter, done, done, self.loop.batches)
+            self._samples += _batch_len(batch)
+            yield batch
+
+    def telemetry(self) -> Dict[str, Any]:
+        tree = self._sampler.sample() if self._sampler else {"processes": [], "total": {}, "workers": 0}
+        proc = _native.process_stats()
+        wall0, cpu0 = self._cpu0
+        return {
+            "samples": self._samples,
+            "loop": self.loop.to_dict(),
+            "processes": tree["processes"],
+            "workers": tree["workers"],
+            "memory": {"rss": proc["rss"], "pss": proc["pss"], "rss_peak": proc["rss_peak"],
+                       "total_rss": tree["total"].get("rss"), "total_pss": tree["total"].get("pss"),
+                       "total_pss_peak": self._sampler.peak_total_pss if self._sampler else None,
+                       "cgroup_peak": proc["cgroup_peak"], "mem_available": proc["mem_available"]},
+            "cpu": {"main_cores": (sum(os.times()[:2]) - cpu0) / max(time.monotonic() - wall0, 1e-9),
+                    "total_seconds": tree["total"].get("cpu_seconds")},
+        }
+
+    def close(self) -> None:
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
+
+
+def _batch_len(batch: Any) -> int:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() else 1
+    if isinstance(batch, (list, tuple)) and batch:
+        return _batch_len(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _batch_len(next(iter(batch.values())))
+    return 1
+
+
+def watch(iterable: Iterable, *, interval: float = 0.2) -> Watched:
+    """Measures any iterable of batches (e.g. ``torch.utils.data.DataLoader``) with loadscope's
+    ruler. Iterate the result instead of the DataLoader; call ``.telemetry()`` for the numbers."""
+    return Watched(iterable, interval=interval)
