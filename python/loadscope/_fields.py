@@ -15,8 +15,9 @@ CROPS = ("random_resized", "center", "resize")
 # An Image field named like an image type reads any image member, its own name first: a folder
 # of ImageNet's .JPEG files works with fields={"jpg": Image(...)}.
 IMAGE_MEMBERS = ("jpg", "jpeg", "png", "ppm", "pgm", "bmp", "tif", "tiff", "webp")
-# Likewise a VideoClip field named like a video container reads any video member.
-VIDEO_MEMBERS = ("mp4", "m4v", "mov", "mkv", "webm", "avi", "mpg", "mpeg", "ts", "flv")
+# Likewise a VideoClip field named like a video container (or "video") reads any video member.
+VIDEO_MEMBERS = ("mp4", "m4v", "mov", "mkv", "webm", "avi", "mpg", "mpeg", "ts", "mts", "m2ts",
+                 "flv", "3gp", "ogv", "wmv")
 POSITIONS = ("random", "uniform", "center")
 SHORT = ("pad", "fail")
 
@@ -112,29 +113,30 @@ class Image(Field):
     optional: bool = False
 
     def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
-        _bool(type(self).__name__, "optional", self.optional)
+        n = type(self).__name__
+        _bool(n, "optional", self.optional)
         if self.crop not in CROPS:
-            raise ConfigError(f"Image.crop={self.crop!r} is not one of {', '.join(CROPS)}")
+            raise ConfigError(f"{n}.crop={self.crop!r} is not one of {', '.join(CROPS)}")
         if isinstance(self.size, (tuple, list)) and len(self.size) == 2:
-            size = (_int("Image", "size", self.size[0], 1), _int("Image", "size", self.size[1], 1))
+            size = (_int(n, "size", self.size[0], 1), _int(n, "size", self.size[1], 1))
         elif isinstance(self.size, (tuple, list)):
-            raise ConfigError(f"Image.size must be an int or (height, width), got {self.size!r}")
+            raise ConfigError(f"{n}.size must be an int or (height, width), got {self.size!r}")
         else:
-            size = _int("Image", "size", self.size, 1)
+            size = _int(n, "size", self.size, 1)
         object.__setattr__(self, "size", size)
-        _range("Image", "scale", self.scale)
-        _range("Image", "ratio", self.ratio)
+        _range(n, "scale", self.scale)
+        _range(n, "ratio", self.ratio)
         if self.resize is not None:
             if self.crop != "center":
-                raise ConfigError("Image.resize applies only to crop='center'")
-            _int("Image", "resize", self.resize, 1)
+                raise ConfigError(f"{n}.resize applies only to crop='center'")
+            _int(n, "resize", self.resize, 1)
         if isinstance(self.flip, bool) or not isinstance(self.flip, (int, float)) or not 0 <= self.flip <= 1:
-            raise ConfigError(f"Image.flip is a probability in [0, 1], got {self.flip!r}")
-        _bool("Image", "channels_last", self.channels_last)
-        _bool("Image", "exif", self.exif)
+            raise ConfigError(f"{n}.flip is a probability in [0, 1], got {self.flip!r}")
+        _bool(n, "channels_last", self.channels_last)
+        _bool(n, "exif", self.exif)
         if self.dct_scaling is not None:
-            _bool("Image", "dct_scaling", self.dct_scaling)
-        _int("Image", "max_pixels", self.max_pixels, 1)
+            _bool(n, "dct_scaling", self.dct_scaling)
+        _int(n, "max_pixels", self.max_pixels, 1)
 
     @property
     def hw(self) -> Tuple[int, int]:
@@ -145,7 +147,7 @@ class Image(Field):
 
     def _native(self, name: str, native):
         keys = _keys(self.keys, name)
-        if self.keys is None and name.lower() in IMAGE_MEMBERS:
+        if self.keys is None and name.lower() in IMAGE_MEMBERS + ("image", "img"):
             keys = [name.lower()] + [k for k in IMAGE_MEMBERS if k != name.lower()]
         h, w = self.hw
         return native.image_field(
@@ -238,6 +240,7 @@ class VideoClip(Image):
         decoder_threads: FFmpeg's own threads per video (0: FFmpeg decides). The loader's
             threads already decode different videos in parallel; see docs/video.md.
         rotate: apply the rotation metadata, so frames come out upright as players show them.
+        max_pixels: frames larger than this (width x height) fail before decoding.
         color_tags: honour the stream's colour matrix (BT.709, BT.601, ...) and range tags when
             converting to RGB, as the ffmpeg CLI and torchcodec do (their frames are reproduced
             byte for byte). ``False``: swscale's defaults (BT.601, range from the pixel format),
@@ -281,10 +284,17 @@ class VideoClip(Image):
         _bool(n, "color_tags", self.color_tags)
         if self.dct_scaling:
             raise ConfigError("VideoClip: dct_scaling applies to JPEG images only")
+        if not self.exif:
+            raise ConfigError("VideoClip: exif applies to images; videos are turned upright by rotate=")
+        h, w = self.hw
+        per_sample = self.frames * self.clips * h * w * 3
+        if per_sample > 2**32:
+            raise ConfigError(f"VideoClip: frames x clips x size is {per_sample / 2**30:.1f} GiB per sample; "
+                              "more than 4 GiB is refused")
 
     def _native(self, name: str, native):
         keys = _keys(self.keys, name)
-        if self.keys is None and name.lower() in VIDEO_MEMBERS:
+        if self.keys is None and name.lower() in VIDEO_MEMBERS + ("video", "clip"):
             keys = [name.lower()] + [k for k in VIDEO_MEMBERS if k != name.lower()]
         h, w = self.hw
         return native.video_field(
@@ -296,5 +306,5 @@ class VideoClip(Image):
             flip=float(self.flip), channels_last=self.channels_last,
             stream=-1 if self.stream is None else int(self.stream),
             decoder_threads=int(self.decoder_threads), rotate=self.rotate, color_tags=self.color_tags,
-            optional=self.optional,
+            optional=self.optional, max_pixels=int(self.max_pixels),
         )

@@ -16,7 +16,8 @@ from ._errors import ConfigError
 
 # torchvision's IMG_EXTENSIONS: which files make a sample in a Folder.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".flv")
+VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts",
+                    ".flv", ".3gp", ".ogv", ".wmv")
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -481,3 +481,68 @@ def watch(iterable: Iterable, *, interval: float = 0.2) -> Watched:
     """Measures any iterable of batches (e.g. ``torch.utils.data.DataLoader``) with loadscope's
     ruler. Iterate the result instead of the DataLoader; call ``.telemetry()`` for the numbers."""
     return Watched(iterable, interval=interval)
+
+
+def render_trace(trace_path: Union[str, "os.PathLike[str]"], png_path: Union[str, "os.PathLike[str]"], *,
+                 start: float = 0.0, seconds: Optional[float] = None, width: int = 1400) -> str:
+    """Draws a trace written by ``stop_trace`` as a PNG timeline: one row per thread, one box
+    per span, the ready-queue depth as a step line. For docs and quick looks without a browser."""
+    from PIL import Image, ImageDraw
+
+    with open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    lanes = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    spans = [e for e in events if e.get("ph") == "X"]
+    counters = sorted((e["ts"], e["args"]["ready"]) for e in events if e.get("ph") == "C")
+    if not spans:
+        raise ValueError("the trace holds no spans")
+    t0 = min(e["ts"] for e in spans) + start * 1e6
+    t1 = max(e["ts"] + e["dur"] for e in spans) if seconds is None else t0 + seconds * 1e6
+    order = sorted(lanes)
+    left, row, top = 130, 26, 30
+    height = top + row * (len(order) + 2) + 30
+    img = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(img)
+    scale = (width - left - 10) / max(t1 - t0, 1.0)
+    colors = {"sample": (66, 133, 244), "next()": (219, 68, 55), "to tensors": (244, 180, 0),
+              "fill batch": (15, 157, 88), "wait for batch": (171, 71, 188)}
+    y_of = {tid: top + row * i for i, tid in enumerate(order)}
+    for tid in order:
+        draw.text((5, y_of[tid] + 6), lanes[tid], fill="black")
+        draw.line([(left, y_of[tid] + row - 2), (width - 10, y_of[tid] + row - 2)], fill=(230, 230, 230))
+    for e in spans:
+        if e["tid"] not in y_of or e["ts"] > t1 or e["ts"] + e["dur"] < t0:
+            continue
+        x0 = left + (max(e["ts"], t0) - t0) * scale
+        x1 = left + (min(e["ts"] + e["dur"], t1) - t0) * scale
+        inner = e["name"] == "to tensors"
+        y = y_of[e["tid"]] + (12 if inner else 4)
+        draw.rectangle([x0, y, max(x1, x0 + 1), y_of[e["tid"]] + row - 5], fill=colors.get(e["name"], (120, 120, 120)))
+    # ready-queue depth
+    qy = top + row * len(order) + 4
+    draw.text((5, qy + 6), "ready batches", fill="black")
+    peak = max([c[1] for c in counters] + [1])
+    prev = None
+    for ts, ready in counters:
+        if ts < t0 or ts > t1:
+            continue
+        x = left + (ts - t0) * scale
+        y = qy + row + 10 - ready / peak * (row + 6)
+        if prev:
+            draw.line([prev, (x, prev[1]), (x, y)], fill=(0, 0, 0))
+        prev = (x, y)
+    # time axis
+    ay = height - 22
+    span_s = (t1 - t0) / 1e6
+    step = 10 ** int(f"{span_s / 8:e}".split("e")[1])
+    step = step * 5 if span_s / step > 40 else step * 2 if span_s / step > 16 else step
+    k = 0.0
+    while k <= span_s:
+        x = left + k * 1e6 * scale
+        draw.line([(x, ay - 4), (x, ay)], fill="black")
+        draw.text((x + 2, ay), f"{k * 1e3:.0f} ms", fill="black")
+        k += step
+    legend = ", ".join(f"{n}" for n in colors)
+    draw.text((left, 8), f"{span_s * 1e3:.0f} ms of trace — boxes: {legend}", fill="black")
+    img.save(png_path)
+    return os.fspath(png_path)

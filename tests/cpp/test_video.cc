@@ -84,9 +84,16 @@ TEST_CASE("clips by time show the frame on screen at each sampled time", "[clips
   spec.fps = 10;  // every 100 ms
   spec.position = pipeline::ClipPosition::kCenter;
   Rng rng(0);
-  // span 300 ms, room 500 - 300 = 200, centre start at 100 ms: times 100, 200, 300, 400.
+  // The video lasts until 600 ms (its last frame shows for one more step, 100 ms); a clip
+  // spans 300 ms, so the room is 300 and the centre start 150: times 150, 250, 350, 450.
   auto t = pipeline::plan_clips(pts, 0.001, spec, rng);
-  CHECK(t == std::vector<int64_t>{70, 200, 300, 400});
+  CHECK(t == std::vector<int64_t>{140, 200, 300, 400});
+  // A 3-frame 30 fps video lasts 0.1 s: a 3-frame clip at 20 fps (spanning 0.1 s) fits.
+  pipeline::ClipSpec tight;
+  tight.frames = 3;
+  tight.fps = 20;
+  tight.short_video = pipeline::ShortVideo::kFail;
+  CHECK(pipeline::plan_clips({0, 1001, 2002}, 1.0 / 30000, tight, rng).size() == 3);
 }
 
 TEST_CASE("video index facts match the data README", "[video]") {

@@ -208,7 +208,8 @@ def test_variable_frame_rate_sampling_by_time(real, tmp_path):
     loader = ls.Loader(write_manifest(tmp_path, [rel]), fields={"webm": ls.VideoClip(32, frames=12, fps=10.0, position="center")}, batch_size=1)
     got = next(iter(loader))["webm.time"][0].tolist()
     span = 11 / 10
-    t0 = times[0] + (times[-1] - times[0] - span) / 2  # "center": half of the free room
+    end = times[-1] + (times[-1] - times[-2])  # the last frame shows for one more step
+    t0 = times[0] + (end - times[0] - span - 1e-6) / 2  # "center": half of the free room
     for k, t in enumerate(got):
         shown = times[bisect.bisect_right(times, t0 + k / 10 + 1e-9) - 1]
         assert t == pytest.approx(shown)
@@ -341,3 +342,67 @@ def test_pixel_formats_convert_like_the_ffmpeg_cli(tmp_path, pix_fmt, codec):
     got = decode(path, ix["pts"], 202, 118)
     for i in range(10):
         assert np.array_equal(got[i], ref[i]), (pix_fmt, i)
+
+
+@pytest.fixture(scope="module")
+def awkward(tmp_path_factory):
+    """Ordinary files that once failed (found by review): open-GOP H.264, an MP4 with an edit
+    list, MPEG-4 Part 2 with B-frames in AVI, MPEG-2 in MPEG-PS; and hostile or broken ones:
+    an HLS playlist and a JPEG named .mp4, a truncated FLV."""
+    d = tmp_path_factory.mktemp("awkward")
+    src = "testsrc2=s=160x120:r=30:d=4"
+
+    def ff(*args):
+        subprocess.run(["ffmpeg", "-v", "error", "-y", *args], check=True, capture_output=True)
+
+    ff("-f", "lavfi", "-i", src, "-c:v", "libx264", "-x264-params", "keyint=15:open-gop=1", str(d / "opengop.mp4"))
+    ff("-f", "lavfi", "-i", src, "-c:v", "libx264", "-g", "30", str(d / "src.mp4"))
+    ff("-ss", "1.3", "-i", str(d / "src.mp4"), "-c", "copy", str(d / "cut.mp4"))
+    ff("-f", "lavfi", "-i", src, "-c:v", "mpeg4", "-bf", "2", str(d / "mp4v_b.avi"))
+    ff("-f", "lavfi", "-i", src, "-c:v", "mpeg2video", "-bf", "2", "-g", "15", str(d / "m2.mpg"))
+    ff("-f", "lavfi", "-i", src, "-c:v", "flv1", str(d / "full.flv"))
+    ff("-f", "lavfi", "-i", src, "-c:v", "libx264", str(d / "other.ts"))
+    data = (d / "full.flv").read_bytes()
+    (d / "trunc.flv").write_bytes(data[: len(data) * 6 // 10])
+    (d / "playlist.mp4").write_text(f"#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:4.0,\n{d / 'other.ts'}\n#EXT-X-ENDLIST\n")
+    return d
+
+
+@pytest.mark.parametrize("name", ["opengop.mp4", "cut.mp4", "mp4v_b.avi", "m2.mpg"])
+def test_awkward_but_valid_files_decode_like_the_cli(awkward, name):
+    path = awkward / name
+    ix = _native.video_index(str(path))
+    ref = cli_frames(path, 160, 120)
+    assert len(ix["pts"]) == len(ref)  # e.g. the edit list's hidden frames are not frames
+    # every frame on its own (a seek each: open-GOP leading pictures, inexact MPEG-PS seeks)
+    for i in range(0, len(ref), 7):
+        assert np.array_equal(decode(path, [ix["pts"][i]], 160, 120)[0], ref[i]), (name, i)
+    assert np.array_equal(decode(path, ix["pts"][-1:], 160, 120)[0], ref[-1])  # the last frame
+    got = decode(path, ix["pts"], 160, 120, threads=0)  # FFmpeg's own thread count
+    assert all(np.array_equal(a, b) for a, b in zip(got, ref))
+
+
+def test_hostile_and_broken_files_are_refused(awkward, demo):
+    with pytest.raises(ls.DecodeError, match="not a video container"):
+        _native.video_index(str(awkward / "playlist.mp4"))  # would read other.ts
+    with pytest.raises(ls.DecodeError, match="not a video container"):
+        _native.video_index(str(awkward / "playlist.mp4"))
+    photo = awkward / "photo.mp4"
+    photo.write_bytes(next((demo / "folder").rglob("*.jpg")).read_bytes())
+    with pytest.raises(ls.DecodeError, match="not a video container"):
+        _native.video_index(str(photo))
+    with pytest.raises(ls.DecodeError, match=r"truncated: the container states 4\.0+ s"):
+        _native.video_index(str(awkward / "trunc.flv"))
+
+
+def test_index_cache_spares_rereading(awkward, tmp_path):
+    import shutil
+
+    fresh = tmp_path / "fresh.mp4"  # a path this process has not indexed yet
+    shutil.copy(awkward / "src.mp4", fresh)
+    L = ls.Loader(write_manifest(tmp_path, [fresh]), fields={"mp4": ls.VideoClip(32, frames=2, position="center")}, batch_size=1)
+    list(L)
+    first = L.stats()["bytes_read"]
+    assert first >= fresh.stat().st_size  # indexing read the whole file
+    list(L)
+    assert L.stats()["bytes_read"] < first / 2  # the second epoch reads only around its clip

@@ -57,12 +57,15 @@ std::vector<int64_t> plan_clips(const std::vector<int64_t>& pts, double time_bas
     return targets;
   }
   // By time: t0, t0 + 1/fps, ...; each shows the last frame with pts <= t.
-  const double first = pts.front() * time_base, last = pts.back() * time_base;
+  // The video shows its last frame for one more frame step: a 3-frame 30 fps video lasts 0.1 s.
+  const double step = n > 1 ? (pts[n - 1] - pts[n - 2]) * time_base : 0.0;
+  const double first = pts.front() * time_base, end = pts.back() * time_base + step;
   const double span = (spec.frames - 1) / spec.fps;
-  const double max_start = last - first - span;
+  // The last clip frame is sampled strictly before the end (at most 1 us short of it).
+  const double max_start = end - first - span - (step > 0 ? 1e-6 : 0.0);
   if (max_start < 0 && spec.short_video == ShortVideo::kFail) {
-    throw DecodeFailure("video too short: " + std::to_string(last - first) +
-                        " s of frames, a clip spans " + std::to_string(span) + " s");
+    throw DecodeFailure("video too short: " + std::to_string(end - first) +
+                        " s, a clip spans " + std::to_string(span) + " s");
   }
   for (double s : starts(std::max(max_start, 0.0), spec, rng, false)) {
     for (int j = 0; j < spec.frames; ++j) {

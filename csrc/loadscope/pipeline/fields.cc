@@ -331,11 +331,14 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// Always with a decimal point, so JSON readers give a float (5.0, not 5).
 std::string json_number(double v) {
   if (!std::isfinite(v)) return "null";
-  char buf[32];
+  char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
 }
 
 uint8_t* slot_ptr(Batch& batch, int fixed, int slot) {
@@ -485,6 +488,7 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
         m.is_path ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
                   : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
                                     v.stream, v.rotate, v.decoder_threads);
+    check_pixels(info.width, info.height, f.image);  // a frame size no real video has
     Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
             static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + index),
             static_cast<uint64_t>(sample.position));

@@ -235,7 +235,8 @@ PYBIND11_MODULE(_native, m) {
          const std::string& position, int clips, const std::string& short_video, int height,
          int width, const std::string& crop, std::pair<double, double> scale,
          std::pair<double, double> ratio, int resize, double flip, bool channels_last,
-         int stream, int decoder_threads, bool rotate, bool color_tags, bool optional) {
+         int stream, int decoder_threads, bool rotate, bool color_tags, bool optional,
+         int64_t max_pixels) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -278,6 +279,7 @@ PYBIND11_MODULE(_native, m) {
         s.flip = flip;
         s.channels_last = channels_last;
         s.dct_scaling = false;
+        s.max_pixels = max_pixels;
         pipeline::validate({f});
         return f;
       },
@@ -285,7 +287,7 @@ PYBIND11_MODULE(_native, m) {
       py::arg("position"), py::arg("clips"), py::arg("short"), py::arg("height"), py::arg("width"),
       py::arg("crop"), py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
       py::arg("channels_last"), py::arg("stream"), py::arg("decoder_threads"), py::arg("rotate"),
-      py::arg("color_tags"), py::arg("optional"));
+      py::arg("color_tags"), py::arg("optional"), py::arg("max_pixels") = 178956970);
 
   m.def(
       "video_index",

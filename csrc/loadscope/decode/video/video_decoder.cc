@@ -1,7 +1,12 @@
 #include "loadscope/decode/video/video_decoder.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <chrono>
+#include <list>
+#include <mutex>
+#include <unordered_map>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -85,6 +90,55 @@ struct Extrapolate {
   }
 };
 
+// Note [index cache]
+// Indexing demuxes the whole file, i.e. reads all of it: a clip of a 2-minute video would cost
+// 120 MB of reads every epoch. Indexes of files opened by path are kept per process, keyed by
+// (path, size, mtime, stream), least recently used first out, within kIndexCacheBytes; a
+// changed file has a new key. (Tar members are indexed from memory, where reading is free.)
+struct CachedIndex {
+  std::vector<int64_t> pts;
+  std::vector<Key> keys;
+  int64_t max_gap = 1;
+  bool decoder_times = false;
+  size_t bytes() const { return pts.size() * sizeof(int64_t) + keys.size() * sizeof(Key) + 128; }
+};
+
+class IndexCache {
+ public:
+  static constexpr size_t kIndexCacheBytes = 64 << 20;
+  static IndexCache& instance() {
+    static IndexCache cache;
+    return cache;
+  }
+  bool get(const std::string& key, CachedIndex& out) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = map_.find(key);
+    if (it == map_.end()) return false;
+    lru_.splice(lru_.begin(), lru_, it->second.second);
+    out = it->second.first;
+    return true;
+  }
+  void put(const std::string& key, CachedIndex value) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (map_.count(key) || value.bytes() > kIndexCacheBytes / 4) return;
+    bytes_ += value.bytes();
+    lru_.push_front(key);
+    map_.emplace(key, std::make_pair(std::move(value), lru_.begin()));
+    while (bytes_ > kIndexCacheBytes && !lru_.empty()) {
+      auto victim = map_.find(lru_.back());
+      bytes_ -= victim->second.first.bytes();
+      map_.erase(victim);
+      lru_.pop_back();
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::list<std::string> lru_;
+  std::unordered_map<std::string, std::pair<CachedIndex, std::list<std::string>::iterator>> map_;
+  size_t bytes_ = 0;
+};
+
 }  // namespace
 
 struct VideoDecoder::State {
@@ -126,6 +180,22 @@ VideoDecoder::VideoDecoder() : s_(std::make_unique<State>()) {
 VideoDecoder::~VideoDecoder() = default;
 
 namespace {
+
+// Note [demuxer whitelist]
+// A dataset is untrusted input. FFmpeg would open an HLS playlist saved as .mp4 and read the
+// local files it names, or treat a JPEG as a one-frame video; only real video containers are
+// allowed, and only the plain file protocol (nested opens by a demuxer included).
+constexpr const char* kFormats =
+    "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts,mpeg,mpegvideo,flv,ogg,asf,ivf,h264,hevc,"
+    "m4v,mxf,nut,rm,yuv4mpegpipe,dv";
+
+AVDictionary* open_options() {
+  AVDictionary* opts = nullptr;
+  av_dict_set(&opts, "protocol_whitelist", "file", 0);
+  av_dict_set(&opts, "format_whitelist", kFormats, 0);
+  return opts;
+}
+
 std::string with_log(std::string what, const ffmpeg::LogCapture& log) {
   if (!log.text().empty()) what += " (" + log.text() + ")";
   return what;
@@ -136,8 +206,20 @@ const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bo
                                          int threads) {
   ffmpeg::LogCapture log;
   s_->close();
-  int rc = avformat_open_input(&s_->fmt, path.c_str(), nullptr, nullptr);
-  if (rc < 0) throw DecodeFailure(with_log("video: cannot open: " + error_string(rc), log));
+  struct stat st {};
+  cache_key_.clear();
+  if (::stat(path.c_str(), &st) == 0) {
+    cache_key_ = path + '\n' + std::to_string(st.st_size) + '\n' +
+                 std::to_string(st.st_mtim.tv_sec) + '.' + std::to_string(st.st_mtim.tv_nsec) +
+                 '\n' + std::to_string(stream);
+  }
+  AVDictionary* opts = open_options();
+  int rc = avformat_open_input(&s_->fmt, path.c_str(), nullptr, &opts);
+  av_dict_free(&opts);
+  if (rc < 0) {
+    throw DecodeFailure(with_log("video: cannot open (not a video container loadscope reads?): " +
+                                     error_string(rc), log));
+  }
   open_common(stream, rotate, threads);
   return s_->info;
 }
@@ -146,6 +228,7 @@ const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int
                                            bool rotate, int threads) {
   ffmpeg::LogCapture log;
   s_->close();
+  cache_key_.clear();
   s_->memory = MemoryInput{data, size, 0};
   constexpr int kBuffer = 1 << 16;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
@@ -160,10 +243,13 @@ const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int
   if (s_->fmt == nullptr) throw std::bad_alloc();
   s_->fmt->pb = s_->avio;
   s_->fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
-  int rc = avformat_open_input(&s_->fmt, nullptr, nullptr, nullptr);
+  AVDictionary* opts = open_options();
+  int rc = avformat_open_input(&s_->fmt, nullptr, nullptr, &opts);
+  av_dict_free(&opts);
   if (rc < 0) {
     s_->fmt = nullptr;  // freed by avformat_open_input on failure
-    throw DecodeFailure(with_log("video: cannot open: " + error_string(rc), log));
+    throw DecodeFailure(with_log("video: cannot open (not a video container loadscope reads?): " +
+                                     error_string(rc), log));
   }
   open_common(stream, rotate, threads);
   return s_->info;
@@ -201,7 +287,7 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   if (!s.codec) throw std::bad_alloc();
   rc = avcodec_parameters_to_context(s.codec.get(), s.stream->codecpar);
   if (rc < 0) throw DecodeFailure("video: bad codec parameters: " + error_string(rc));
-  s.codec->thread_count = std::max(threads, 1);
+  s.codec->thread_count = std::max(threads, 0);  // 0: FFmpeg chooses
   // Bitstream errors fail the decode instead of being concealed: a clip never silently
   // contains a damaged frame.
   s.codec->err_recognition |= AV_EF_EXPLODE;
@@ -211,45 +297,18 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
                                                " decoder: " + error_string(rc),
                                            log));
 
-  // Index: every packet's timestamp, by demuxing alone (no decoding).
-  pts_.clear();
-  s.decoder_times = false;
-  bool dts_only = true;
-  AVPacket* pkt = s.packet.get();
-  while (true) {
-    rc = av_read_frame(s.fmt, pkt);
-    if (rc == AVERROR_EOF) break;
-    if (rc < 0) throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
-    if (pkt->stream_index == s.stream->index) {
-      const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
-      dts_only &= pkt->pts == AV_NOPTS_VALUE;
-      if (ts != AV_NOPTS_VALUE) {
-        pts_.push_back(ts);
-        if (pkt->flags & AV_PKT_FLAG_KEY) s.keys.push_back(Key{ts, pkt->dts});
-      }
+  CachedIndex cached;
+  if (!cache_key_.empty() && IndexCache::instance().get(cache_key_, cached)) {
+    pts_ = std::move(cached.pts);
+    s.keys = std::move(cached.keys);
+    s.max_gap = cached.max_gap;
+    s.decoder_times = cached.decoder_times;
+  } else {
+    scan_index(log);
+    if (!cache_key_.empty()) {
+      IndexCache::instance().put(cache_key_, CachedIndex{pts_, s.keys, s.max_gap, s.decoder_times});
     }
-    av_packet_unref(pkt);
   }
-  // The demuxer reports damage (a file cut short, broken packets) only in its log; such a file
-  // is not indexed completely, so it fails here rather than serving clips from what is left.
-  if (!log.text().empty()) throw DecodeFailure("video: damaged or truncated file (" + log.text() + ")");
-  if (pts_.empty()) throw DecodeFailure(with_log("video: the stream has no frames", log));
-  if (s.keys.empty()) throw DecodeFailure("video: the stream has no keyframe");
-  const int64_t packets = static_cast<int64_t>(pts_.size());
-  if (s.stream->nb_frames > packets) {
-    throw DecodeFailure("video: truncated: the container lists " +
-                        std::to_string(s.stream->nb_frames) + " frames, only " +
-                        std::to_string(packets) + " are present");
-  }
-  if (dts_only && (s.codec->has_b_frames > 0 || s.stream->codecpar->video_delay > 0)) {
-    index_by_decoding();
-  }
-  std::sort(pts_.begin(), pts_.end());
-  pts_.erase(std::unique(pts_.begin(), pts_.end()), pts_.end());
-  std::sort(s.keys.begin(), s.keys.end(), [](const Key& a, const Key& b) { return a.pts < b.pts; });
-  s.max_gap = 1;
-  for (size_t i = 1; i < pts_.size(); ++i) s.max_gap = std::max(s.max_gap, pts_[i] - pts_[i - 1]);
-
   VideoInfo& info = s.info;
   info = VideoInfo{};
   info.stream = s.stream->index;
@@ -261,6 +320,25 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   info.width = swap ? h : w;
   info.height = swap ? w : h;
   info.header_frames = s.stream->nb_frames > 0 ? s.stream->nb_frames : -1;
+  // Containers without a frame count may still state a duration (FLV metadata, MPEG-PS): a file
+  // cut short indexes fewer seconds than it states. Only the video stream's own duration, or
+  // the container's when it holds nothing else (audio may outlast the video).
+  {
+    const int64_t step = pts_.size() > 1 ? pts_[pts_.size() - 1] - pts_[pts_.size() - 2] : 0;
+    const double indexed = (pts_.back() - pts_.front() + step) * info.time_base;
+    double stated = -1;
+    if (s.stream->duration != AV_NOPTS_VALUE && s.stream->duration > 0) {
+      stated = s.stream->duration * info.time_base;
+    } else if (s.fmt->nb_streams == 1 && s.fmt->duration != AV_NOPTS_VALUE && s.fmt->duration > 0 &&
+               s.fmt->duration_estimation_method == AVFMT_DURATION_FROM_STREAM) {
+      stated = static_cast<double>(s.fmt->duration) / AV_TIME_BASE;
+    }
+    const double tolerance = std::max(3 * step * info.time_base, 0.1 * stated);
+    if (stated > 0 && indexed + tolerance < stated) {
+      throw DecodeFailure("video: truncated: the container states " + std::to_string(stated) +
+                          " s, only " + std::to_string(indexed) + " s of frames are present");
+    }
+  }
   if (s.stream->duration != AV_NOPTS_VALUE && s.stream->duration > 0) {
     info.duration = s.stream->duration * info.time_base;
   } else if (s.fmt->duration != AV_NOPTS_VALUE && s.fmt->duration > 0) {
@@ -277,6 +355,54 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   info.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate)
              : pts_.size() > 1 && span > 0 ? (pts_.size() - 1) / span
                                           : 0;
+}
+
+void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
+  State& s = *s_;
+  int rc = 0;
+  // Every packet's timestamp, by demuxing alone (no decoding).
+  pts_.clear();
+  s.decoder_times = false;
+  bool missing_pts = false;
+  int64_t packets = 0;  // all of the stream's packets, edit-list discards included
+  AVPacket* pkt = s.packet.get();
+  while (true) {
+    rc = av_read_frame(s.fmt, pkt);
+    if (rc == AVERROR_EOF) break;
+    if (rc < 0) throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
+    packets += pkt->stream_index == s.stream->index;
+    if (pkt->stream_index == s.stream->index) {
+      const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+      missing_pts |= pkt->pts == AV_NOPTS_VALUE;
+      // Packets an edit list cuts away (AV_PKT_FLAG_DISCARD) are decoded but never output:
+      // not frames of the index, yet their keyframes are where decoding must start.
+      if (ts != AV_NOPTS_VALUE) {
+        if (!(pkt->flags & AV_PKT_FLAG_DISCARD)) pts_.push_back(ts);
+        if (pkt->flags & AV_PKT_FLAG_KEY) s.keys.push_back(Key{ts, pkt->dts});
+      }
+    }
+    av_packet_unref(pkt);
+  }
+  // The demuxer reports damage (a file cut short, broken packets) only in its log; such a file
+  // is not indexed completely, so it fails here rather than serving clips from what is left.
+  if (!log.text().empty()) throw DecodeFailure("video: damaged or truncated file (" + log.text() + ")");
+  if (pts_.empty()) throw DecodeFailure(with_log("video: the stream has no frames", log));
+  if (s.keys.empty()) throw DecodeFailure("video: the stream has no keyframe");
+  if (s.stream->nb_frames > packets) {
+    throw DecodeFailure("video: truncated: the container lists " +
+                        std::to_string(s.stream->nb_frames) + " frames, only " +
+                        std::to_string(packets) + " are present");
+  }
+  // Some or all packets without a presentation time while the codec reorders frames: the
+  // decoder alone knows the frames' times (Note [timestamps from the decoder]).
+  if (missing_pts && (s.codec->has_b_frames > 0 || s.stream->codecpar->video_delay > 0)) {
+    index_by_decoding();
+  }
+  std::sort(pts_.begin(), pts_.end());
+  pts_.erase(std::unique(pts_.begin(), pts_.end()), pts_.end());
+  std::sort(s.keys.begin(), s.keys.end(), [](const Key& a, const Key& b) { return a.pts < b.pts; });
+  s.max_gap = 1;
+  for (size_t i = 1; i < pts_.size(); ++i) s.max_gap = std::max(s.max_gap, pts_[i] - pts_[i - 1]);
 }
 
 void VideoDecoder::index_by_decoding() {
@@ -474,16 +600,27 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   size_t cur = 0;
   int64_t read_up_to = INT64_MIN;  // largest packet timestamp read since the last seek
   int64_t key_reached = INT64_MIN;  // the keyframe sought last, or the latest one read
+  // Note [leading pictures]: after a seek to keyframe K, frames timed before K belong to the
+  // previous GOP; in an open GOP they reference pictures that were never decoded and fail.
+  // They are never shown (every target is at or after K), so their errors are ignored and the
+  // frames dropped; an error on any later frame still fails the clip.
+  int64_t sought = INT64_MIN;       // pts of the keyframe sought last
+  bool check_landing = false;       // the next packet tells where the seek landed
   const double tb = s.info.time_base;
   auto seconds = [&](int64_t ts) { return std::to_string(ts * tb); };
   auto fail = [&](const std::string& what) {
     return DecodeFailure(with_log("video: " + what, log));
   };
-  // The keyframe to start from for target t: the last one at or before it.
+  // The keyframe to start from for target t: the last one at or before it. When frame times
+  // come from the decoder, a keyframe packet's time says little about the frames around it
+  // (a DivX keyframe packet at 118 may hold the frame shown at 120, the frames shown at 118
+  // and 119 needing the GOP before): start one keyframe earlier.
   auto key_for = [&](int64_t t) {
     auto it = std::upper_bound(s.keys.begin(), s.keys.end(), t,
                                [](int64_t v, const Key& k) { return v < k.pts; });
-    return it == s.keys.begin() ? s.keys.front() : *(it - 1);
+    const size_t at_or_before = static_cast<size_t>(it - s.keys.begin());
+    const size_t back = s.decoder_times ? 2 : 1;
+    return at_or_before >= back ? s.keys[at_or_before - back] : s.keys.front();
   };
   Extrapolate frame_time;
   auto seek_to = [&](const Key& k) {
@@ -496,6 +633,26 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     frame_time = Extrapolate{};
     read_up_to = INT64_MIN;
     key_reached = k.pts;  // a seek may land earlier (Matroska seeks by cue): never retry it
+    sought = k.pts;
+    check_landing = true;
+  };
+  // A seek that landed after its keyframe (inexact seeking, e.g. MPEG-PS): start from the
+  // keyframe before it, or from the beginning.
+  auto seek_earlier = [&]() {
+    auto it = std::lower_bound(s.keys.begin(), s.keys.end(), sought,
+                               [](const Key& k, int64_t v) { return k.pts < v; });
+    if (it != s.keys.begin()) {
+      seek_to(*(it - 1));
+    } else {
+      int rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MIN, 0);
+      if (rc < 0) throw fail("cannot seek to the start: " + error_string(rc));
+      avcodec_flush_buffers(ctx);
+      have_last = false;
+      frame_time = Extrapolate{};
+      read_up_to = INT64_MIN;
+      sought = INT64_MIN;
+      check_landing = false;
+    }
   };
   auto emit = [&](const AVFrame* f) {
     const Request& r = requests[order[cur]];
@@ -510,7 +667,16 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   // A decoded frame: it settles every target before it (shown: the previous frame) and every
   // target equal to it.
   auto on_frame = [&](AVFrame* f) {
-    const int64_t p = frame_time(f->best_effort_timestamp);
+    int64_t ts = f->best_effort_timestamp;
+    if (ts == AV_NOPTS_VALUE) {
+      // Drained at the end without a time: it is the next frame the index expects, after the
+      // last one seen (or the keyframe sought, when none was seen since the seek).
+      const int64_t after = have_last ? last->best_effort_timestamp : sought - 1;
+      auto it = std::upper_bound(pts_.begin(), pts_.end(), after);
+      if (it != pts_.end()) ts = *it;
+    }
+    const int64_t p = frame_time(ts);
+    if (p < sought) return;  // a leading picture of the GOP: never shown, see the Note
     if (f->decode_error_flags != 0 || (f->flags & AV_FRAME_FLAG_CORRUPT)) {
       throw fail("corrupt frame at " + seconds(p) + " s");
     }
@@ -528,11 +694,15 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     last->best_effort_timestamp = p;
     have_last = true;
   };
+  int64_t last_sent = INT64_MIN;  // timestamp of the packet sent last
   auto receive_all = [&]() {
     while (true) {
       int rc = avcodec_receive_frame(ctx, frame);
       if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
-      if (rc < 0) throw fail("decoding failed: " + error_string(rc));
+      if (rc < 0) {
+        if (last_sent < sought) continue;  // a leading picture's error
+        throw fail("decoding failed: " + error_string(rc));
+      }
       on_frame(frame);
       av_frame_unref(frame);
     }
@@ -557,6 +727,14 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
       continue;
     }
     const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
+    if (check_landing && ts != AV_NOPTS_VALUE) {
+      check_landing = false;
+      if (ts > sought && !s.decoder_times) {
+        av_packet_unref(pkt);
+        seek_earlier();
+        continue;
+      }
+    }
     if (ts != AV_NOPTS_VALUE) {
       read_up_to = std::max(read_up_to, ts);
       if (pkt->flags & AV_PKT_FLAG_KEY) key_reached = std::max(key_reached, ts);
@@ -570,7 +748,10 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
                                                                        : AVDISCARD_DEFAULT;
     rc = avcodec_send_packet(ctx, pkt);
     av_packet_unref(pkt);
-    if (rc < 0 && rc != AVERROR(EAGAIN)) throw fail("decoding failed: " + error_string(rc));
+    last_sent = ts;
+    if (rc < 0 && rc != AVERROR(EAGAIN) && !(ts != AV_NOPTS_VALUE && ts < sought)) {
+      throw fail("decoding failed: " + error_string(rc));
+    }
     receive_all();
   }
   if (eof) {

@@ -14,6 +14,10 @@
 
 namespace loadscope::decode {
 
+namespace ffmpeg {
+class LogCapture;
+}
+
 struct VideoInfo {
   int stream = -1;              // index of the decoded stream in the container
   int width = 0, height = 0;    // upright (after rotation) frame size
@@ -86,7 +90,9 @@ class VideoDecoder {
   std::vector<int64_t> pts_;
   uint64_t convert_ns_ = 0;
   void open_common(int stream, bool rotate, int threads);
+  void scan_index(const ffmpeg::LogCapture& log);
   void index_by_decoding();
+  std::string cache_key_;  // set for files opened by path: see Note [index cache]
 };
 
 }  // namespace loadscope::decode
