@@ -396,10 +396,9 @@ def test_hostile_and_broken_files_are_refused(awkward, demo):
 
 
 def test_index_cache_spares_rereading(awkward, tmp_path):
-    import shutil
-
-    fresh = tmp_path / "fresh.mp4"  # a path this process has not indexed yet
-    shutil.copy(awkward / "src.mp4", fresh)
+    fresh = tmp_path / "fresh.mp4"  # 20 s, a GOP a second; a path not indexed yet
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=160x120:r=30:d=20", "-c:v", "libx264",
+                    "-g", "30", str(fresh)], check=True)
     L = ls.Loader(write_manifest(tmp_path, [fresh]), fields={"mp4": ls.VideoClip(32, frames=2, position="center")}, batch_size=1)
     list(L)
     first = L.stats()["bytes_read"]
