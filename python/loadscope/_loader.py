@@ -166,6 +166,7 @@ class Loader:
         self._reporter: Optional[telemetry.Reporter] = None
         self._trace_path: Optional[str] = None
         self._pss_peak = 0
+        self._pss, self._pss_at = None, -1e9
         self._cpu_since = (time.monotonic(), sum(os.times()[:2]))
         self._outputs = []  # (name, field, fixed slots, string slots)
         for i, (name, f) in enumerate(self.fields.items()):
@@ -233,7 +234,13 @@ class Loader:
         """Everything measured since the loader was made: see loadscope.telemetry and
         docs/telemetry.md. Cheap enough to call every step (it reads /proc once)."""
         native = self._pipeline.telemetry_snapshot()
-        process = _native.process_stats()
+        # PSS costs milliseconds to read (smaps_rollup walks every mapping): at most once a second.
+        now = time.monotonic()
+        fresh = now - self._pss_at >= 1.0
+        process = _native.process_stats(pss=fresh)
+        if fresh:
+            self._pss_at, self._pss = now, process["pss"]
+        process["pss"] = self._pss
         if process["pss"] is not None:
             self._pss_peak = max(self._pss_peak, process["pss"])
         pinned = native["engine_memory"]["pinned_bytes"]

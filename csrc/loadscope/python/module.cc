@@ -476,8 +476,8 @@ PYBIND11_MODULE(_native, m) {
       .def("summary", [](const telemetry::Histogram& h, double unit) { return histogram_dict(h.data(), unit); },
            py::arg("unit") = 1e-9);
 
-  m.def("process_stats", [] {
-    const telemetry::ProcessStats p = telemetry::read_process_stats();
+  m.def("process_stats", [](bool pss) {
+    const telemetry::ProcessStats p = telemetry::read_process_stats(pss);
     py::dict d;
     auto opt = [](int64_t v) -> py::object {
       if (v < 0) return py::none();
@@ -496,7 +496,7 @@ PYBIND11_MODULE(_native, m) {
     d["io_syscr"] = opt(p.io_syscr);
     d["threads"] = p.threads;
     return d;
-  });
+  }, py::arg("pss") = true);
   m.def("now_ns", [] { return telemetry::now_ns(); });
 
   py::class_<Pipeline>(m, "Pipeline")

@@ -238,13 +238,13 @@ int64_t read_number(const std::string& path) {
 
 }  // namespace
 
-ProcessStats read_process_stats() {
+ProcessStats read_process_stats(bool with_pss) {
   ProcessStats p;
   const std::string status = slurp("/proc/self/status");
   p.rss = kb_field(status, "VmRSS:");
   p.rss_peak = kb_field(status, "VmHWM:");
   p.threads = static_cast<int>(plain_field(status, "Threads:"));
-  p.pss = kb_field(slurp("/proc/self/smaps_rollup"), "Pss:");
+  if (with_pss) p.pss = kb_field(slurp("/proc/self/smaps_rollup"), "Pss:");
   p.mem_available = kb_field(slurp("/proc/meminfo"), "MemAvailable:");
   const std::string io = slurp("/proc/self/io");
   p.io_rchar = plain_field(io, "rchar:");
