@@ -18,18 +18,16 @@ from loadscope import datasets, telemetry
 
 
 def run(name: str, step_seconds: float, out: str, root: str) -> None:
-    loader = ls.Loader(ls.Folder(root), fields={"jpg": ls.Image(224, flip=0.5), "cls": ls.Int()},
-                       batch_size=64, threads=2, shuffle=True)
-    for _ in loader:  # warm-up epoch: page cache, thread start
-        pass
+    fields = {"jpg": ls.Image(224, flip=0.5), "cls": ls.Int()}
+    for _ in ls.Loader(ls.Folder(root), fields=fields, batch_size=64, threads=2):
+        pass  # warm the page cache with another loader: telemetry accumulates over a loader's life
+    loader = ls.Loader(ls.Folder(root), fields=fields, batch_size=64, threads=2, shuffle=True)
     trace = os.path.join(out, f"{name}.trace.json")
     loader.start_trace(trace)
-    for i, batch in enumerate(loader):
+    for batch in loader:
         time.sleep(step_seconds)  # the "training step"
-        if i == 12:
-            break
     loader.stop_trace()
-    telemetry.render_trace(trace, os.path.join(out, f"{name}.png"), start=0.0, seconds=0.45)
+    telemetry.render_trace(trace, os.path.join(out, f"{name}.png"), start=0.0, seconds=0.5)
     print(f"=== {name} (step {step_seconds * 1e3:.0f} ms) ===")
     print(loader.telemetry().summary())
     print()

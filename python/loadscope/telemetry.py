@@ -543,6 +543,6 @@ def render_trace(trace_path: Union[str, "os.PathLike[str]"], png_path: Union[str
         draw.text((x + 2, ay), f"{k * 1e3:.0f} ms", fill="black")
         k += step
     legend = ", ".join(f"{n}" for n in colors)
-    draw.text((left, 8), f"{span_s * 1e3:.0f} ms of trace — boxes: {legend}", fill="black")
+    draw.text((left, 8), f"{span_s * 1e3:.0f} ms of trace; boxes: {legend}", fill="black")
     img.save(png_path)
     return os.fspath(png_path)
