@@ -236,6 +236,7 @@ def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, A
     engine_bytes = sum(c["bytes"] for c in d["stages"].get("read", {}).values())
     d["io"] = {"engine_bytes": engine_bytes, "engine_reads": reads,
                "engine_bytes_per_s": engine_bytes / d["active_seconds"] if d["active_seconds"] else 0.0,
+               "engine_reads_per_s": reads / d["active_seconds"] if d["active_seconds"] else 0.0,
                "proc_rchar": process["io_rchar"], "proc_read_bytes": process["io_read_bytes"], "proc_syscr": process["io_syscr"]}
     d["transfer"] = transfer
     d["config"] = config
