@@ -163,6 +163,25 @@ pipeline::CropMode parse_crop(const std::string& crop) {
   throw ConfigError("unknown crop '" + crop + "' (allowed: random_resized, center, resize)");
 }
 
+// The frame geometry images and video clips share.
+pipeline::ImageSpec geometry(int height, int width, const std::string& crop,
+                             std::pair<double, double> scale, std::pair<double, double> ratio,
+                             int resize, double flip, bool channels_last, int64_t max_pixels) {
+  pipeline::ImageSpec s;
+  s.height = height;
+  s.width = width;
+  s.crop = parse_crop(crop);
+  s.scale_min = scale.first;
+  s.scale_max = scale.second;
+  s.ratio_min = ratio.first;
+  s.ratio_max = ratio.second;
+  s.resize = resize;
+  s.flip = flip;
+  s.channels_last = channels_last;
+  s.max_pixels = max_pixels;
+  return s;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -206,20 +225,9 @@ PYBIND11_MODULE(_native, m) {
         f.name = std::move(name);
         f.keys = std::move(keys);
         f.kind = pipeline::FieldKind::kImage;
-        auto& s = f.image;
-        s.height = height;
-        s.width = width;
-        s.crop = parse_crop(crop);
-        s.scale_min = scale.first;
-        s.scale_max = scale.second;
-        s.ratio_min = ratio.first;
-        s.ratio_max = ratio.second;
-        s.resize = resize;
-        s.flip = flip;
-        s.channels_last = channels_last;
-        s.exif = exif;
-        s.dct_scaling = dct_scaling;
-        s.max_pixels = max_pixels;
+        f.image = geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
+        f.image.exif = exif;
+        f.image.dct_scaling = dct_scaling;
         f.optional = optional;
         pipeline::validate({f});
         return f;
@@ -267,19 +275,8 @@ PYBIND11_MODULE(_native, m) {
         f.video.decoder_threads = decoder_threads;
         f.video.rotate = rotate;
         f.video.color_tags = color_tags;
-        auto& s = f.image;
-        s.height = height;
-        s.width = width;
-        s.crop = parse_crop(crop);
-        s.scale_min = scale.first;
-        s.scale_max = scale.second;
-        s.ratio_min = ratio.first;
-        s.ratio_max = ratio.second;
-        s.resize = resize;
-        s.flip = flip;
-        s.channels_last = channels_last;
-        s.dct_scaling = false;
-        s.max_pixels = max_pixels;
+        f.image = geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
+        f.image.dct_scaling = false;
         pipeline::validate({f});
         return f;
       },
