@@ -167,7 +167,10 @@ class Loader:
         self._trace_path: Optional[str] = None
         self._pss_peak = 0
         self._pss, self._pss_at = None, -1e9
-        self._cpu_since = (time.monotonic(), sum(os.times()[:2]))
+        # CPU and I/O are reported since the loader was made: the process's counters now.
+        p0 = _native.process_stats(pss=False)
+        self._baseline = {"wall": time.monotonic(), "cpu_user": p0["cpu_user"], "cpu_system": p0["cpu_system"],
+                          "io_rchar": p0["io_rchar"], "io_read_bytes": p0["io_read_bytes"], "io_syscr": p0["io_syscr"]}
         self._outputs = []  # (name, field, fixed slots, string slots)
         for i, (name, f) in enumerate(self.fields.items()):
             fixed, strings = self._pipeline.slots(i)
@@ -211,6 +214,7 @@ class Loader:
         epoch = self._epoch
         a = self._args
         budget = a["error_budget"]
+        epoch_start_ns = time.monotonic_ns()
         pin = self._transfer.pin if self._transfer else 0
         unpin = self._transfer.unpin if self._transfer else 0
         run = self._pipeline.start(
@@ -222,7 +226,7 @@ class Loader:
             batch_offset=batch_offset, batch_stride=batch_stride, pin=pin, unpin=unpin,
         )
         if self._telemetry_on:
-            self._loop.epoch_started()
+            self._loop.epoch_started(epoch_start_ns)
         self._epoch = epoch + 1
         it = _EpochIterator(self, run, epoch)
         self._active = weakref.ref(it)
@@ -230,10 +234,11 @@ class Loader:
 
     # --- telemetry ---------------------------------------------------------------------------
 
-    def telemetry(self) -> "telemetry.Snapshot":
+    def telemetry(self, *, depth: bool = False) -> "telemetry.Snapshot":
         """Everything measured since the loader was made: see loadscope.telemetry and
-        docs/telemetry.md. Cheap enough to call every step (it reads /proc once)."""
-        native = self._pipeline.telemetry_snapshot()
+        docs/telemetry.md. Cheap enough to call every step (~0.1 ms). depth=True adds the last
+        4096 changes of the queue (``queue.depth``; large)."""
+        native = self._pipeline.telemetry_snapshot(depth=depth)
         # PSS costs milliseconds to read (smaps_rollup walks every mapping): at most once a second.
         now = time.monotonic()
         fresh = now - self._pss_at >= 1.0
@@ -252,12 +257,14 @@ class Loader:
                   "shuffle": self.shuffle, "device": str(self.device or "cpu"), "telemetry": self._telemetry_on,
                   "fields": list(self.fields), "source": repr(self.source)}
         return telemetry.build_snapshot(native, self._loop, process, transfer, self._pss_peak or None,
-                                        config, self._cpu_since)
+                                        config, self._baseline, None if self._pss is None else now - self._pss_at)
 
     def report_every(self, seconds: float, to: "telemetry.Sink" = print) -> None:
         """Emits an interval report (counters as deltas, gauges as they are) every `seconds` to a
         callable, a logging.Logger or a JSON-lines file path, from a background thread, and a
         final one from ``stop_reports()`` (or when the loader is garbage-collected)."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+            raise ConfigError(f"report_every(seconds={seconds!r}): must be a number > 0")
         self.stop_reports()
         ref = weakref.ref(self)
 
@@ -281,18 +288,20 @@ class Loader:
             raise ConfigError("tracing needs telemetry=True")
         self._trace_path = os.fspath(path)
         self._pipeline.take_spans()  # start clean
-        self._loop.spans = []
-        self._pipeline.set_tracing(True, _int_arg("max_spans", max_spans, 1))
+        self._pipeline.take_trace_depth()
+        self._loop.spans, self._loop.max_spans, self._loop.spans_dropped = [], _int_arg("max_spans", max_spans, 1), 0
+        self._pipeline.set_tracing(True, max_spans)
 
     def stop_trace(self) -> Optional[str]:
         """Writes the trace started by ``start_trace`` and returns its path."""
         if self._trace_path is None:
             return None
+        dropped = self._pipeline.telemetry_snapshot()["spans_dropped"] + self._loop.spans_dropped
         self._pipeline.set_tracing(False)
         native = self._pipeline.take_spans()
-        depth = self._pipeline.telemetry_snapshot()["queue"]["depth"]
+        depth = self._pipeline.take_trace_depth()  # the queue's changes while tracing
         path = telemetry.chrome_trace(native, self._loop.spans or [], depth,
-                                      self._pipeline.telemetry_created_ns(), self._trace_path)
+                                      self._pipeline.telemetry_created_ns(), self._trace_path, dropped)
         self._loop.spans = None
         self._trace_path = None
         return path
@@ -343,6 +352,12 @@ class Loader:
         out["__key__"] = list(b.keys)
         out["__index__"] = torch.tensor(b.positions, dtype=torch.int64)
         return out
+
+    def __del__(self) -> None:
+        try:
+            self.stop_reports()  # the final report
+        except Exception:  # pragma: no cover - interpreter teardown
+            pass
 
     def __repr__(self) -> str:
         return (

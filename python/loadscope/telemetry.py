@@ -29,37 +29,40 @@ def _hist() -> "_native.Histogram":
 
 class LoopStats:
     """What the training loop sees, measured in the consumer's thread: the time each
-    ``__next__`` takes (data wait: the loop, and so the GPU, waits for input), the gap between
+    ``__next__`` takes (data wait: the loop, and so the GPU, waits for input), the time the loop
+    spends between a batch's arrival and the next ``__next__`` (compute), the gap between
     consecutive ``__next__`` calls (step time), and the time to the first batch."""
 
     def __init__(self, created_ns: int) -> None:
         self.created_ns = created_ns
         self.wait = _hist()      # __next__ duration, ns
-        self.step = _hist()      # entry-to-entry, ns
+        self.step = _hist()      # entry-to-entry within an epoch, ns
         self.convert = _hist()   # native batch -> tensors, ns
-        self.wait_in_steps = 0   # ns of wait inside counted steps
-        self.step_total = 0      # ns
+        self.wait_total = 0      # ns, every __next__ that delivered a batch
+        self.compute_total = 0   # ns, from a batch's arrival to the next __next__, same epoch
         self.batches = 0
         self.first_batch_after_create: Optional[float] = None
         self.first_batch_last_epoch: Optional[float] = None
         self._last_enter: Optional[int] = None
+        self._last_done: Optional[int] = None
         self._epoch_start: Optional[int] = None
         self.spans: Optional[List[tuple]] = None  # (name, start_ns, dur_ns, arg) when tracing
+        self.max_spans = 0
+        self.spans_dropped = 0
 
-    def epoch_started(self) -> None:
-        self._epoch_start = time.monotonic_ns()
-        self._last_enter = None  # the gap across epochs is not a training step
+    def epoch_started(self, at_ns: Optional[int] = None) -> None:
+        self._epoch_start = at_ns or time.monotonic_ns()
+        self._last_enter = self._last_done = None  # the gap across epochs is not a step
 
     def delivered(self, enter_ns: int, native_ns: int, done_ns: int, index: int) -> None:
         wait = done_ns - enter_ns
         self.wait.record(wait)
         self.convert.record(done_ns - native_ns)
+        self.wait_total += wait  # the first batch of an epoch too: the restart is data wait
         if self._last_enter is not None:
-            step = enter_ns - self._last_enter
-            self.step.record(step)
-            self.step_total += step
-            self.wait_in_steps += wait
-        self._last_enter = enter_ns
+            self.step.record(enter_ns - self._last_enter)
+            self.compute_total += enter_ns - self._last_done
+        self._last_enter, self._last_done = enter_ns, done_ns
         self.batches += 1
         if self.first_batch_after_create is None:
             self.first_batch_after_create = (done_ns - self.created_ns) * 1e-9
@@ -67,15 +70,21 @@ class LoopStats:
             self.first_batch_last_epoch = (done_ns - self._epoch_start) * 1e-9
             self._epoch_start = None
         if self.spans is not None:
-            self.spans.append(("next()", enter_ns, wait, index))
-            self.spans.append(("to tensors", native_ns, done_ns - native_ns, index))
+            for span in (("next()", enter_ns, wait, index), ("to tensors", native_ns, done_ns - native_ns, index)):
+                if len(self.spans) < self.max_spans:
+                    self.spans.append(span)
+                else:
+                    self.spans_dropped += 1
 
     def to_dict(self) -> Dict[str, Any]:
+        busy = self.wait_total + self.compute_total
         return {
             "batches": self.batches,
             "step": self.step.summary(),
             "data_wait": self.wait.summary(),
-            "data_wait_share": (self.wait_in_steps / self.step_total) if self.step_total else None,
+            "wait_seconds": self.wait_total * 1e-9,
+            "compute_seconds": self.compute_total * 1e-9,
+            "data_wait_share": (self.wait_total / busy) if self.batches >= 2 and busy else None,
             "to_tensors": self.convert.summary(),
             "first_batch_after_create": self.first_batch_after_create,
             "first_batch_last_epoch": self.first_batch_last_epoch,
@@ -113,9 +122,11 @@ class Snapshot:
         return json.dumps(self._d, **kw)
 
     def verdict(self) -> str:
+        if not self._d.get("enabled", True):
+            return "telemetry is off (telemetry=False)"
         share = self._d["loop"]["data_wait_share"]
         if share is None:
-            return "not enough steps yet"
+            return "not enough batches yet"
         if share > 0.5:
             return f"input-bound: the training loop waited for data {share:.0%} of its step time"
         if share > 0.1:
@@ -124,6 +135,8 @@ class Snapshot:
 
     def summary(self) -> str:
         d = self._d
+        if not d.get("enabled", True):
+            return "loadscope telemetry: off (Loader(..., telemetry=False)); nothing was measured"
         lines = []
         active = d["active_seconds"] or 0
         rate = d["samples"] / active if active else 0
@@ -158,7 +171,9 @@ class Snapshot:
             lines.append(f"transfer: off ({t.get('reason', 'no device')})")
         m = d["memory"]
         e = m["engine"]
-        lines.append(f"memory: RSS {_mb(m['rss'])}, PSS {_mb(m['pss'])} (largest seen {_mb(m['pss_peak'])}), "
+        age = m.get("pss_age_seconds")
+        lines.append(f"memory: RSS {_mb(m['rss'])}, PSS {_mb(m['pss'])} "
+                     f"({'read ' + _t(age) + ' ago, ' if age else ''}largest seen {_mb(m['pss_peak'])}), "
                      f"RSS peak {_mb(m['rss_peak'])}, cgroup peak {_mb(m['cgroup_peak'])}, available {_mb(m['mem_available'])}; "
                      f"engine-owned {_mb(e['total'])} (batches {_mb(e['pool_bytes'])}, scratch {_mb(e['scratch_bytes'])}, "
                      f"shuffle buffer {_mb(e['source_buffer_bytes'])}, pinned {_mb(e['pinned_bytes'])})")
@@ -168,8 +183,8 @@ class Snapshot:
                      + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
         io = d["io"]
         lines.append(f"storage: engine read {_mb(io['engine_bytes'])} in {io['engine_reads']} reads "
-                     f"({_mb(io['engine_bytes_per_s'])}/s over epochs); process rchar {_mb(io['proc_rchar'])}, "
-                     f"from disk {_mb(io['proc_read_bytes'])}")
+                     f"({_mb(io['engine_bytes_per_s'])}/s over epochs); since the loader was made the process "
+                     f"read {_mb(io['proc_rchar'])} ({_mb(io['proc_read_bytes'])} from storage)")
         return "\n".join(lines)
 
     def to_prometheus(self, prefix: str = "loadscope") -> str:
@@ -189,6 +204,7 @@ class Snapshot:
         metric("samples_total", "counter", "Samples delivered.", [({}, d["samples"])])
         metric("batches_total", "counter", "Batches delivered.", [({}, d["batches"])])
         metric("failures_total", "counter", "Samples skipped or failed.", [({}, d["failures"])])
+        metric("active_seconds_total", "counter", "Time with an epoch running.", [({}, d["active_seconds"])])
         busy, items, quant = [], [], []
         for stage, kinds in d["stages"].items():
             for kind, c in kinds.items():
@@ -201,22 +217,37 @@ class Snapshot:
         metric("stage_items_total", "counter", "Items per stage and kind.", items)
         metric("stage_busy_seconds", "summary", "Busy time per item, quantiles.", quant)
         loop = d["loop"]
-        metric("data_wait_seconds", "summary", "Time __next__ blocked the training loop.",
-               [({"quantile": "0." + q[1:]}, loop["data_wait"][q]) for q in ("p50", "p90", "p99")]
-               + [({}, None)])
-        metric("data_wait_share", "gauge", "Data wait as a share of step time.", [({}, loop["data_wait_share"])])
+        wait = loop["data_wait"]
+        out.append(f"# HELP {prefix}_data_wait_seconds Time __next__ blocked the training loop.")
+        out.append(f"# TYPE {prefix}_data_wait_seconds summary")
+        for q in ("p50", "p90", "p99"):
+            out.append(f'{prefix}_data_wait_seconds{{quantile="0.{q[1:]}"}} {wait[q]}')
+        out.append(f"{prefix}_data_wait_seconds_sum {wait['total']}")
+        out.append(f"{prefix}_data_wait_seconds_count {wait['count']}")
+        metric("data_wait_share", "gauge", "Data wait over data wait plus compute.", [({}, loop["data_wait_share"])])
         q = d["queue"]
         metric("queue_occupancy", "gauge", "Mean ready batches over prefetch.", [({}, q["occupancy"])])
+        metric("back_pressure_seconds_total", "counter", "Time all prefetch slots held ready batches.",
+               [({}, q["back_pressure_seconds"])])
+        metric("consumer_wait_seconds_total", "counter", "Time the consumer blocked in the engine.",
+               [({}, q["consumer_wait"]["total"])])
         m = d["memory"]
-        metric("memory_bytes", "gauge", "Process memory.",
-               [({"kind": k}, m[k]) for k in ("rss", "pss", "rss_peak", "cgroup_peak", "mem_available")]
+        metric("memory_bytes", "gauge", "Process memory now.",
+               [({"kind": k}, m[k]) for k in ("rss", "pss", "cgroup_current", "mem_available")]
                + [({"kind": "engine"}, m["engine"]["total"])])
+        metric("memory_peak_bytes", "gauge", "Process memory peaks.",
+               [({"kind": k}, m[k]) for k in ("rss_peak", "pss_peak", "cgroup_peak")])
+        metric("cpu_seconds_total", "counter", "Process CPU time since the loader was made.",
+               [({"mode": "user"}, d["cpu"]["user"]), ({"mode": "system"}, d["cpu"]["system"])])
+        metric("engine_read_bytes_total", "counter", "Bytes the engine read.", [({}, d["io"]["engine_bytes"])])
         return "\n".join(out) + "\n"
 
 
 def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, Any], transfer: Dict[str, Any],
-                   pss_peak: Optional[int], config: Dict[str, Any], cpu_since: tuple) -> Snapshot:
-    """Assembles the snapshot dictionary (see docs/telemetry.md for each field)."""
+                   pss_peak: Optional[int], config: Dict[str, Any], baseline: Dict[str, Any],
+                   pss_age: Optional[float] = None) -> Snapshot:
+    """Assembles the snapshot dictionary (see docs/telemetry.md for each field). `baseline`: the
+    process's CPU and I/O counters (and the time) when the loader was made."""
     d = dict(native)
     q = d["queue"]
     q["occupancy"] = q["mean_ready"] / q["prefetch"] if q["prefetch"] else 0.0
@@ -226,55 +257,95 @@ def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, A
     e["total"] = e["pool_bytes"] + e["scratch_bytes"] + e["source_buffer_bytes"]
     d["memory"] = {k: process[k] for k in ("rss", "pss", "rss_peak", "cgroup_current", "cgroup_peak", "mem_available")}
     d["memory"]["pss_peak"] = pss_peak
+    d["memory"]["pss_age_seconds"] = pss_age
     d["memory"]["engine"] = e
-    wall0, cpu0 = cpu_since
-    wall = time.monotonic() - wall0
-    cpu = process["cpu_user"] + process["cpu_system"] - cpu0
-    d["cpu"] = {"user": process["cpu_user"], "system": process["cpu_system"], "cores": cpu / wall if wall > 0 else 0.0}
-    reads = sum(c["items"] for stage, kinds in d["stages"].items() if stage == "read" for k, c in kinds.items() if k != "source")
-    reads += d["stages"].get("read", {}).get("source", {}).get("items", 0)
-    engine_bytes = sum(c["bytes"] for c in d["stages"].get("read", {}).values())
+    wall = time.monotonic() - baseline["wall"]
+    user = process["cpu_user"] - baseline["cpu_user"]
+    system = process["cpu_system"] - baseline["cpu_system"]
+    d["cpu"] = {"user": user, "system": system, "cores": (user + system) / wall if wall > 0 else 0.0}
+    read = d["stages"].get("read", {})
+    # Reads: files the workers read, samples the planner read from shards (lists cost no read),
+    # and videos FFmpeg read by path (its bytes are under decode.video).
+    source = read.get("source", {})
+    video = d["stages"].get("decode", {}).get("video", {})
+    reads = sum(c["items"] for k, c in read.items() if k != "source")
+    reads += source.get("items", 0) if source.get("bytes") else 0
+    reads += video.get("items", 0)
+    engine_bytes = sum(c["bytes"] for c in read.values()) + video.get("bytes", 0)
+
+    def since(key: str) -> Optional[int]:
+        v, b = process.get(key), baseline.get(key)
+        return None if v is None or b is None else v - b
+
+    active = d["active_seconds"]
     d["io"] = {"engine_bytes": engine_bytes, "engine_reads": reads,
-               "engine_bytes_per_s": engine_bytes / d["active_seconds"] if d["active_seconds"] else 0.0,
-               "engine_reads_per_s": reads / d["active_seconds"] if d["active_seconds"] else 0.0,
-               "proc_rchar": process["io_rchar"], "proc_read_bytes": process["io_read_bytes"], "proc_syscr": process["io_syscr"]}
+               "engine_bytes_per_s": engine_bytes / active if active else 0.0,
+               "engine_reads_per_s": reads / active if active else 0.0,
+               "proc_rchar": since("io_rchar"), "proc_read_bytes": since("io_read_bytes"), "proc_syscr": since("io_syscr")}
     d["transfer"] = transfer
     d["config"] = config
     return Snapshot(d)
 
 
-def _flatten(d: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
+# Paths (dot-separated, * for any key) whose difference between two snapshots is the
+# interval's share; everything else is a gauge or a cumulative quantile and is reported as is.
+_COUNTERS = (
+    "samples", "batches", "failures", "warnings", "active_seconds", "uptime",
+    "stages.*.*.items", "stages.*.*.bytes", "stages.*.*.failures", "stages.*.*.busy.count", "stages.*.*.busy.total",
+    "loop.batches", "loop.wait_seconds", "loop.compute_seconds",
+    "loop.step.count", "loop.step.total", "loop.data_wait.count", "loop.data_wait.total",
+    "queue.consumer_wait.count", "queue.consumer_wait.total", "queue.planner_wait.count", "queue.planner_wait.total",
+    "queue.back_pressure_seconds", "queue.ready_batch_seconds", "queue.in_flight_batch_seconds",
+    "cpu.user", "cpu.system", "io.engine_bytes", "io.engine_reads", "io.proc_rchar", "io.proc_read_bytes",
+    "io.proc_syscr", "threads.*.cpu_seconds", "transfer.batches", "transfer.bytes",
+)
+
+
+def _counters(d: Dict[str, Any]) -> Dict[str, float]:
+    """The counter values of a snapshot dict, by concrete path (threads keyed by role)."""
+    flat: Dict[str, float] = {}
+
+    def walk(node: Any, path: List[str]) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, path + [str(k)])
+        elif path and path[0] == "threads" and isinstance(node, list):
+            for t in node:
+                flat[f"threads.{t['role']}.cpu_seconds"] = t["cpu_seconds"]
+        elif isinstance(node, (int, float)) and not isinstance(node, bool):
+            flat[".".join(path)] = node
+
+    walk(d, [])
     out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flatten(v, key + "."))
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[key] = v
+    for key, value in flat.items():
+        parts = key.split(".")
+        for pattern in _COUNTERS:
+            pp = pattern.split(".")
+            if len(pp) == len(parts) and all(p == "*" or p == q for p, q in zip(pp, parts)):
+                out[key] = value
+                break
     return out
 
 
-# Counters whose difference between two snapshots is the interval's share.
-_COUNTERS = ("samples", "batches", "failures", "warnings", "active_seconds", "uptime")
-
-
 def delta(now: Snapshot, before: Optional[Snapshot]) -> Dict[str, Any]:
-    """An interval report: counters and totals as differences since `before`, gauges (memory,
-    queue depth) as they are now, quantiles as they are now (cumulative)."""
-    report: Dict[str, Any] = {"time": time.time(), "snapshot": now.to_dict()}
-    if before is None:
-        report["interval"] = {k: now[k] for k in _COUNTERS}
-        return report
-    a, b = _flatten(now.to_dict()), _flatten(before.to_dict())
-    changes = {}
-    for k, v in a.items():
-        leaf = k.rsplit(".", 1)[-1]
-        if k in _COUNTERS or leaf in ("items", "bytes", "total", "count", "engine_bytes", "engine_reads", "step_total"):
-            changes[k] = v - b.get(k, 0)
-    report["interval"] = changes
-    dt = changes.get("uptime", 0)
-    report["samples_per_s"] = changes.get("samples", 0) / dt if dt else 0.0
-    return report
+    """An interval report: every counter as its difference since `before` (since the loader
+    was made, for the first report), rates over the interval, and the snapshot itself (gauges
+    as they are now, quantiles cumulative)."""
+    cur = _counters(now.to_dict())
+    prev = _counters(before.to_dict()) if before is not None else {}
+    interval = {k: v - prev.get(k, 0) for k, v in cur.items()}
+    dt = interval.get("uptime", 0)
+    active = interval.get("active_seconds", 0)
+    wait, compute = interval.get("loop.wait_seconds", 0), interval.get("loop.compute_seconds", 0)
+    prefetch = now["queue"]["prefetch"]
+    return {
+        "time": time.time(),
+        "interval": interval,
+        "samples_per_s": interval.get("samples", 0) / dt if dt else 0.0,
+        "data_wait_share": wait / (wait + compute) if wait + compute else None,
+        "occupancy": (interval.get("queue.ready_batch_seconds", 0) / active / prefetch) if active and prefetch else None,
+        "snapshot": now.to_dict(),
+    }
 
 
 class Reporter:
@@ -288,8 +359,10 @@ class Reporter:
         self._emit = self._sink(to)
         self._stop = threading.Event()
         self._last: Optional[Snapshot] = None
+        self._errors = 0
         self._thread = threading.Thread(target=self._run, name="loadscope-reporter", daemon=True)
         self._thread.start()
+        _reporters.add(self)
 
     @staticmethod
     def _sink(to: Sink) -> Callable[[Dict[str, Any]], None]:
@@ -311,22 +384,44 @@ class Reporter:
         except ReferenceError:  # the loader is gone
             self._stop.set()
             return
-        self._emit(delta(snap, self._last))
+        try:
+            self._emit(delta(snap, self._last))
+        except Exception as e:  # a full disk or a broken handler must not end the reports
+            self._errors += 1
+            if self._errors == 1:
+                logging.getLogger("loadscope").warning("telemetry report could not be written: %r", e)
         self._last = snap
 
     def _run(self) -> None:
         while not self._stop.wait(self._seconds):
             self.report()
 
-    def stop(self) -> None:
+    def stop(self, final: bool = True) -> None:
+        """Stops the thread and, unless told otherwise, emits a final report."""
         if not self._stop.is_set():
             self._stop.set()
-            self._thread.join()
-            self.report()
+            if self._thread is not threading.current_thread():
+                self._thread.join()
+            if final:
+                self.report()
+        _reporters.discard(self)
+
+
+_reporters: "weakref.WeakSet[Reporter]" = weakref.WeakSet()
+
+
+def _final_reports() -> None:  # interpreter exit: every reporter writes its last report
+    for r in list(_reporters):
+        r.stop()
+
+
+import atexit  # noqa: E402
+
+atexit.register(_final_reports)
 
 
 def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List[tuple],
-                 created_ns: int, path: Union[str, "os.PathLike[str]"]) -> str:
+                 created_ns: int, path: Union[str, "os.PathLike[str]"], dropped: int = 0) -> str:
     """Writes spans as a Chrome/Perfetto trace (JSON trace-event format): one row per engine
     thread and one for the training loop, a counter track for the ready queue."""
     pid = os.getpid()
@@ -362,43 +457,73 @@ def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List
                        "args": {"ready": ready, "being built": inflight}})
     with open(path, "w") as f:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms",
-                   "otherData": {"producer": "loadscope", "clock": "CLOCK_MONOTONIC, µs from the loader's creation"}}, f)
+                   "otherData": {"producer": "loadscope", "clock": "CLOCK_MONOTONIC, µs from the loader's creation",
+                                 "spans_dropped": dropped}}, f)
     return os.fspath(path)
 
 
 # --- watching any iterable, e.g. a torch DataLoader ------------------------------------------
 
 class _ProcessTreeSampler:
-    """Samples RSS, PSS and CPU of this process and each child (DataLoader workers) with psutil,
-    every `interval` seconds, from a daemon thread; keeps the latest and the largest."""
+    """Samples RSS, PSS and CPU of this process and of the watched worker processes with psutil
+    every `interval` seconds, from a daemon thread. Exited workers keep their last sample (their
+    CPU still counts); the largest total PSS is kept."""
 
-    def __init__(self, interval: float = 0.2) -> None:
-        import psutil
-
+    def __init__(self, interval: float, workers: Callable[[], Optional[List[int]]]) -> None:
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover - psutil is a Debian package here
+            raise ImportError("loadscope.telemetry.watch needs psutil (pip install psutil)") from None
         self._psutil = psutil
         self._me = psutil.Process()
+        self._workers = workers
         self._interval = interval
         self._stop = threading.Event()
-        self.latest: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._seen: Dict[int, Dict[str, Any]] = {}  # pid -> last sample
+        self.latest: Dict[str, Any] = {"processes": [], "total": {}, "workers": 0}
         self.peak_total_pss = 0
         self._thread = threading.Thread(target=self._run, name="loadscope-watch", daemon=True)
         self._thread.start()
 
-    def sample(self) -> Dict[str, Any]:
-        procs = []
-        for role, p in [("main", self._me)] + [("worker", c) for c in self._me.children(recursive=True)]:
-            try:
-                with p.oneshot():
-                    full = p.memory_full_info()
-                    cpu = p.cpu_times()
-                    procs.append({"role": role, "pid": p.pid, "rss": full.rss, "pss": full.pss,
-                                  "cpu_seconds": cpu.user + cpu.system})
-            except (self._psutil.NoSuchProcess, self._psutil.AccessDenied):
-                continue
-        total = {k: sum(p[k] for p in procs) for k in ("rss", "pss", "cpu_seconds")}
-        self.peak_total_pss = max(self.peak_total_pss, total["pss"])
-        self.latest = {"processes": procs, "total": total, "workers": sum(p["role"] == "worker" for p in procs)}
-        return self.latest
+    def _one(self, role: str, p) -> Optional[Dict[str, Any]]:
+        try:
+            with p.oneshot():
+                full = p.memory_full_info()
+                cpu = p.cpu_times()
+                return {"role": role, "pid": p.pid, "alive": True, "rss": full.rss, "pss": full.pss,
+                        "cpu_seconds": cpu.user + cpu.system}
+        except (self._psutil.NoSuchProcess, self._psutil.AccessDenied, self._psutil.ZombieProcess):
+            return None
+
+    def sample(self) -> None:
+        pids = self._workers()
+        if pids is None:  # not a torch DataLoader: every child process counts
+            procs = self._me.children(recursive=True)
+        else:
+            procs = []
+            for pid in pids:
+                try:
+                    procs.append(self._psutil.Process(pid))
+                except self._psutil.NoSuchProcess:
+                    pass
+        main = self._one("main", self._me)
+        alive = {}
+        for p in procs:
+            got = self._one("worker", p)
+            if got is not None:
+                alive[p.pid] = got
+        with self._lock:
+            for pid, old in self._seen.items():
+                if pid not in alive and old["alive"]:
+                    old.update(alive=False, rss=0, pss=0)  # exited: memory gone, CPU stays
+            self._seen.update(alive)
+            workers = list(self._seen.values())
+            procs_out = ([main] if main else []) + workers
+            total = {k: sum(p[k] for p in procs_out) for k in ("rss", "pss", "cpu_seconds")}
+            self.peak_total_pss = max(self.peak_total_pss, total["pss"])
+            self.latest = {"processes": [dict(p) for p in procs_out], "total": total,
+                           "workers": sum(p["alive"] for p in workers)}
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -407,56 +532,78 @@ class _ProcessTreeSampler:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 class Watched:
     """Wraps any iterable of batches (a torch DataLoader) and measures it with loadscope's
-    ruler: per-``__next__`` data wait, step time, tail latency, and RSS/PSS/CPU of the process
-    and of each worker process. ``telemetry()`` returns the same ``loop`` and ``memory``
-    sections as a loadscope Loader's snapshot, plus ``processes``."""
+    ruler: per-``__next__`` data wait (creating the iterator, which starts DataLoader workers,
+    counts as waiting for the first batch), compute between batches, tail latency, and
+    RSS/PSS/CPU of the process and of each worker process (sampled every `interval` s; for a
+    DataLoader exactly its workers, otherwise every child process). ``telemetry()`` returns the
+    same ``loop`` and ``memory`` sections as a Loader's snapshot, plus ``processes``. Use it as
+    a context manager, or call ``close()``, to stop its sampling thread."""
 
     def __init__(self, iterable: Iterable, interval: float = 0.2) -> None:
         self._iterable = iterable
         self.loop = LoopStats(time.monotonic_ns())
         self._interval = interval
         self._sampler: Optional[_ProcessTreeSampler] = None
-        self._cpu0 = (time.monotonic(), sum(os.times()[:2]))
+        self._iterator = None
         self._samples = 0
+        p0 = _native.process_stats(pss=False)
+        self._baseline = (time.monotonic(), p0["cpu_user"] + p0["cpu_system"])
 
     def __len__(self) -> int:
         return len(self._iterable)  # type: ignore[arg-type]
 
+    def _worker_pids(self) -> Optional[List[int]]:
+        import torch
+
+        if not isinstance(self._iterable, torch.utils.data.DataLoader):
+            return None
+        workers = getattr(self._iterator, "_workers", None) or []
+        return [w.pid for w in workers if getattr(w, "pid", None)]
+
     def __iter__(self) -> Iterator[Any]:
         if self._sampler is None:
-            self._sampler = _ProcessTreeSampler(self._interval)
-        self.loop.epoch_started()
-        it = iter(self._iterable)
-        while True:
-            enter = time.monotonic_ns()
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            done = time.monotonic_ns()
-            self.loop.delivered(enter, done, done, self.loop.batches)
-            self._samples += _batch_len(batch)
-            yield batch
+            self._sampler = _ProcessTreeSampler(self._interval, self._worker_pids)
+        start = time.monotonic_ns()
+        self.loop.epoch_started(start)
+        self._iterator = iter(self._iterable)
+        self._sampler.sample()  # the workers exist now
+        first = True
+        try:
+            while True:
+                enter = start if first else time.monotonic_ns()
+                first = False
+                try:
+                    batch = next(self._iterator)
+                except StopIteration:
+                    return
+                done = time.monotonic_ns()
+                self.loop.delivered(enter, done, done, self.loop.batches)
+                self._samples += _batch_len(batch)
+                yield batch
+        finally:
+            self._sampler.sample()  # last figures of this epoch's workers
 
     def telemetry(self) -> Dict[str, Any]:
-        tree = self._sampler.sample() if self._sampler else {"processes": [], "total": {}, "workers": 0}
-        proc = _native.process_stats()
-        wall0, cpu0 = self._cpu0
+        """The latest figures (no sampling here: cheap to call every step)."""
+        tree = self._sampler.latest if self._sampler else {"processes": [], "total": {}, "workers": 0}
+        proc = _native.process_stats(pss=False)
+        wall0, cpu0 = self._baseline
         return {
             "samples": self._samples,
             "loop": self.loop.to_dict(),
             "processes": tree["processes"],
             "workers": tree["workers"],
-            "memory": {"rss": proc["rss"], "pss": proc["pss"], "rss_peak": proc["rss_peak"],
+            "memory": {"rss": proc["rss"], "rss_peak": proc["rss_peak"],
                        "total_rss": tree["total"].get("rss"), "total_pss": tree["total"].get("pss"),
                        "total_pss_peak": self._sampler.peak_total_pss if self._sampler else None,
                        "cgroup_peak": proc["cgroup_peak"], "mem_available": proc["mem_available"]},
-            "cpu": {"main_cores": (sum(os.times()[:2]) - cpu0) / max(time.monotonic() - wall0, 1e-9),
+            "cpu": {"main_cores": (proc["cpu_user"] + proc["cpu_system"] - cpu0) / max(time.monotonic() - wall0, 1e-9),
                     "total_seconds": tree["total"].get("cpu_seconds")},
         }
 
@@ -465,16 +612,31 @@ class Watched:
             self._sampler.stop()
             self._sampler = None
 
+    def __enter__(self) -> "Watched":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # pragma: no cover
+            pass
+
 
 def _batch_len(batch: Any) -> int:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() else 1
-    if isinstance(batch, (list, tuple)) and batch:
-        return _batch_len(batch[0])
+    """Samples in a batch: the first dimension of its first tensor or array, else its length."""
+    shape = getattr(batch, "shape", None)
+    if shape is not None:
+        return int(shape[0]) if len(shape) else 1
     if isinstance(batch, dict) and batch:
         return _batch_len(next(iter(batch.values())))
+    if isinstance(batch, (list, tuple)) and batch:
+        first = batch[0]
+        if getattr(first, "shape", None) is not None or isinstance(first, (dict, list, tuple)):
+            return _batch_len(first)
+        return len(batch)  # a list of strings or numbers: one per sample
     return 1
 
 
@@ -488,7 +650,10 @@ def render_trace(trace_path: Union[str, "os.PathLike[str]"], png_path: Union[str
                  start: float = 0.0, seconds: Optional[float] = None, width: int = 1400) -> str:
     """Draws a trace written by ``stop_trace`` as a PNG timeline: one row per thread, one box
     per span, the ready-queue depth as a step line. For docs and quick looks without a browser."""
-    from PIL import Image, ImageDraw
+    try:
+        from PIL import Image, ImageDraw
+    except ImportError:  # pragma: no cover
+        raise ImportError("render_trace needs Pillow (pip install pillow)") from None
 
     with open(trace_path) as f:
         events = json.load(f)["traceEvents"]

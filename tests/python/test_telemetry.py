@@ -87,13 +87,26 @@ def test_pss_agrees_with_psutil_and_cpu_adds_up(demo):
     assert abs(t["memory"]["pss"] - ref.pss) <= 0.05 * ref.pss
     assert abs(t["memory"]["rss"] - ref.rss) <= 0.05 * ref.rss
     assert t["memory"]["rss_peak"] >= t["memory"]["rss"] * 0.95
-    e = t["memory"]["engine"]
-    assert e["pool_bytes"] >= 2 * 16 * 3 * 64 * 64 + 16 * 8  # prefetch blocks of pixels and labels
-    assert e["scratch_bytes"] > 0
     workers = [th for th in t["threads"] if th["role"].startswith("worker")]
     assert len(workers) == 2 and all(th["cpu_seconds"] > 0 for th in workers)
     proc_cpu = sum(psutil.Process().cpu_times()[:2])
     assert sum(th["cpu_seconds"] for th in t["threads"]) <= proc_cpu + 0.05
+
+
+def test_engine_memory_is_a_live_gauge(demo):
+    import gc
+
+    L = loader(demo)
+    it = iter(L)
+    held = [next(it) for _ in range(3)]
+    e = L.telemetry()["memory"]["engine"]
+    block = 16 * 3 * 64 * 64 + 16 * 8
+    assert e["pool_bytes"] >= 2 * block  # blocks in flight and held by `held`
+    assert e["scratch_bytes"] > 0        # the workers' decoders and resamplers
+    del it, held
+    gc.collect()
+    e = L.telemetry()["memory"]["engine"]
+    assert e["pool_bytes"] == 0 and e["scratch_bytes"] == 0  # epoch over, tensors gone
 
 
 def test_time_to_first_batch(demo):
@@ -148,7 +161,19 @@ def test_exports_summary_json_prometheus_and_reports(demo, tmp_path, caplog):
     assert len(lines) >= 3
     samples = [r["snapshot"]["samples"] for r in lines]
     assert samples == sorted(samples) and samples[-1] == 120
-    assert sum(r["interval"]["samples"] for r in lines) == 120  # deltas add up
+    final = lines[-1]["snapshot"]
+    # every counter's deltas add up to its total, the first interval included
+    for key in ("samples", "stages.decode.image.items", "stages.decode.image.busy.total", "io.engine_bytes",
+                "loop.wait_seconds", "queue.back_pressure_seconds", "threads.worker 0.cpu_seconds"):
+        total = sum(r["interval"].get(key, 0) for r in lines)
+        node = final
+        if key.startswith("threads."):
+            node = next(t["cpu_seconds"] for t in final["threads"] if t["role"] == "worker 0")
+        else:
+            for part in key.split("."):
+                node = node[part]
+        assert total == pytest.approx(node, rel=1e-9, abs=1e-9), key
+    assert len(path.read_text()) < 40000 * len(lines)  # no queue-depth ring in reports
     snap = L.telemetry()
     assert json.loads(snap.to_json())["samples"] == 120
     text = snap.summary()
@@ -170,6 +195,39 @@ def test_exports_summary_json_prometheus_and_reports(demo, tmp_path, caplog):
     assert any("loadscope telemetry" in r.message for r in caplog.records)
 
 
+def test_data_wait_share_counts_every_wait(demo):
+    """A loop that does nothing but next() waits ~100% of its time; each epoch's first batch
+    (the restart) counts as waiting."""
+    L = loader(demo, fields={"jpg": ls.Image(160, crop="resize", dct_scaling=False)}, threads=1)
+    for _ in range(2):
+        for _ in L:
+            pass
+    assert L.telemetry()["loop"]["data_wait_share"] > 0.97
+
+
+def test_reports_survive_a_failing_sink_and_end_with_a_final_report(demo, caplog):
+    calls = []
+
+    def flaky(report):
+        calls.append(report)
+        if len(calls) == 1:
+            raise OSError("disk full")
+
+    L = loader(demo)
+    with caplog.at_level(logging.WARNING, logger="loadscope"):
+        L.report_every(0.03, to=flaky)
+        for _ in L:
+            time.sleep(0.03)
+        n = len(calls)
+        del L  # garbage collection stops the reporter with a final report
+    import gc
+
+    gc.collect()
+    assert n >= 3 and len(calls) >= n
+    assert calls[-1]["snapshot"]["samples"] == 120
+    assert sum("could not be written" in r.message for r in caplog.records) == 1
+
+
 def test_telemetry_off_measures_nothing_and_loads_the_same(demo):
     on, off = loader(demo), loader(demo, telemetry=False)
     a = [b["jpg"] for b in on]
@@ -177,6 +235,7 @@ def test_telemetry_off_measures_nothing_and_loads_the_same(demo):
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     t = off.telemetry().to_dict()
     assert t["stages"] == {} and t["loop"]["batches"] == 0 and t["samples"] == 0
+    assert t["enabled"] is False and "off" in off.telemetry().summary()
     with pytest.raises(ls.ConfigError, match="tracing needs telemetry=True"):
         off.start_trace("/tmp/x.json")
 
@@ -196,21 +255,39 @@ def test_watch_measures_a_torch_dataloader_and_each_worker(demo):
 
     ds = ImageFolder(str(demo / "folder"), transform=T.Compose([T.RandomResizedCrop(64), T.PILToTensor()]))
     dl = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2, persistent_workers=True)
-    w = ls.telemetry.watch(dl, interval=0.05)
-    n = 0
-    for x, _ in w:
-        n += x.shape[0]
-    t = w.telemetry()
-    w.close()
+    import subprocess
+
+    bystander = subprocess.Popen(["sleep", "30"])  # a child that is not a DataLoader worker
+    try:
+        with ls.telemetry.watch(dl, interval=0.05) as w:
+            n = 0
+            for x, _ in w:
+                n += x.shape[0]
+                time.sleep(0.1)  # let the sampler see the workers mid-epoch
+            t = w.telemetry()
+    finally:
+        bystander.kill()
     assert n == t["samples"] == 120
     assert t["loop"]["batches"] == 8
     workers = [p for p in t["processes"] if p["role"] == "worker"]
-    assert len(workers) == t["workers"] == 2
+    assert len(workers) == t["workers"] == 2  # exactly the DataLoader's workers
+    assert bystander.pid not in [p["pid"] for p in workers]
     for p in workers:
         ref = psutil.Process(p["pid"]).memory_full_info()
         assert p["pss"] > 0 and abs(p["rss"] - ref.rss) < 0.2 * ref.rss
     assert t["memory"]["total_pss"] == sum(p["pss"] for p in t["processes"])
     assert t["loop"]["data_wait_share"] is not None
+    assert not any(th.name == "loadscope-watch" for th in __import__("threading").enumerate())
+    # Non-persistent workers exit after each epoch: their CPU stays counted.
+    dl2 = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2)
+    with ls.telemetry.watch(dl2, interval=0.05) as w2:
+        for _ in range(2):
+            for _ in w2:
+                time.sleep(0.05)
+        t2 = w2.telemetry()
+    assert t2["workers"] == 0
+    gone = [p for p in t2["processes"] if p["role"] == "worker"]
+    assert len(gone) == 4 and all(not p["alive"] and p["cpu_seconds"] > 0 for p in gone)
 
 
 @pytest.mark.cuda

@@ -3,6 +3,7 @@
 // (pixels, integers) for all samples, plus per-sample strings. The block comes from a
 // BufferPool and returns to it when the last reference (e.g. a torch tensor) is dropped.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -30,13 +31,19 @@ struct PinHooks {
   int (*unpin)(void* ptr) = nullptr;
 };
 
+// Live byte counts of a pool's blocks, for telemetry: added on allocation, taken off when a
+// block goes back to the OS (the counters may outlive the pool's loader, hence shared).
+struct PoolGauges {
+  std::shared_ptr<std::atomic<int64_t>> allocated, pinned;
+};
+
 // Thread-safe pool of equally sized, 64-byte aligned blocks. Blocks handed out keep the pool
 // alive, so a tensor may outlive the loader that produced it.
 class BufferPool : public std::enable_shared_from_this<BufferPool> {
  public:
   // keep_free: blocks kept for reuse once returned; more are freed to the OS.
   static std::shared_ptr<BufferPool> create(size_t block_bytes, size_t keep_free,
-                                            PinHooks hooks = {});
+                                            PinHooks hooks = {}, PoolGauges gauges = {});
   ~BufferPool();
 
   std::shared_ptr<uint8_t> acquire();
@@ -47,14 +54,15 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
   size_t blocks_pinned() const;
 
  private:
-  BufferPool(size_t block_bytes, size_t keep_free, PinHooks hooks)
-      : block_bytes_(block_bytes), keep_free_(keep_free), hooks_(hooks) {}
+  BufferPool(size_t block_bytes, size_t keep_free, PinHooks hooks, PoolGauges gauges)
+      : block_bytes_(block_bytes), keep_free_(keep_free), hooks_(hooks), gauges_(std::move(gauges)) {}
   void release(uint8_t* block);
   void free_block(uint8_t* block);
 
   const size_t block_bytes_;
   const size_t keep_free_;
   const PinHooks hooks_;
+  const PoolGauges gauges_;
   size_t pinned_ = 0;
   std::vector<uint8_t*> pinned_blocks_;
   mutable std::mutex mutex_;

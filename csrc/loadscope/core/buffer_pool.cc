@@ -7,8 +7,8 @@
 namespace loadscope {
 
 std::shared_ptr<BufferPool> BufferPool::create(size_t block_bytes, size_t keep_free,
-                                               PinHooks hooks) {
-  return std::shared_ptr<BufferPool>(new BufferPool(block_bytes, keep_free, hooks));
+                                               PinHooks hooks, PoolGauges gauges) {
+  return std::shared_ptr<BufferPool>(new BufferPool(block_bytes, keep_free, hooks, std::move(gauges)));
 }
 
 BufferPool::~BufferPool() {
@@ -23,8 +23,10 @@ void BufferPool::free_block(uint8_t* block) {
       pinned_blocks_.erase(it);
       --pinned_;
       if (hooks_.unpin) hooks_.unpin(block);  // before the memory goes back to malloc
+      if (gauges_.pinned) gauges_.pinned->fetch_sub(block_bytes_, std::memory_order_relaxed);
     }
   }
+  if (gauges_.allocated) gauges_.allocated->fetch_sub(block_bytes_, std::memory_order_relaxed);
   std::free(block);
 }
 
@@ -53,10 +55,12 @@ std::shared_ptr<uint8_t> BufferPool::acquire() {
       --allocated_;
       throw std::bad_alloc();
     }
+    if (gauges_.allocated) gauges_.allocated->fetch_add(block_bytes_, std::memory_order_relaxed);
     if (hooks_.pin && hooks_.pin(block, bytes == 0 ? 64 : bytes, 0) == 0) {
       std::lock_guard<std::mutex> lock(mutex_);
       pinned_blocks_.push_back(block);
       ++pinned_;
+      if (gauges_.pinned) gauges_.pinned->fetch_add(block_bytes_, std::memory_order_relaxed);
     }
   }
   auto self = shared_from_this();

@@ -100,7 +100,9 @@ EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcess
   }
   layout_.bytes_per_batch = offset;
   // Jobs in flight plus a couple held by the consumer are reused; more are returned.
-  pool_ = BufferPool::create(layout_.bytes_per_batch, options_.prefetch + 2, options_.pin);
+  PoolGauges gauges;
+  if (t_) gauges = PoolGauges{t_->pool_bytes, t_->pinned_bytes};
+  pool_ = BufferPool::create(layout_.bytes_per_batch, options_.prefetch + 2, options_.pin, gauges);
 }
 
 EpochRun::~EpochRun() { stop(); }
@@ -124,7 +126,7 @@ void EpochRun::update_depth() {
 void EpochRun::plan() {
   const int64_t batch = options_.batch_size;
   telemetry::Slot* slot = t_ ? &t_->slot(0, "planner") : nullptr;
-  const uint64_t cpu0 = t_ ? telemetry::thread_cpu_ns() : 0;
+  uint64_t cpu_last = t_ ? telemetry::thread_cpu_ns() : 0;
   try {
     source_->start_epoch(options_.order);
     int64_t position = 0;
@@ -174,7 +176,12 @@ void EpochRun::plan() {
       bool partial = static_cast<int64_t>(job->samples.size()) < batch;
       if (partial && options_.drop_last) job->samples.clear();
       if (job->samples.empty() && job->source_failures.empty()) break;
-      if (t_) t_->span(*slot, "fill batch", fill0, telemetry::now_ns(), k);
+      if (t_) {
+        t_->span(*slot, "fill batch", fill0, telemetry::now_ns(), k);
+        const uint64_t cpu = telemetry::thread_cpu_ns();  // once a batch, visible mid-epoch
+        slot->cpu_ns.fetch_add(cpu - cpu_last, std::memory_order_relaxed);
+        cpu_last = cpu;
+      }
       submit(std::move(job));
       if (end) break;
     }
@@ -182,7 +189,7 @@ void EpochRun::plan() {
     std::lock_guard<std::mutex> lock(mutex_);
     planner_error_ = std::current_exception();
   }
-  if (t_) slot->cpu_ns.fetch_add(telemetry::thread_cpu_ns() - cpu0, std::memory_order_relaxed);
+  if (t_) slot->cpu_ns.fetch_add(telemetry::thread_cpu_ns() - cpu_last, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mutex_);
   planner_done_ = true;
   ready_cv_.notify_all();
@@ -195,10 +202,7 @@ void EpochRun::submit(std::unique_ptr<Job> job) {
   batch->size = n;
   batch->layout = &layout_;
   batch->block = pool_->acquire();
-  if (t_) {
-    t_->pool_bytes.store(pool_->blocks_allocated() * pool_->block_bytes(), std::memory_order_relaxed);
-    t_->pinned_bytes.store(pool_->blocks_pinned() * pool_->block_bytes(), std::memory_order_relaxed);
-  }
+
   batch->keys.resize(n);
   batch->positions.resize(n);
   batch->strings.assign(processor_->num_string_fields(), std::vector<std::string>(n));
@@ -286,10 +290,13 @@ void EpochRun::run_sample(Job* job, int slot) {
 EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   // Data wait: the consumer blocked for a batch, summed over the calls (timeouts) it takes.
-  const uint64_t call0 = t_ ? telemetry::now_ns() : 0;
-  if (t_ && wait_start_ns_ == 0) wait_start_ns_ = call0;
+  uint64_t mark = t_ ? telemetry::now_ns() : 0;  // waiting counted up to here
+  if (t_ && wait_start_ns_ == 0) wait_start_ns_ = mark;
   auto waited = [&] {
-    if (t_) wait_ns_ += telemetry::now_ns() - call0;
+    if (!t_) return;
+    const uint64_t now = telemetry::now_ns();
+    wait_ns_ += now - mark;
+    mark = now;
   };
   while (true) {
     std::unique_ptr<Job> job;
@@ -327,6 +334,7 @@ EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::millis
     if (t_) {
       telemetry::Slot& c = t_->slot(1, "consumer");
       const uint64_t end = telemetry::now_ns();
+      mark = end;  // finishing a batch is collating, not waiting
       t_->record(c, telemetry::Stage::kCollate, telemetry::Kind::kOther, end - f0);
       if (delivered) {
         t_->consumer_wait.record(wait_ns_);
@@ -455,7 +463,10 @@ void EpochRun::stop() {
   }
   if (arena_) arena_->shutdown();
   arena_.reset();
-  if (t_) t_->epoch_ended(telemetry::now_ns());
+  if (t_) {
+    t_->epoch_ended(telemetry::now_ns());
+    t_->workers_ended();
+  }
 }
 
 EpochStats EpochRun::stats() const {

@@ -72,6 +72,7 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
   py::list threads;
   uint64_t scratch = 0;
   for (const auto& v : s.slots) {
+    if (v.role == "consumer") continue;  // its only work is the collate stage
     py::dict t;
     t["role"] = v.role;
     t["cpu_seconds"] = v.cpu;
@@ -86,10 +87,13 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
   queue["prefetch"] = s.prefetch;
   queue["mean_ready"] = s.active_seconds > 0 ? s.ready_integral / s.active_seconds : 0.0;
   queue["mean_in_flight"] = s.active_seconds > 0 ? s.inflight_integral / s.active_seconds : 0.0;
+  queue["ready_batch_seconds"] = s.ready_integral;       // integrals: interval means from deltas
+  queue["in_flight_batch_seconds"] = s.inflight_integral;
   py::list depth;
   for (const auto& row : s.depth) depth.append(py::make_tuple(row[0], row[1], row[2]));
   queue["depth"] = depth;
   py::dict d;
+  d["enabled"] = s.enabled;
   d["uptime"] = s.uptime;
   d["active_seconds"] = s.active_seconds;
   d["stages"] = stages;
@@ -504,7 +508,14 @@ PYBIND11_MODULE(_native, m) {
                              std::make_shared<telemetry::Telemetry>(telemetry)};
            }),
            py::arg("source"), py::arg("fields"), py::arg("telemetry") = true)
-      .def("telemetry_snapshot", [](const Pipeline& p) { return snapshot_dict(p.telemetry->snapshot()); })
+      .def("telemetry_snapshot",
+           [](const Pipeline& p, bool depth) { return snapshot_dict(p.telemetry->snapshot(depth)); },
+           py::arg("depth") = false)
+      .def("take_trace_depth", [](Pipeline& p) {
+        py::list out;
+        for (const auto& row : p.telemetry->take_trace_depth()) out.append(py::make_tuple(row[0], row[1], row[2]));
+        return out;
+      })
       .def("telemetry_created_ns", [](const Pipeline& p) { return p.telemetry->created_ns(); })
       .def("set_tracing", [](Pipeline& p, bool on, size_t max_spans) { p.telemetry->set_tracing(on, max_spans); },
            py::arg("on"), py::arg("max_spans") = 500000)

@@ -54,7 +54,8 @@ Slot& Telemetry::slot(int index, const char* role, int number) {
   if (static_cast<size_t>(index) >= slots_.size()) slots_.resize(index + 1);
   if (!slots_[index]) {
     slots_[index] = std::make_unique<Slot>();
-    slots_[index]->role = number >= 0 ? std::string(role) + " " + std::to_string(number) : role;
+    // Workers are numbered in the order they first appear (their arena index may start at 1).
+    slots_[index]->role = number >= 0 ? std::string(role) + " " + std::to_string(worker_slots_++) : role;
   }
   return *slots_[index];
 }
@@ -86,6 +87,20 @@ void Telemetry::span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_
   s.spans.push_back(Span{name, start_ns, end_ns - start_ns, arg});
 }
 
+std::vector<std::array<double, 3>> Telemetry::take_trace_depth() {
+  std::lock_guard<std::mutex> lock(depth_mutex_);
+  std::vector<std::array<double, 3>> out = std::move(trace_depth_);
+  trace_depth_.clear();
+  return out;
+}
+
+void Telemetry::workers_ended() {
+  std::lock_guard<std::mutex> lock(slots_mutex_);
+  for (auto& s : slots_) {
+    if (s && s->role.rfind("worker", 0) == 0) s->scratch_bytes.store(0, std::memory_order_relaxed);
+  }
+}
+
 void Telemetry::set_tracing(bool on, size_t max_spans) {
   max_spans_.store(max_spans, std::memory_order_relaxed);
   tracing_.store(on, std::memory_order_relaxed);
@@ -101,6 +116,7 @@ std::vector<std::pair<std::string, std::vector<Span>>> Telemetry::take_spans() {
     s->spans.clear();
   }
   span_count_.store(0, std::memory_order_relaxed);
+  spans_dropped_.store(0, std::memory_order_relaxed);  // counted per trace
   return out;
 }
 
@@ -126,6 +142,9 @@ void Telemetry::depth(int ready, int inflight, uint64_t at_ns) {
   std::lock_guard<std::mutex> lock(depth_mutex_);
   const std::array<double, 3> row{static_cast<double>(at_ns - created_ns_) * 1e-9,
                                   static_cast<double>(ready), static_cast<double>(inflight)};
+  if (tracing() && trace_depth_.size() < max_spans_.load(std::memory_order_relaxed)) {
+    trace_depth_.push_back(row);
+  }
   if (depth_.size() < 4096) {
     depth_.push_back(row);
   } else {  // a ring of the most recent changes
@@ -155,8 +174,9 @@ void Telemetry::epoch_ended(uint64_t at_ns) {
   depth(0, 0, at_ns);
 }
 
-Snapshot Telemetry::snapshot() const {
+Snapshot Telemetry::snapshot(bool with_depth) const {
   Snapshot out;
+  out.enabled = enabled_;
   const uint64_t now = now_ns();
   out.uptime = static_cast<double>(now - created_ns_) * 1e-9;
   {
@@ -193,13 +213,13 @@ Snapshot Telemetry::snapshot() const {
   out.samples = samples.load();
   out.failures = failures.load();
   out.warnings = warnings.load();
-  out.pool_bytes = pool_bytes.load();
-  out.pinned_bytes = pinned_bytes.load();
+  out.pool_bytes = static_cast<uint64_t>(std::max<int64_t>(pool_bytes->load(), 0));
+  out.pinned_bytes = static_cast<uint64_t>(std::max<int64_t>(pinned_bytes->load(), 0));
   out.source_buffer_bytes = source_buffer_bytes.load();
   out.first_batch_after_create = first_after_create_.load();
   out.first_batch_last_epoch = first_last_epoch_.load();
   out.spans_dropped = spans_dropped_.load();
-  {
+  if (with_depth) {
     std::lock_guard<std::mutex> lock(depth_mutex_);
     out.depth.reserve(depth_.size());
     for (size_t i = 0; i < depth_.size(); ++i) out.depth.push_back(depth_[(depth_next_ + i) % depth_.size()]);
@@ -268,20 +288,34 @@ ProcessStats read_process_stats(bool with_pss) {
   }
   (void)ts;
   // cgroup v2: "0::/path" in /proc/self/cgroup; v1: the memory controller's line.
+  // A v1 memory controller line wins (hybrid hosts list both); v2 lives at /sys/fs/cgroup or,
+  // on hybrid hosts, /sys/fs/cgroup/unified.
   std::istringstream cg(slurp("/proc/self/cgroup"));
-  std::string line;
+  std::string line, v1_path, v2_path;
+  bool v1 = false, v2 = false;
   while (std::getline(cg, line)) {
     const size_t a = line.find(':'), b = line.find(':', a + 1);
     if (a == std::string::npos || b == std::string::npos) continue;
     const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    const std::string rel = path == "/" ? std::string() : path;
     if (controllers.empty()) {
-      const std::string dir = "/sys/fs/cgroup" + (path == "/" ? std::string() : path);
-      p.cgroup_current = read_number(dir + "/memory.current");
-      p.cgroup_peak = read_number(dir + "/memory.peak");
-    } else if (controllers.find("memory") != std::string::npos && p.cgroup_current < 0) {
-      const std::string dir = "/sys/fs/cgroup/memory" + (path == "/" ? std::string() : path);
-      p.cgroup_current = read_number(dir + "/memory.usage_in_bytes");
-      p.cgroup_peak = read_number(dir + "/memory.max_usage_in_bytes");
+      v2 = true;
+      v2_path = rel;
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      v1 = true;
+      v1_path = rel;
+    }
+  }
+  if (v1) {
+    const std::string dir = "/sys/fs/cgroup/memory" + v1_path;
+    p.cgroup_current = read_number(dir + "/memory.usage_in_bytes");
+    p.cgroup_peak = read_number(dir + "/memory.max_usage_in_bytes");
+  }
+  if (v2 && p.cgroup_current < 0) {
+    for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+      p.cgroup_current = read_number(root + v2_path + "/memory.current");
+      p.cgroup_peak = read_number(root + v2_path + "/memory.peak");
+      if (p.cgroup_current >= 0) break;
     }
   }
   return p;

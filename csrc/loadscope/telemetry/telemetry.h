@@ -98,11 +98,13 @@ struct Snapshot {
   double first_batch_last_epoch = -1;    // seconds from the epoch's start
   uint64_t spans_dropped = 0;
   std::vector<std::array<double, 3>> depth;  // (seconds, ready, in flight) at changes, recent
+  bool enabled = true;
 };
 
 class Telemetry {
  public:
   // enabled=false: no timing at all (the engine checks enabled() before reading clocks).
+// Histograms are ~7.8 KiB each (976 buckets); a slot creates only those it uses.
   explicit Telemetry(bool enabled);
   ~Telemetry();
   bool enabled() const { return enabled_; }
@@ -123,7 +125,12 @@ class Telemetry {
   Histogram consumer_wait;   // consumer thread only
   Histogram producer_block;  // planner only: waits for a free prefetch slot, for any reason
   std::atomic<uint64_t> batches{0}, samples{0}, failures{0}, warnings{0};
-  std::atomic<uint64_t> pool_bytes{0}, pinned_bytes{0}, source_buffer_bytes{0};
+  // Live gauges the engine's buffer pools add to and take from.
+  std::shared_ptr<std::atomic<int64_t>> pool_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  std::shared_ptr<std::atomic<int64_t>> pinned_bytes = std::make_shared<std::atomic<int64_t>>(0);
+  std::atomic<uint64_t> source_buffer_bytes{0};
+  // The engine's threads of an epoch are gone: their scratch went with them.
+  void workers_ended();
 
   void epoch_started(uint64_t at_ns);
   void batch_delivered(uint64_t at_ns);
@@ -134,7 +141,10 @@ class Telemetry {
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
   std::vector<std::pair<std::string, std::vector<Span>>> take_spans();
 
-  Snapshot snapshot() const;
+  // with_depth: include the recent queue changes (4096 rows: large; traces and plots only).
+  Snapshot snapshot(bool with_depth = false) const;
+  // Queue changes recorded while tracing (all of them, up to the span budget).
+  std::vector<std::array<double, 3>> take_trace_depth();
 
  private:
   const bool enabled_;
@@ -156,6 +166,8 @@ class Telemetry {
   std::atomic<size_t> max_spans_{0};
   std::atomic<size_t> span_count_{0};
   std::atomic<uint64_t> spans_dropped_{0};
+  std::vector<std::array<double, 3>> trace_depth_;  // under depth_mutex_
+  int worker_slots_ = 0;                            // under slots_mutex_
 };
 
 // Times a scope into a stage when telemetry is on.
