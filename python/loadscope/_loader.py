@@ -482,6 +482,11 @@ class Dataset(torch.utils.data.IterableDataset):
 
     def __init__(self, source: Source, **loader_args: Any) -> None:
         super().__init__()
+        device = loader_args.get("device", "cpu")
+        if device is not None and str(device) != "cpu":
+            # Batches cross DataLoader's worker processes, where CUDA cannot be used after fork.
+            raise ConfigError(f"Dataset(device={device!r}): a Dataset yields CPU batches; use "
+                              "Loader(device=...) or DataLoader(..., pin_memory=True) and .to(device)")
         self.loader = Loader(source, **loader_args)
 
     def set_epoch(self, epoch: int) -> None:

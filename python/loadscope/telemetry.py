@@ -249,6 +249,8 @@ def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, A
     """Assembles the snapshot dictionary (see docs/telemetry.md for each field). `baseline`: the
     process's CPU and I/O counters (and the time) when the loader was made."""
     d = dict(native)
+    # Slots are indexed by the thread that claimed them first; list planner, then workers 0, 1, ...
+    d["threads"] = sorted(d["threads"], key=lambda t: (t["role"] != "planner", len(t["role"]), t["role"]))
     q = d["queue"]
     q["occupancy"] = q["mean_ready"] / q["prefetch"] if q["prefetch"] else 0.0
     d["loop"] = loop.to_dict()

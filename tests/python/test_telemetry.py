@@ -290,6 +290,17 @@ def test_watch_measures_a_torch_dataloader_and_each_worker(demo):
     assert len(gone) == 4 and all(not p["alive"] and p["cpu_seconds"] > 0 for p in gone)
 
 
+def test_device_argument_fails_early_with_what_is_allowed(demo):
+    with pytest.raises(ls.ConfigError, match="allowed are 'cpu', 'cuda', 'cuda:N'"):
+        loader(demo, device="tpu")
+    with pytest.raises(ls.ConfigError, match="a Dataset yields CPU batches"):
+        ls.Dataset(ls.Folder(demo / "folder"), fields={"jpg": ls.Image(64)}, batch_size=4, device="cuda")
+    if not torch.cuda.is_available():
+        with pytest.raises(ls.ConfigError, match="is_available"):
+            loader(demo, device="cuda")
+    assert loader(demo, device="cpu").device is None
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_transfer_pinned_timed_and_overlapped(demo):
