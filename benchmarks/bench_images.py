@@ -65,8 +65,7 @@ def main() -> int:
     for name, s in summary.items():
         print(f"| {name} | {s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f}) |")
     for label, r in (("loadscope / DataLoader", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
-        lo, hi = r.get("ci95", (r["min"], r["max"]))
-        print(f"\n{label}: median {r['median']:.2f}x, range {r['min']:.2f}-{r['max']:.2f}, 95% CI of the mean {lo:.2f}-{hi:.2f}")
+        print("\n" + compare.format_ratio(label, r))
     print("\n| loader | threads/workers | images/s | peak PSS, all processes (MiB) |\n|---|---|---|---|")
     for m in memory:
         print(f"| {m['arm']} | {m['threads_or_workers']} | {m['images_per_s']:.0f} | {m['peak_pss_mib']:.0f} |")

@@ -51,8 +51,7 @@ def main() -> int:
     for name, xs in res.items():
         xs = sorted(xs)
         print(f"{name}: median {xs[len(xs) // 2]:.0f} images/s (min {xs[0]:.0f}, max {xs[-1]:.0f})")
-    lo, hi = r.get("ci95", (r["min"], r["max"]))
-    print(f"on / off: median {r['median']:.3f}, range {r['min']:.3f}-{r['max']:.3f}, 95% CI of the mean {lo:.3f}-{hi:.3f}")
+    print(compare.format_ratio("on / off", r, digits=3))
     return 0
 
 

@@ -72,8 +72,7 @@ def main() -> int:
     for name, xs in res.items():
         print(f"| {name} | {med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f}) |")
     for label, r in (("loadscope / DataLoader+read_video", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
-        lo, hi = r.get("ci95", (r["min"], r["max"]))
-        print(f"\n{label}: median {r['median']:.2f}x, range {r['min']:.2f}-{r['max']:.2f}, 95% CI of the mean {lo:.2f}-{hi:.2f}")
+        print("\n" + compare.format_ratio(label, r))
     print("\n| GOP (frames) | loadscope clips/s | ceiling clips/s | ratio |\n|---|---|---|---|")
     for gop, g in by_gop.items():
         print(f"| {gop} | {g['loadscope']:.1f} | {g['ceiling']:.1f} | {g['loadscope'] / g['ceiling']:.2f} |")

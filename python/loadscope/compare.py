@@ -112,6 +112,16 @@ def ratio_summary(num: List[float], den: List[float]) -> Dict[str, float]:
     return out
 
 
+def format_ratio(label: str, r: Dict[str, float], digits: int = 2) -> str:
+    """One line for a ratio_summary: median, range and, with two or more rounds, the 95% CI."""
+    f = f".{digits}f"
+    line = f"{label}: median {r['median']:{f}}x, range {r['min']:{f}}-{r['max']:{f}}"
+    if "ci95" in r:
+        lo, hi = r["ci95"]
+        line += f", 95% CI of the mean {lo:{f}}-{hi:{f}}"
+    return line
+
+
 # Student's t, 97.5th percentile, for 1..30 degrees of freedom (no scipy dependency).
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
