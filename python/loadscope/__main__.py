@@ -1,4 +1,4 @@
-"""The loadscope command line: `loadscope demo`, `loadscope make-demo-data`."""
+"""The loadscope command line: `loadscope demo`, `loadscope bench`, `loadscope make-demo-data`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 COMMANDS = {
     "demo": "compare loadscope with torch's DataLoader on the demo dataset",
     "make-demo-data": "generate the demo dataset (python -m loadscope.datasets)",
+    "bench": "run an A/B experiment (bench run EXP.toml) or rebuild a report (bench report DIR)",
 }
 
 
@@ -19,6 +20,8 @@ def main(argv=None) -> int:
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     if argv[0] == "demo":
         from .demo import main as run
+    elif argv[0] == "bench":
+        from .bench.cli import main as run
     else:
         from .datasets import main as run
     return run(argv[1:])

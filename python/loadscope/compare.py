@@ -23,6 +23,7 @@ from . import _native
 from ._fields import Image
 from ._loader import Loader
 from ._sources import Folder
+from .bench.stats import t_quantile
 
 
 @dataclass
@@ -106,7 +107,7 @@ def ratio_summary(num: List[float], den: List[float]) -> Dict[str, float]:
     ratios = [a / b for a, b in zip(num, den)]
     out = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "n": len(ratios)}
     if len(ratios) > 1:
-        half = t975(len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
+        half = t_quantile(0.95, len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
         mean = statistics.fmean(ratios)
         out.update(mean=mean, ci95=(mean - half, mean + half))
     return out
@@ -120,20 +121,6 @@ def format_ratio(label: str, r: Dict[str, float], digits: int = 2) -> str:
         lo, hi = r["ci95"]
         line += f", 95% CI of the mean {lo:{f}}-{hi:{f}}"
     return line
-
-
-# Student's t, 97.5th percentile, for 1..30 degrees of freedom (no scipy dependency).
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """The two-sided 95% quantile of Student's t with `df` degrees of freedom (beyond 30,
-    1.96 + 2.5/df: within 0.1% of the exact value)."""
-    if df < 1:
-        raise ValueError(f"t975(df={df}): needs df >= 1")
-    return _T975[df - 1] if df <= len(_T975) else 1.96 + 2.5 / df
 
 
 class PeakPss:

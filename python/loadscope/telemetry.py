@@ -466,12 +466,12 @@ def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List
 
 # --- watching any iterable, e.g. a torch DataLoader ------------------------------------------
 
-class _ProcessTreeSampler:
+class ProcessTreeSampler:
     """Samples RSS, PSS and CPU of this process and of the watched worker processes with psutil
     every `interval` seconds, from a daemon thread. Exited workers keep their last sample (their
     CPU still counts); the largest total PSS is kept."""
 
-    def __init__(self, interval: float, workers: Callable[[], Optional[List[int]]]) -> None:
+    def __init__(self, interval: float, workers: Callable[[], Optional[List[int]]], history: bool = False) -> None:
         try:
             import psutil
         except ImportError:  # pragma: no cover - psutil is a Debian package here
@@ -485,6 +485,9 @@ class _ProcessTreeSampler:
         self._seen: Dict[int, Dict[str, Any]] = {}  # pid -> last sample
         self.latest: Dict[str, Any] = {"processes": [], "total": {}, "workers": 0}
         self.peak_total_pss = 0
+        # (monotonic s, total PSS, total RSS, total CPU s) per sample, for plots over time;
+        # bounded: the oldest half is thinned when it fills.
+        self.history: Optional[List[tuple]] = [] if history else None
         self._thread = threading.Thread(target=self._run, name="loadscope-watch", daemon=True)
         self._thread.start()
 
@@ -524,6 +527,10 @@ class _ProcessTreeSampler:
             procs_out = ([main] if main else []) + workers
             total = {k: sum(p[k] for p in procs_out) for k in ("rss", "pss", "cpu_seconds")}
             self.peak_total_pss = max(self.peak_total_pss, total["pss"])
+            if self.history is not None:
+                if len(self.history) >= 20000:
+                    self.history[:10000] = self.history[:10000:2]
+                self.history.append((time.monotonic(), total["pss"], total["rss"], total["cpu_seconds"]))
             self.latest = {"processes": [dict(p) for p in procs_out], "total": total,
                            "workers": sum(p["alive"] for p in workers)}
 
@@ -551,7 +558,7 @@ class Watched:
         self._iterable = iterable
         self.loop = LoopStats(time.monotonic_ns())
         self._interval = interval
-        self._sampler: Optional[_ProcessTreeSampler] = None
+        self._sampler: Optional[ProcessTreeSampler] = None
         self._iterator = None
         self._samples = 0
         p0 = _native.process_stats(pss=False)
@@ -570,7 +577,7 @@ class Watched:
 
     def __iter__(self) -> Iterator[Any]:
         if self._sampler is None:
-            self._sampler = _ProcessTreeSampler(self._interval, self._worker_pids)
+            self._sampler = ProcessTreeSampler(self._interval, self._worker_pids)
         start = time.monotonic_ns()
         self.loop.epoch_started(start)
         self._iterator = iter(self._iterable)

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "loadscope/bench/decode_only.h"
+#include "loadscope/bench/versions.h"
 #include "loadscope/core/engine.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
@@ -499,6 +500,11 @@ PYBIND11_MODULE(_native, m) {
     return d;
   }, py::arg("pss") = true);
   m.def("now_ns", [] { return telemetry::now_ns(); });
+  m.def("library_versions", [] {
+    py::dict d;
+    for (const auto& [name, version] : bench::library_versions()) d[py::str(name)] = version;
+    return d;
+  });
 
   py::class_<Pipeline>(m, "Pipeline")
       .def(py::init([](std::shared_ptr<Source> source, std::vector<pipeline::FieldSpec> fields,

@@ -1,0 +1,169 @@
+"""The environment record of an experiment (env.json): what ran, where, on what data. An A/B
+result means little without it: the same change can win on NVMe and lose on a network mount.
+Everything is read from the running system; what cannot be read is recorded as None with no
+guessing."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from .. import _native
+
+
+def _git(path: Optional[str]) -> Optional[Dict[str, Any]]:
+    """Commit, branch and whether the tree has uncommitted changes, of the checkout at `path`."""
+    if not path or not os.path.isdir(path):
+        return None
+
+    def git(*args: str) -> Optional[str]:
+        try:
+            out = subprocess.run(["git", "-C", path, *args], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None:
+        return {"path": os.path.abspath(path), "commit": None, "note": "not a git checkout"}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"path": top, "commit": git("rev-parse", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "dirty": bool(status)}
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpu() -> Dict[str, Any]:
+    model = None
+    for line in (_read("/proc/cpuinfo") or "").splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    nodes = sorted(glob.glob("/sys/devices/system/node/node[0-9]*"))
+    mem = {}
+    for line in (_read("/proc/meminfo") or "").splitlines():
+        k, _, v = line.partition(":")
+        if k in ("MemTotal", "MemAvailable"):
+            mem[k] = int(v.split()[0]) * 1024
+    return {"model": model or platform.processor() or None, "logical_cpus": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0)), "numa_nodes": len(nodes) or None,
+            "ram_bytes": mem.get("MemTotal"), "ram_available_bytes": mem.get("MemAvailable"),
+            "kernel": platform.release()}
+
+
+def gpus() -> Dict[str, Any]:
+    if not torch.cuda.is_available():
+        return {"available": False, "torch_cuda": torch.version.cuda}
+    out: Dict[str, Any] = {"available": True, "torch_cuda": torch.version.cuda,
+                           "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]}
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        out["nvidia_smi"] = smi.stdout.strip().splitlines() if smi.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired):
+        out["nvidia_smi"] = None
+    return out
+
+
+def storage(path: str) -> Dict[str, Any]:
+    """The filesystem and block device holding `path`: mount point, type, device, and whether
+    the device is rotational, NVMe or a network filesystem."""
+    path = os.path.realpath(path)
+    best = None
+    for line in (_read("/proc/self/mountinfo") or "").splitlines():
+        # id parent major:minor root mount-point options ... - fstype source super-options
+        left, _, right = line.partition(" - ")
+        f = left.split()
+        r = right.split()
+        if len(f) < 5 or len(r) < 2:
+            continue
+        mount = f[4].replace("\\040", " ")
+        if (path == mount or path.startswith(mount.rstrip("/") + "/")) and (best is None or len(mount) > len(best[0])):
+            best = (mount, r[0], r[1], f[2])
+    out: Dict[str, Any] = {"path": path}
+    if best is None:
+        return out
+    mount, fstype, source, majmin = best
+    out.update(mount=mount, fstype=fstype, source=source)
+    network = fstype in ("nfs", "nfs4", "cifs", "smb3", "ceph", "glusterfs", "lustre", "9p") or fstype.startswith("fuse.")
+    out["network"] = network
+    # The block device: st_dev of the path -> /sys/dev/block/MAJ:MIN -> the disk (parent of a partition).
+    st = os.stat(path)
+    dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    sys_dev = os.path.realpath(f"/sys/dev/block/{dev}")
+    if not os.path.exists(sys_dev):
+        out["block_device"] = None
+        out["note"] = f"{fstype} has no block device of its own (e.g. overlay, tmpfs, network)"
+        return out
+    disk = sys_dev if os.path.exists(os.path.join(sys_dev, "queue")) else os.path.dirname(sys_dev)
+    name = os.path.basename(disk)
+    rot = _read(os.path.join(disk, "queue", "rotational"))
+    out.update(block_device=name, rotational=None if rot is None else rot == "1", nvme=name.startswith("nvme"),
+               model=_read(os.path.join(disk, "device", "model")))
+    return out
+
+
+def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict[str, Any]:
+    """Scale and mix: sample count, bytes, and the distribution of image sizes (read from the
+    headers of up to `max_headers` images, evenly spread)."""
+    from PIL import Image
+
+    images = [p for p in layout_files if p.lower().endswith((".jpg", ".jpeg", ".png"))]
+    total = sum(os.path.getsize(p) for p in layout_files)
+    step = max(1, len(images) // max_headers)
+    widths, heights = [], []
+    for p in images[::step]:
+        with Image.open(p) as im:
+            widths.append(im.width)
+            heights.append(im.height)
+
+    def dist(xs: List[int]) -> Optional[Dict[str, float]]:
+        if not xs:
+            return None
+        qs = statistics.quantiles(xs, n=10) if len(xs) > 1 else [xs[0]] * 9
+        return {"min": min(xs), "p10": qs[0], "median": statistics.median(xs), "p90": qs[-1], "max": max(xs)}
+
+    info: Dict[str, Any] = {"root": os.path.abspath(root), "files": len(layout_files), "bytes": total,
+                            "images": len(images), "image_width": dist(widths), "image_height": dist(heights),
+                            "headers_read": len(widths)}
+    meta = _read(os.path.join(root, "dataset.json"))
+    if meta:
+        info["generator"] = json.loads(meta)
+    return info
+
+
+def record(data_root: str, layout_files: List[str], training_repo: Optional[str] = None) -> Dict[str, Any]:
+    import PIL
+    import torchvision
+
+    from .. import __version__
+
+    here = os.path.dirname(os.path.abspath(__file__))  # a source checkout has the commit; an installed wheel has not
+    return {
+        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": platform.node(),
+        "loadscope": {"version": __version__, "path": os.path.dirname(here), "git": _git(here)},
+        "training_repo": _git(training_repo),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "torchvision": torchvision.__version__, "pillow": PIL.__version__,
+                     **_native.library_versions()},
+        "cpu": cpu(),
+        "gpu": gpus(),
+        "storage": storage(data_root),
+        "dataset": dataset(data_root, layout_files),
+        "torch_threads": torch.get_num_threads(),
+    }

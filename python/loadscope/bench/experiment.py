@@ -1,0 +1,272 @@
+"""An A/B experiment as declared in a TOML file (or a dict): the baseline pipeline, exactly one
+factor and its values (the arms), the dataset, the step definition, the run plan and the
+rollout/rollback criteria. Everything is validated before anything runs: unknown keys, wrong
+types and values, and arms that differ in more than the declared factor are refused with a
+message that lists what is allowed. See docs/ab-testing.md."""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from .._errors import ConfigError
+
+# The pipeline settings every arm has; any of them can be the factor. (allowed, default)
+PIPELINE: Dict[str, Tuple[Any, Any]] = {
+    "loader": (("loadscope", "torch"), "loadscope"),
+    "threads": ("int>=0", 2),          # loadscope threads; DataLoader workers (0: main process)
+    "prefetch": ("int>=1", 2),         # batches ready ahead (DataLoader: prefetch_factor per worker)
+    "batch_size": ("int>=1", 64),      # per device (per rank)
+    "pin_memory": ((False, True), False),
+    "decode": (("cpu", "gpu"), "cpu"),
+    "layout": (("files", "folder", "shards"), "files"),
+    "staging": (("in-place", "local"), "in-place"),
+    "world_size": ("int>=1", 1),
+    "size": ("int>=1", 224),
+    "crop": (("random_resized", "center"), "random_resized"),
+    "flip": ("float[0,1]", 0.5),
+    "shuffle": ((False, True), False),
+    "seed": ("int>=0", 0),
+}
+
+# What a factor may do to the data, hence how arms are checked against the baseline:
+#   identical     the same samples in the same order, byte for byte (ids and pixel checksums)
+#   same-samples  the same samples (order may differ), byte for byte under a fixed center crop
+#   tolerance     the same samples under a fixed center crop, pixels within `tolerance`
+#   none          the factor changes the data by design; nothing to compare
+AUTO_CORRECTNESS = {
+    "threads": "identical", "prefetch": "identical", "batch_size": "identical", "pin_memory": "identical",
+    "staging": "identical", "world_size": "identical", "layout": "same-samples",
+    "loader": "tolerance", "decode": "tolerance",
+    "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
+}
+CORRECTNESS_MODES = ("auto", "identical", "same-samples", "tolerance", "none")
+
+# Metrics every run records: (unit, higher is better, meaning). docs/ab-testing.md explains each.
+METRICS: Dict[str, Tuple[str, bool, str]] = {
+    "throughput": ("samples/s", True, "data pipeline alone: samples per second, no training step"),
+    "e2e_throughput": ("samples/s", True, "with the step's compute: samples per second of training"),
+    "latency_p50": ("ms", False, "next() per batch in the pipeline phase, median"),
+    "latency_p99": ("ms", False, "next() per batch in the pipeline phase, 99th percentile"),
+    "data_wait_share": ("fraction", False, "time in next() over next() plus compute, with compute"),
+    "first_batch": ("s", False, "from making the loader to its first batch"),
+    "peak_pss": ("MiB", False, "largest PSS summed over the run's processes (workers included)"),
+    "cpu_per_sample": ("ms", False, "CPU time of all the run's processes per sample, pipeline phase"),
+    "staging_seconds": ("s", False, "copying the dataset to local disk before loading"),
+}
+
+STEP = {"compute": (("none", "sleep", "model"), "none"), "compute_ms": ("float>=0", 0.0),
+        "grad_accum": ("int>=1", 1)}
+RUN = {"warmup_samples": ("int>=0", 256), "samples": ("int>=1", 1024), "repetitions": ("int>=1", 5),
+       "order": (("interleaved", "blocked"), "interleaved"), "warmup_round": ((False, True), True),
+       "check_samples": ("int>=0", 32), "trace_batches": ("int>=0", 8), "timeout_s": ("float>0", 900.0)}
+DATASET = {"path": ("str", "data/demo"), "generate": ((False, True), True), "images": ("int>=1", 2000)}
+CRITERIA = {"metric": (tuple(METRICS), "throughput"), "min_gain": ("float", 0.05), "confidence": ("float(0,1)", 0.95),
+            "max_regression": ("dict", {"peak_pss": 0.10, "latency_p99": 0.10}),
+            "max_break_even_epochs": ("float>0", 10.0)}
+CORRECTNESS = {"mode": (CORRECTNESS_MODES, "auto"), "tolerance": ("float>=0", 1.0)}
+TOP = ("name", "description", "dataset", "pipeline", "factor", "arms", "step", "run", "criteria", "correctness",
+       "training_repo")
+
+
+def _check(section: str, key: str, value: Any, rule: Any) -> Any:
+    """Validates one value against its rule; returns it (ints promoted to float where wanted)."""
+    where = f"[{section}] {key} = {value!r}"
+    if isinstance(rule, tuple):
+        if isinstance(value, bool) != isinstance(rule[0], bool) or value not in rule:
+            raise ConfigError(f"{where}: allowed are {', '.join(repr(r) for r in rule)}")
+        return value
+    if rule == "str":
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{where}: must be a non-empty string")
+        return value
+    if rule == "dict":
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: must be a table")
+        return value
+    if rule.startswith("int"):
+        if isinstance(value, bool) or not isinstance(value, int) or value < int(rule[3:].lstrip(">=")):
+            raise ConfigError(f"{where}: must be an integer {rule[3:]}")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{where}: must be a number")
+    value = float(value)
+    bad = {"float>=0": value < 0, "float>0": value <= 0, "float[0,1]": not 0 <= value <= 1,
+           "float(0,1)": not 0 < value < 1, "float": False}[rule]
+    if bad:
+        raise ConfigError(f"{where}: must be {rule[5:] or 'a number'}")
+    return value
+
+
+def _section(raw: Dict[str, Any], name: str, schema: Dict[str, Tuple[Any, Any]]) -> Dict[str, Any]:
+    given = raw.get(name, {})
+    if not isinstance(given, dict):
+        raise ConfigError(f"[{name}] must be a table")
+    unknown = sorted(set(given) - set(schema))
+    if unknown:
+        raise ConfigError(f"[{name}]: unknown key(s) {', '.join(unknown)}; allowed are {', '.join(schema)}")
+    out = {k: copy.deepcopy(default) for k, (_, default) in schema.items()}
+    for k, v in given.items():
+        out[k] = _check(name, k, v, schema[k][0])
+    return out
+
+
+@dataclass
+class Arm:
+    name: str
+    config: Dict[str, Any]  # the full pipeline settings of this arm
+
+
+@dataclass
+class Experiment:
+    name: str
+    description: str
+    dataset: Dict[str, Any]
+    baseline: Dict[str, Any]
+    factor: str
+    arms: List[Arm]
+    step: Dict[str, Any]
+    run: Dict[str, Any]
+    criteria: Dict[str, Any]
+    correctness: Dict[str, Any]
+    training_repo: Optional[str] = None
+    source: Optional[str] = None  # the TOML file, when loaded from one
+    raw: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def correctness_mode(self) -> str:
+        mode = self.correctness["mode"]
+        return AUTO_CORRECTNESS[self.factor] if mode == "auto" else mode
+
+    def global_batch(self, config: Dict[str, Any]) -> int:
+        return config["batch_size"] * config["world_size"] * self.step["grad_accum"]
+
+    def needs_cuda(self) -> List[str]:
+        """Arms that cannot run without CUDA, with why."""
+        return [f"{a.name}: {why}" for a in self.arms for why in
+                (["pin_memory=true copies batches to a GPU"] if a.config["pin_memory"] else [])
+                + (["decode='gpu' decodes on a GPU"] if a.config["decode"] == "gpu" else [])]
+
+    def with_overrides(self, **run: Any) -> "Experiment":
+        """A copy with run-plan settings replaced (e.g. a small size for tests)."""
+        raw = copy.deepcopy(self.raw)
+        raw.setdefault("run", {}).update({k: v for k, v in run.items() if v is not None})
+        return from_dict(raw, source=self.source)
+
+
+def _arm_name(factor: str, value: Any, seen: Dict[str, int]) -> str:
+    name = f"{factor}={str(value).lower() if isinstance(value, bool) else value}"
+    seen[name] = seen.get(name, 0) + 1
+    return name if seen[name] == 1 else f"{name} ({chr(ord('A') + seen[name] - 1)})"
+
+
+def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
+    unknown = sorted(set(raw) - set(TOP))
+    if unknown:
+        raise ConfigError(f"experiment: unknown key(s) {', '.join(unknown)}; allowed are {', '.join(TOP)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"experiment: name = {name!r}: a non-empty name of letters, digits, '-', '_', '.'")
+    baseline = _section(raw, "pipeline", PIPELINE)
+    factor_t = raw.get("factor")
+    if not isinstance(factor_t, dict) or "name" not in factor_t:
+        raise ConfigError("experiment: [factor] with name = one of " + ", ".join(PIPELINE) + " is required")
+    unknown = sorted(set(factor_t) - {"name", "values"})
+    if unknown:
+        raise ConfigError(f"[factor]: unknown key(s) {', '.join(unknown)}; allowed are name, values")
+    factor = factor_t["name"]
+    if factor not in PIPELINE:
+        raise ConfigError(f"[factor] name = {factor!r}: allowed are {', '.join(PIPELINE)}")
+
+    seen: Dict[str, int] = {}
+    arms: List[Arm] = []
+    if "values" in factor_t and "arms" in raw:
+        raise ConfigError("experiment: give the arms either as [factor] values or as [[arms]] tables, not both")
+    if "values" in factor_t:
+        values = factor_t["values"]
+        if not isinstance(values, list) or len(values) < 2:
+            raise ConfigError(f"[factor] values = {values!r}: a list of two or more values (the first is the baseline)")
+        if factor in raw.get("pipeline", {}) and raw["pipeline"][factor] != values[0]:
+            raise ConfigError(f"[pipeline] {factor} = {raw['pipeline'][factor]!r} but the factor's first value (the "
+                              f"baseline) is {values[0]!r}: leave {factor} out of [pipeline]")
+        for v in values:
+            cfg = dict(baseline, **{factor: _check("factor", factor, v, PIPELINE[factor][0])})
+            arms.append(Arm(_arm_name(factor, v, seen), cfg))
+    elif "arms" in raw:
+        tables = raw["arms"]
+        if not isinstance(tables, list) or len(tables) < 2 or not all(isinstance(t, dict) for t in tables):
+            raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
+        for i, t in enumerate(tables):
+            extra = sorted(set(t) - {"name", factor})
+            if extra:
+                # The point of the harness: one factor changes, everything else is pinned.
+                raise ConfigError(f"[[arms]] #{i + 1} ({t.get('name', 'unnamed')}) sets {', '.join(extra)}: the arms may "
+                                  f"differ only in the declared factor '{factor}'; declare another experiment for "
+                                  f"{', '.join(extra)}")
+            cfg = dict(baseline)
+            if factor in t:
+                cfg[factor] = _check("arms", factor, t[factor], PIPELINE[factor][0])
+            nm = t.get("name") or _arm_name(factor, cfg[factor], seen)
+            if not isinstance(nm, str):
+                raise ConfigError(f"[[arms]] #{i + 1}: name must be a string")
+            arms.append(Arm(nm, cfg))
+    else:
+        raise ConfigError("experiment: [factor] values = [...] (or [[arms]] tables) are required")
+    names = [a.name for a in arms]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"experiment: arm names must differ, got {names}")
+
+    step = _section(raw, "step", STEP)
+    if step["compute"] == "sleep" and step["compute_ms"] <= 0:
+        raise ConfigError("[step] compute = 'sleep' needs compute_ms > 0")
+    run = _section(raw, "run", RUN)
+    criteria = _section(raw, "criteria", CRITERIA)
+    for k, v in criteria["max_regression"].items():
+        if k not in METRICS:
+            raise ConfigError(f"[criteria.max_regression] {k}: allowed are {', '.join(METRICS)}")
+        _check("criteria.max_regression", k, v, "float>=0")
+    if criteria["metric"] == "e2e_throughput" and step["compute"] == "none":
+        raise ConfigError("[criteria] metric = 'e2e_throughput' needs a [step] compute other than 'none'")
+    correctness = _section(raw, "correctness", CORRECTNESS)
+    dataset = _section(raw, "dataset", DATASET)
+    for a in arms:
+        _check_arm(a)
+    repo = raw.get("training_repo")
+    if repo is not None and not isinstance(repo, str):
+        raise ConfigError(f"experiment: training_repo = {repo!r}: a path")
+    desc = raw.get("description", "")
+    return Experiment(name=name, description=str(desc), dataset=dataset, baseline=arms[0].config, factor=factor,
+                      arms=arms, step=step, run=run, criteria=criteria, correctness=correctness, training_repo=repo,
+                      source=source, raw=copy.deepcopy(raw))
+
+
+def _check_arm(arm: Arm) -> None:
+    """Combinations no pipeline can run, refused before anything starts."""
+    c = arm.config
+    if c["loader"] == "torch" and c["layout"] == "shards":
+        raise ConfigError(f"arm {arm.name}: loader='torch' reads files; use layout 'files' or 'folder'")
+    if c["loader"] == "torch" and c["decode"] == "gpu":
+        raise ConfigError(f"arm {arm.name}: decode='gpu' is a loadscope pipeline (bytes from the loader, nvJPEG in the consumer)")
+    if c["loader"] == "loadscope" and c["threads"] < 1:
+        raise ConfigError(f"arm {arm.name}: loadscope needs threads >= 1 (0 is only for a DataLoader's main process)")
+
+
+def load(path: str) -> Experiment:
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            raise ConfigError("reading an experiment file needs Python 3.11 (tomllib) or the tomli package; "
+                              "or pass a dict to loadscope.bench.experiment.from_dict") from None
+    try:
+        with open(path, "rb") as f:
+            raw = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"experiment file {path!r} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"experiment file {path!r}: {e}") from None
+    return from_dict(raw, source=os.path.abspath(path))

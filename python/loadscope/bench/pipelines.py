@@ -1,0 +1,239 @@
+"""The pipelines an experiment's arms run: loadscope, or torch's DataLoader + PIL + torchvision,
+over the same files in the same order, with the same transforms. Every pipeline yields
+``(images uint8 [B, 3, H, W], labels int64 [B], keys list[str])`` so that the runner measures
+and checks every arm the same way.
+
+Layouts of the demo dataset (loadscope.datasets): ``files`` (the manifest, in sample-key
+order), ``shards`` (the tar shards, the same order), ``folder`` (class-per-folder, ImageFolder's
+order). Randomness is a function of (seed, epoch, position) in both loaders, so the arms of an
+experiment see the same crops whatever their threads, workers or batch size."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import torch
+
+from .._errors import ConfigError
+
+BatchT = Tuple[torch.Tensor, torch.Tensor, List[str]]
+
+
+def sample_id(key: str) -> str:
+    """A sample's identity across layouts: 'folder/cat/0000042.jpg' and 'train-000000.tar:0000042'
+    are both '0000042'."""
+    base = key.rsplit(":", 1)[-1]
+    base = os.path.basename(base)
+    return base.split(".", 1)[0]
+
+
+def layout_files(root: str, layout: str) -> List[str]:
+    """The files a layout reads (what staging copies)."""
+    if layout == "shards":
+        return sorted(glob.glob(os.path.join(root, "shards", "*.tar")))
+    if layout == "files":
+        with open(os.path.join(root, "manifest.jsonl")) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        return [os.path.join(root, r["path"]) for r in rows] + [os.path.join(root, "manifest.jsonl")]
+    return sorted(glob.glob(os.path.join(root, "folder", "**", "*.jpg"), recursive=True))
+
+
+def stage(root: str, layout: str, dest: str) -> Dict[str, Any]:
+    """Copies what `layout` reads under `dest` (same relative paths), timed; returns the new
+    root, the seconds and the bytes. The copy is flushed (fsync) so that its cost is counted."""
+    files = layout_files(root, layout)
+    t0 = time.perf_counter()
+    nbytes = 0
+    for src in files:
+        dst = os.path.join(dest, os.path.relpath(src, root))
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copyfile(src, dst)
+        nbytes += os.path.getsize(dst)
+    os.sync()
+    return {"root": dest, "seconds": time.perf_counter() - t0, "bytes": nbytes, "files": len(files)}
+
+
+class Pipeline:
+    """One arm's loader for one process (one rank). `epoch(e)` yields batches of epoch e."""
+
+    def __init__(self, root: str, config: Dict[str, Any], rank: int = 0, world: int = 1,
+                 device: Optional[torch.device] = None) -> None:
+        self.root, self.c, self.rank, self.world, self.device = root, config, rank, world, device
+        self.loader: Any = None  # the loadscope.Loader, for its telemetry and traces
+
+    def epoch(self, e: int) -> Iterator[BatchT]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class LoadscopePipeline(Pipeline):
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        from .. import FileList, Folder, Image, Int, Bytes, Loader, WebDataset
+
+        c = self.c
+        if c["layout"] == "files":
+            source = FileList(os.path.join(self.root, "manifest.jsonl"))
+        elif c["layout"] == "shards":
+            source = WebDataset(sorted(glob.glob(os.path.join(self.root, "shards", "*.tar"))))
+        else:
+            source = Folder(os.path.join(self.root, "folder"))
+        image = Bytes() if c["decode"] == "gpu" else Image(c["size"], crop=c["crop"], flip=c["flip"])
+        self.loader = Loader(source, fields={"jpg": image, "cls": Int()}, batch_size=c["batch_size"],
+                             threads=c["threads"], prefetch=c["prefetch"], shuffle=c["shuffle"], seed=c["seed"],
+                             device=self.device if c["pin_memory"] else "cpu")
+        self._gpu = _GpuDecode(c, self.device) if c["decode"] == "gpu" else None
+
+    def epoch(self, e: int) -> Iterator[BatchT]:
+        self.loader.set_epoch(e)
+        for b in self.loader._iterate(self.rank, self.world):  # rank r: batches r, r+W, ... (as DataLoader workers)
+            images = b["jpg"] if self._gpu is None else self._gpu(b["jpg"], b["__index__"], e)
+            yield images, b["cls"], b["__key__"]
+
+
+class _GpuDecode:
+    """decode='gpu': the loader reads the JPEG bytes; nvJPEG (torchvision.io.decode_jpeg on
+    CUDA) decodes them in the consumer, and the crop and resize run on the GPU. The same
+    RandomResizedCrop parameters as the torch arm (seeded by seed, epoch, position)."""
+
+    def __init__(self, c: Dict[str, Any], device: Optional[torch.device]) -> None:
+        self.c, self.device = c, device
+
+    def __call__(self, blobs: List[bytes], positions: torch.Tensor, epoch: int) -> torch.Tensor:
+        import torch.nn.functional as F
+        import torchvision.io
+
+        out = []
+        for blob, pos in zip(blobs, positions.tolist()):
+            data = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
+            img = torchvision.io.decode_jpeg(data, mode=torchvision.io.ImageReadMode.RGB, device=self.device)
+            top, left, h, w, flip = _crop_params(self.c, img.shape[1], img.shape[2], epoch, pos)
+            crop = img[:, top:top + h, left:left + w].unsqueeze(0).float()
+            x = F.interpolate(crop, size=(self.c["size"], self.c["size"]), mode="bilinear", antialias=True,
+                              align_corners=False)
+            x = x.round().clamp(0, 255).to(torch.uint8)[0]
+            out.append(x.flip(-1) if flip else x)
+        return torch.stack(out)
+
+
+def _crop_params(c: Dict[str, Any], height: int, width: int, epoch: int, position: int) -> Tuple[int, int, int, int, bool]:
+    """RandomResizedCrop (torchvision's parameters) or Resize+CenterCrop, and the flip, from a
+    generator seeded by (seed, epoch, position): the same for any worker count."""
+    import torchvision.transforms as T
+
+    g = torch.Generator().manual_seed((c["seed"] * 1_000_003 + epoch) * 1_000_003 + position)
+    if c["crop"] == "center":
+        side = min(height, width)
+        return (height - side) // 2, (width - side) // 2, side, side, False
+    with torch.random.fork_rng(devices=[]):  # get_params draws from the global generator
+        torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=g)))
+        top, left, h, w = T.RandomResizedCrop.get_params(torch.empty(0, height, width), (0.08, 1.0), (3 / 4, 4 / 3))
+    return top, left, h, w, bool(torch.rand(1, generator=g) < c["flip"])
+
+
+class _TorchImages(torch.utils.data.Dataset):
+    """What users write today: PIL decode, RandomResizedCrop (or Resize+CenterCrop), flip,
+    PILToTensor. Indexed by position; the crop is seeded by (seed, epoch, position)."""
+
+    def __init__(self, paths: List[str], labels: List[int], c: Dict[str, Any]) -> None:
+        self.paths, self.labels, self.c = paths, labels, c
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, item: Tuple[int, int]) -> Tuple[torch.Tensor, int, str]:
+        # (position, epoch): persistent workers hold a copy of the dataset, so the epoch
+        # travels with each index rather than as an attribute set in the main process.
+        i, epoch = item
+        import torchvision.transforms.functional as TF
+        from PIL import Image
+
+        with Image.open(self.paths[i]) as im:
+            im = im.convert("RGB")
+        top, left, h, w, flip = _crop_params(self.c, im.height, im.width, epoch, i)
+        size = self.c["size"]
+        if self.c["crop"] == "center":  # Resize(shorter side) + CenterCrop, as torchvision
+            im = TF.center_crop(TF.resize(im, size), size)
+        else:
+            im = TF.resized_crop(im, top, left, h, w, [size, size])
+        x = TF.pil_to_tensor(TF.hflip(im) if flip else im)
+        return x, self.labels[i], self.paths[i]
+
+
+class _StridedBatches(torch.utils.data.Sampler):
+    """Batches of consecutive positions (shuffled by (seed, epoch) when asked); rank r takes
+    batches r, r+W, ... — the same split as loadscope's."""
+
+    def __init__(self, n: int, c: Dict[str, Any], rank: int, world: int) -> None:
+        self.n, self.c, self.rank, self.world, self.epoch = n, c, rank, world, 0
+
+    def _order(self) -> List[int]:
+        if not self.c["shuffle"]:
+            return list(range(self.n))
+        g = torch.Generator().manual_seed(self.c["seed"] * 1_000_003 + self.epoch)
+        return torch.randperm(self.n, generator=g).tolist()
+
+    def __iter__(self):
+        order, bs = self._order(), self.c["batch_size"]
+        batches = [[(p, self.epoch) for p in order[i:i + bs]] for i in range(0, self.n, bs)]
+        return iter(batches[self.rank::self.world])
+
+    def __len__(self) -> int:
+        return len(range(self.rank, (self.n + self.c["batch_size"] - 1) // self.c["batch_size"], self.world))
+
+
+def _collate(items):
+    xs, ys, keys = zip(*items)
+    return torch.stack(xs), torch.tensor(ys, dtype=torch.int64), list(keys)
+
+
+class TorchPipeline(Pipeline):
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        c = self.c
+        if c["layout"] == "files":
+            with open(os.path.join(self.root, "manifest.jsonl")) as f:
+                rows = [json.loads(line) for line in f if line.strip()]
+            paths = [os.path.join(self.root, r["path"]) for r in rows]
+            labels = [int(r["cls"]) for r in rows]
+        elif c["layout"] == "folder":
+            from torchvision.datasets import ImageFolder
+
+            samples = ImageFolder(os.path.join(self.root, "folder")).samples
+            paths, labels = [p for p, _ in samples], [y for _, y in samples]
+        else:
+            raise ConfigError("loader='torch' reads files; use layout 'files' or 'folder'")
+        self.dataset = _TorchImages(paths, labels, c)
+        self.sampler = _StridedBatches(len(paths), c, self.rank, self.world)
+        workers = c["threads"]
+        self.dl = torch.utils.data.DataLoader(
+            self.dataset, batch_sampler=self.sampler, num_workers=workers, collate_fn=_collate,
+            pin_memory=c["pin_memory"], persistent_workers=workers > 0,
+            **({"prefetch_factor": c["prefetch"]} if workers > 0 else {}))
+
+    def epoch(self, e: int) -> Iterator[BatchT]:
+        self.sampler.epoch = e  # the sampler runs in this process and hands the epoch to the workers
+        for x, y, keys in self.dl:
+            if self.device is not None and self.c["pin_memory"]:
+                x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            yield x, y, keys
+
+    def close(self) -> None:
+        it = getattr(self.dl, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+
+def make(root: str, config: Dict[str, Any], rank: int = 0, world: int = 1) -> Pipeline:
+    device = None
+    if config["pin_memory"] or config["decode"] == "gpu":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % max(1, torch.cuda.device_count()))
+    cls = TorchPipeline if config["loader"] == "torch" else LoadscopePipeline
+    return cls(root, config, rank, world, device)

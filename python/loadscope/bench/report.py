@@ -1,0 +1,423 @@
+"""From raw results to a decision: per-arm statistics, effects against the baseline, the
+verdict from the declared criteria, plots, and report.md (what was observed, kept apart from
+hypotheses about why)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Dict, List, Optional
+
+from . import stats
+from .experiment import METRICS, Experiment
+
+
+def _load_raw(out_dir: str) -> List[Dict[str, Any]]:
+    path = os.path.join(out_dir, "raw.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _metrics_used(exp: Experiment, rows: List[Dict[str, Any]]) -> List[str]:
+    out = []
+    for m in METRICS:
+        if m == "e2e_throughput" and exp.step["compute"] == "none":
+            continue  # the same number as throughput: reported once
+        if any(r.get(m) is not None for r in rows):
+            out.append(m)
+    return out
+
+
+def _goodness(metric: str, effect: Dict[str, Optional[float]]) -> Dict[str, Optional[float]]:
+    """The effect as a gain (positive = better) with its interval, whatever the metric's direction."""
+    higher = METRICS[metric][1]
+    e, lo, hi = effect["effect"], effect["ci_low"], effect["ci_high"]
+    if e is None:
+        return {"gain": None, "low": None, "high": None}
+    if higher:
+        return {"gain": e, "low": lo, "high": hi}
+    # lower is better: a 10% drop is a gain of 10%/(1-10%) in throughput terms; report the plain -effect
+    return {"gain": -e, "low": None if hi is None else -hi, "high": None if lo is None else -lo}
+
+
+def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failure: Optional[str] = None) -> Dict[str, Any]:
+    rows = [r for r in _load_raw(out_dir) if not r.get("warmup")]
+    conf = exp.criteria["confidence"]
+    arms = [a.name for a in exp.arms]
+    by_arm = {a: sorted((r for r in rows if r["arm"] == a), key=lambda r: r["round"]) for a in arms}
+    metrics = _metrics_used(exp, rows)
+    per_arm = {a: {m: stats.summarize([r.get(m) for r in by_arm[a]], conf) for m in metrics} for a in arms}
+    base = arms[0]
+    paired = exp.run["order"] == "interleaved"
+    effects: Dict[str, Dict[str, Any]] = {}
+    for a in arms[1:]:
+        effects[a] = {}
+        for m in metrics:
+            xs = [r.get(m) for r in by_arm[base]]
+            ys = [r.get(m) for r in by_arm[a]]
+            if paired:
+                n = min(len(xs), len(ys))
+                pairs = [(x, y) for x, y in zip(xs[:n], ys[:n]) if x is not None and y is not None and x > 0 and y > 0]
+                xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+            effects[a][m] = stats.relative_effect(xs, ys, paired=paired, confidence=conf)
+    summary: Dict[str, Any] = {
+        "status": "failed" if failure else "ok", "experiment": exp.name, "factor": exp.factor, "baseline": base,
+        "arms": arms, "metrics": {m: {"unit": METRICS[m][0], "higher_is_better": METRICS[m][1], "meaning": METRICS[m][2]}
+                                  for m in metrics},
+        "confidence": conf, "paired": paired, "repetitions": {a: len(by_arm[a]) for a in arms},
+        "per_arm": per_arm, "effects": effects, "correctness": correctness, "failure": failure,
+        "criteria": exp.criteria, "step": exp.step, "run": exp.run,
+        "global_batch": {a.name: exp.global_batch(a.config) for a in exp.arms},
+    }
+    summary["staging"] = _staging(exp, per_arm, out_dir)
+    summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
+    summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
+    summary["rerun"] = rerun_command(exp, out_dir)
+    return summary
+
+
+def _dataset_samples(out_dir: str) -> Optional[int]:
+    try:
+        with open(os.path.join(out_dir, "env.json")) as f:
+            return json.load(f)["dataset"]["images"] or None
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _staging(exp: Experiment, per_arm: Dict[str, Any], out_dir: str) -> Dict[str, Any]:
+    """For arms that stage the data: the copy's cost and the epochs after which it pays off
+    (staging seconds over the time it saves per epoch)."""
+    out: Dict[str, Any] = {}
+    n = _dataset_samples(out_dir)
+    base = exp.arms[0].name
+    tb = per_arm[base]["throughput"]["median"]
+    for a in exp.arms[1:]:
+        st = per_arm[a.name].get("staging_seconds", {}).get("median")
+        if a.config["staging"] != "local" or st is None or not n or not tb:
+            continue
+        ta = per_arm[a.name]["throughput"]["median"]
+        saved = n / tb - n / ta
+        out[a.name] = {"staging_seconds": st, "epoch_seconds_baseline": n / tb, "epoch_seconds_arm": n / ta,
+                       "saved_per_epoch": saved, "break_even_epochs": st / saved if saved > 0 else None}
+    return out
+
+
+def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
+    """Adopt when the primary metric's gain is above min_gain at the interval's lower bound,
+    no guarded metric regresses beyond its bound (point estimate), the correctness check
+    passed, and staging (if any) pays off within max_break_even_epochs. Roll back otherwise."""
+    c = exp.criteria
+    m = c["metric"]
+    reasons, ok = [], True
+    if s["failure"]:
+        return {"decision": "invalid", "reasons": ["a repetition failed: " + s["failure"].splitlines()[0]]}
+    check = s["correctness"]["arms"].get(arm)
+    if check is not None and not check["ok"]:
+        return {"decision": "invalid", "reasons": ["correctness check failed: " + check["detail"]]}
+    g = _goodness(m, s["effects"][arm][m]) if m in s["effects"][arm] else {"gain": None, "low": None}
+    sig = stats.significant(s["effects"][arm][m]) if m in s["effects"][arm] else None
+    pct = lambda x: "n/a" if x is None else f"{x * 100:+.1f}%"  # noqa: E731
+    if g["low"] is None:
+        ok = False
+        reasons.append(f"{m}: no interval (needs 2 or more repetitions)")
+    elif g["low"] > c["min_gain"]:
+        reasons.append(f"{m}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; the lower bound "
+                       f"is above the required {pct(c['min_gain'])}")
+    else:
+        ok = False
+        what = "no significant difference" if sig is False else ("worse" if g["gain"] is not None and g["gain"] < 0 else "gain too small or too uncertain")
+        reasons.append(f"{m}: {what}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; "
+                       f"adopting needs the lower bound above {pct(c['min_gain'])}")
+    for gm, bound in c["max_regression"].items():
+        if gm not in s["effects"][arm]:
+            continue
+        e = s["effects"][arm][gm]["effect"]
+        if e is None:
+            continue
+        regression = -e if METRICS[gm][1] else e
+        if regression > bound:
+            ok = False
+            reasons.append(f"{gm}: regresses {pct(regression)} (bound {pct(bound)})")
+        else:
+            reasons.append(f"{gm}: {pct(e)} change, within the {pct(bound)} regression bound")
+    st = s["staging"].get(arm)
+    if st is not None:
+        be = st["break_even_epochs"]
+        if be is None:
+            ok = False
+            reasons.append(f"staging: {st['staging_seconds']:.2f} s per run and no time saved per epoch: it never pays off")
+        elif be > c["max_break_even_epochs"]:
+            ok = False
+            reasons.append(f"staging: pays off after {be:.1f} epochs, more than the {c['max_break_even_epochs']:g} allowed")
+        else:
+            reasons.append(f"staging: {st['staging_seconds']:.2f} s, pays off after {be:.1f} epochs")
+    return {"decision": "adopt" if ok else "roll back", "significant": sig, "reasons": reasons}
+
+
+def conf_txt(s: Dict[str, Any]) -> str:
+    return f"{s['confidence'] * 100:g}% CI"
+
+
+def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_dir: str) -> List[str]:
+    """Suggestions of why, from the measurements; labelled as hypotheses in the report."""
+    out = []
+    base = s["baseline"]
+    pa = s["per_arm"]
+    for arm in s["arms"][1:]:
+        e = s["effects"][arm]
+        tp, cpu = e.get("throughput", {}).get("effect"), e.get("cpu_per_sample", {}).get("effect")
+        if tp is not None and cpu is not None:
+            if cpu < -0.1:
+                out.append(f"{arm} spends {-cpu:.0%} less CPU per sample than {base}: less work per sample "
+                           "(a cheaper decode path, fewer copies or processes), not only more parallelism.")
+            elif abs(cpu) <= 0.1 and tp > 0.1:
+                out.append(f"{arm} is faster with about the same CPU per sample: it keeps more cores busy "
+                           "(more parallelism or less waiting), rather than doing less work.")
+        mem = e.get("peak_pss", {}).get("effect")
+        if mem is not None and abs(mem) > 0.2:
+            out.append(f"peak PSS {mem:+.0%} in {arm}: worker processes each holding a copy of the interpreter, "
+                       "torch and the dataset list are the usual cause of a difference this size.")
+    try:
+        with open(os.path.join(out_dir, "env.json")) as f:
+            usable = json.load(f)["cpu"]["usable_cpus"]
+    except (OSError, KeyError, ValueError):
+        usable = None
+    for a, rows in by_arm.items():
+        used = [r["cpu_seconds"] / r["seconds"] for r in rows if r.get("seconds")]
+        if usable and used and max(used) > 0.85 * usable:
+            out.append(f"{a} used {max(used):.1f} cores' worth of CPU time with {usable} usable: CPU-bound here, so "
+                       "more threads or workers than cores cannot help; less work per sample can.")
+    for arm in s["arms"]:
+        share = pa[arm].get("data_wait_share", {}).get("median")
+        if share is not None and share > 0.5:
+            out.append(f"with the declared step, {arm} leaves the training loop waiting for data "
+                       f"{share:.0%} of the time: input-bound; faster input would speed training up.")
+    return out
+
+
+def rerun_command(exp: Experiment, out_dir: str) -> str:
+    src = exp.source or "EXPERIMENT.toml"
+    try:
+        src = os.path.relpath(src)
+    except ValueError:
+        pass
+    r = exp.run
+    return (f"loadscope bench run {src} --repetitions {r['repetitions']} --samples {r['samples']} "
+            f"--warmup-samples {r['warmup_samples']} --check-samples {r['check_samples']}")
+
+
+# --- writing --------------------------------------------------------------------------------
+
+def _fmt(v: Optional[float], unit: str) -> str:
+    if v is None:
+        return "—"
+    if unit == "fraction":
+        return f"{v:.1%}"
+    if unit in ("samples/s", "MiB"):
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def _pct(v: Optional[float]) -> str:
+    return "—" if v is None else f"{v * 100:+.1f}%"
+
+
+def table(summary: Dict[str, Any]) -> str:
+    """The per-arm table (median [CI of the mean]) as Markdown."""
+    lines = ["| metric | unit | " + " | ".join(summary["arms"]) + " |", "|---|---|" + "---|" * len(summary["arms"])]
+    for m, meta in summary["metrics"].items():
+        cells = []
+        for a in summary["arms"]:
+            st = summary["per_arm"][a][m]
+            cell = _fmt(st["median"], meta["unit"])
+            if st["ci_low"] is not None:
+                cell += f" [{_fmt(st['ci_low'], meta['unit'])}, {_fmt(st['ci_high'], meta['unit'])}]"
+            cells.append(cell)
+        lines.append(f"| {m} | {meta['unit']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def effects_table(summary: Dict[str, Any]) -> str:
+    lines = ["| arm vs " + summary["baseline"] + " | metric | effect | " + conf_txt(summary) + " | significant |",
+             "|---|---|---|---|---|"]
+    for a, per in summary["effects"].items():
+        for m, e in per.items():
+            sig = stats.significant(e)
+            lines.append(f"| {a} | {m} | {_pct(e['effect'])} | [{_pct(e['ci_low'])}, {_pct(e['ci_high'])}] | "
+                         f"{'—' if sig is None else ('yes' if sig else 'no')} |")
+    return "\n".join(lines)
+
+
+def plots(out_dir: str, summary: Dict[str, Any]) -> List[str]:
+    """Per-arm distributions, throughput over time and memory over time (first measured round)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - matplotlib is a Debian package here
+        return []
+    rows = [r for r in _load_raw(out_dir) if not r.get("warmup")]
+    os.makedirs(os.path.join(out_dir, "plots"), exist_ok=True)
+    arms, written = summary["arms"], []
+    ms = [m for m in ("throughput", "e2e_throughput", "latency_p99", "peak_pss", "cpu_per_sample") if m in summary["metrics"]]
+    fig, axes = plt.subplots(1, len(ms), figsize=(3.2 * len(ms), 3.4), squeeze=False)
+    for ax, m in zip(axes[0], ms):
+        for i, a in enumerate(arms):
+            ys = [r[m] for r in rows if r["arm"] == a and r.get(m) is not None]
+            ax.scatter([i] * len(ys), ys, s=16, alpha=0.7)
+            if ys:
+                med = summary["per_arm"][a][m]["median"]
+                ax.hlines(med, i - 0.25, i + 0.25, color="black")
+        ax.set_xticks(range(len(arms)), arms, rotation=20, ha="right", fontsize=7)
+        ax.set_title(f"{m} ({summary['metrics'][m]['unit']})", fontsize=8)
+        ax.tick_params(labelsize=7)
+    fig.suptitle("every repetition (dots) and the median (bar)", fontsize=9)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "plots", "distributions.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    written.append(path)
+    for key, ylabel, name, title in (("timeline", "samples delivered", "throughput_over_time.png",
+                                      "pipeline phase, first measured round"),
+                                     ("memory_timeline", "PSS of all processes (MiB)", "memory_over_time.png",
+                                      "whole repetition, first measured round")):
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        for a in arms:
+            first = next((r for r in rows if r["arm"] == a and r.get(key)), None)
+            if first:
+                xs, ys = zip(*first[key])
+                ax.plot(xs, ys, label=a, linewidth=1.2)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out_dir, "plots", name)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _env_lines(out_dir: str) -> List[str]:
+    try:
+        with open(os.path.join(out_dir, "env.json")) as f:
+            e = json.load(f)
+    except (OSError, ValueError):
+        return ["(no environment record)"]
+    c, st, d, v = e["cpu"], e["storage"], e["dataset"], e["versions"]
+    git = (e.get("loadscope") or {}).get("git") or {}
+    gpu = e["gpu"]
+    return [
+        f"- loadscope {e['loadscope']['version']}, commit {git.get('commit', 'n/a')}{' (uncommitted changes)' if git.get('dirty') else ''}",
+        f"- CPU: {c['model']}, {c['usable_cpus']} usable of {c['logical_cpus']} logical, {c['numa_nodes']} NUMA node(s), "
+        f"RAM {c['ram_bytes'] / 2**30:.1f} GiB",
+        f"- GPU: {', '.join(gpu.get('devices', [])) if gpu.get('available') else 'none'}",
+        f"- data: {st.get('path')} on {st.get('fstype')} ({st.get('source')}), block device {st.get('block_device')}, "
+        f"rotational {st.get('rotational')}, NVMe {st.get('nvme')}, network {st.get('network')}",
+        f"- dataset: {d['images']} images, {d['bytes'] / 2**20:.0f} MiB in {d['files']} files; width "
+        f"{(d.get('image_width') or {}).get('median')} median ({(d.get('image_width') or {}).get('min')}-{(d.get('image_width') or {}).get('max')}), "
+        f"height {(d.get('image_height') or {}).get('median')} median",
+        f"- versions: Python {v['python']}, torch {v['torch']}, torchvision {v['torchvision']}, FFmpeg {v.get('ffmpeg')}, "
+        f"libjpeg-turbo {v.get('libjpeg-turbo')}, oneTBB {v.get('onetbb')}",
+        "- full record: env.json",
+    ]
+
+
+def write(out_dir: str, summary: Dict[str, Any]) -> None:
+    """summary.json, plots and report.md."""
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+    if summary.get("status") == "skipped":
+        with open(os.path.join(out_dir, "report.md"), "w") as f:
+            f.write(f"# Experiment skipped\n\n{summary['reason']}\n")
+        return
+    pngs = plots(out_dir, summary) if summary.get("per_arm") else []
+    with open(os.path.join(out_dir, "experiment.json")) as f:
+        exp = json.load(f)
+    L = [f"# Experiment `{summary['experiment']}`: {summary['factor']}", ""]
+    if exp["declared"].get("description"):
+        L += [exp["declared"]["description"].strip(), ""]
+    L += ["## Verdict", ""]
+    if summary["failure"]:
+        L += ["**Invalid**: a repetition failed.", "", "```", summary["failure"][-3000:], "```", ""]
+    for a, v in summary["verdicts"].items():
+        L.append(f"- **{a}: {v['decision']}** (against {summary['baseline']})")
+        L += [f"  - {r}" for r in v["reasons"]]
+    L += ["", "## Setup", "",
+          f"- factor: `{summary['factor']}`; arms: " + ", ".join(f"`{a['name']}`" for a in exp["arms"])
+          + f" (the first is the baseline)",
+          "- baseline pipeline: " + ", ".join(f"{k}={v}" for k, v in exp["arms"][0]["config"].items()),
+          f"- step: compute={summary['step']['compute']}"
+          + (f" ({summary['step']['compute_ms']:g} ms)" if summary['step']['compute'] == 'sleep' else "")
+          + f", gradient accumulation {summary['step']['grad_accum']}, global batch "
+          + ", ".join(f"{a} {b}" for a, b in summary["global_batch"].items()),
+          f"- run: {summary['run']['repetitions']} repetitions per arm, {summary['run']['order']} order"
+          + (", one warm-up round discarded" if summary["run"]["warmup_round"] else "")
+          + f"; each repetition a fresh process: {summary['run']['warmup_samples']} warm-up samples, then "
+          f"{summary['run']['samples']} measured",
+          f"- correctness: {summary['correctness']['mode']}", ""]
+    L += ["Environment:", ""] + _env_lines(out_dir) + [""]
+    L += ["## Observed", "",
+          f"Median of the repetitions [{conf_txt(summary)} of the mean]. `throughput` is the data pipeline alone; "
+          + ("`e2e_throughput` includes the declared training step." if "e2e_throughput" in summary["metrics"]
+             else "the step has no compute, so there is no separate end-to-end figure."), "",
+          table(summary), "", "Effect of each arm against the baseline "
+          + ("(paired by round: the arms of a round ran back to back)" if summary["paired"] else "(unpaired, Welch)")
+          + ":", "", effects_table(summary), ""]
+    for a, st in summary["staging"].items():
+        be = st["break_even_epochs"]
+        L.append(f"- staging ({a}): {st['staging_seconds']:.2f} s to copy; epoch {st['epoch_seconds_baseline']:.2f} s in place vs "
+                 f"{st['epoch_seconds_arm']:.2f} s staged; break-even after "
+                 + (f"{be:.1f} epochs" if be is not None else "never (no time saved)"))
+    L += ["", "### Correctness", ""]
+    corr = summary["correctness"]
+    if corr.get("note"):
+        L.append(f"- {corr['note']}")
+    for a, c in corr.get("arms", {}).items():
+        L.append(f"- {a}: {'**pass**' if c['ok'] else '**FAIL**'}: {c['detail']}")
+    L += ["", "## Hypotheses (not measured conclusions)", ""]
+    L += [f"- {h}" for h in summary["hypotheses"]] or ["- none suggested by the measurements"]
+    L += ["", "## Files", ""]
+    L += [f"- ![{os.path.basename(p)}](plots/{os.path.basename(p)})" for p in pngs]
+    traces = sorted(os.listdir(os.path.join(out_dir, "traces"))) if os.path.isdir(os.path.join(out_dir, "traces")) else []
+    if traces:
+        L.append("- traces (chrome://tracing, ui.perfetto.dev): " + ", ".join(f"traces/{t}" for t in traces))
+    L += ["- raw.jsonl (every repetition), matrix.csv (the run order), summary.json, env.json", "",
+          "## Rerun", "", "```", summary["rerun"], "```", ""]
+    with open(os.path.join(out_dir, "report.md"), "w") as f:
+        f.write("\n".join(L))
+
+
+def regenerate(out_dir: str) -> Dict[str, Any]:
+    """`loadscope bench report DIR`: recomputes the summary, plots and report from raw.jsonl
+    (e.g. after changing the criteria in experiment.json's declared section)."""
+    from .experiment import from_dict
+
+    with open(os.path.join(out_dir, "experiment.json")) as f:
+        meta = json.load(f)
+    with open(os.path.join(out_dir, "summary.json")) as f:
+        old = json.load(f)
+    if old.get("status") == "skipped":
+        return old
+    exp = from_dict(meta["declared"], source=meta.get("source"))
+    exp = exp.with_overrides(**meta["run"])
+    summary = analyze(out_dir, exp, correctness=old.get("correctness", {"mode": "none", "arms": {}}),
+                      failure=old.get("failure"))
+    write(out_dir, summary)
+    return summary
+
+
+def console(summary: Dict[str, Any]) -> str:
+    """The summary table and the verdicts, for a terminal."""
+    if summary.get("status") == "skipped":
+        return f"skipped: {summary['reason']}"
+    out = [table(summary), ""]
+    for a, v in summary["verdicts"].items():
+        out.append(f"verdict for {a} (vs {summary['baseline']}): {v['decision'].upper()}")
+        out += [f"  - {r}" for r in v["reasons"]]
+    return "\n".join(out)

@@ -1,0 +1,246 @@
+"""Runs an experiment: records the environment, plans the matrix (arms x repetitions, in
+interleaved or blocked order), runs every repetition in a fresh process, checks the arms'
+outputs against the baseline, and hands the raw results to the report.
+
+Output folder: env.json, experiment.json, matrix.csv, raw.jsonl, summary.json, report.md,
+plots/*.png, traces/*.trace.json, check/*.json, logs/*.log."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from .._errors import ConfigError
+from . import env as envmod
+from . import pipelines, report
+from .experiment import PIPELINE, Experiment
+
+
+class ExperimentFailed(RuntimeError):
+    """A repetition failed, or an arm's output differs from the baseline's."""
+
+
+def plan(exp: Experiment) -> List[Dict[str, Any]]:
+    """The run order. Interleaved: round r runs every arm once, starting at arm r mod k
+    (A B, B A, ...), so drift and position-in-round fall on every arm alike. Blocked: every
+    repetition of A, then of B. A warm-up round (discarded) comes first when asked."""
+    k, reps = len(exp.arms), exp.run["repetitions"]
+    order: List[Dict[str, Any]] = []
+    if exp.run["warmup_round"]:
+        order += [{"round": -1, "arm": i, "warmup": True} for i in range(k)]
+    if exp.run["order"] == "interleaved":
+        for r in range(reps):
+            order += [{"round": r, "arm": (r + j) % k, "warmup": False} for j in range(k)]
+    else:
+        order += [{"round": r, "arm": i, "warmup": False} for i in range(k) for r in range(reps)]
+    for i, row in enumerate(order):
+        row["run"] = i
+    return order
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float) -> int:
+    if world == 1:
+        cmd = [sys.executable, "-m", "loadscope.bench.rep", spec_path, out_path]
+    else:  # torchrun, as a training job would be started: one process per rank, rendezvous on localhost
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1",
+               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{_free_port()}", "-m", "loadscope.bench.rep",
+               spec_path, out_path]
+    with open(log_path, "w") as log:
+        try:
+            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            log.write(f"\nloadscope: timed out after {timeout:.0f} s\n")
+            return -1
+
+
+def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One repetition's figures from its ranks: throughput is the global samples over the
+    slowest rank's time; memory and CPU add up; latencies are the worst rank's."""
+    if len(results) == 1:
+        return results[0]
+    r0 = dict(results[0])
+    slowest = max(r["seconds"] for r in results)
+    total = sum(r["samples"] for r in results)
+    r0.update(samples=total, seconds=slowest, throughput=total / slowest,
+              latency_p50=max(r["latency_p50"] for r in results), latency_p99=max(r["latency_p99"] for r in results),
+              cpu_seconds=sum(r["cpu_seconds"] for r in results), peak_pss=sum(r["peak_pss"] for r in results),
+              first_batch=max(r["first_batch"] for r in results), ranks=results)
+    r0["cpu_per_sample"] = r0["cpu_seconds"] / total * 1e3
+    if "e2e_seconds" in r0:
+        e2e_total = sum(r["e2e_samples"] for r in results)
+        r0["e2e_throughput"] = e2e_total / max(r["e2e_seconds"] for r in results)
+        shares = [r["data_wait_share"] for r in results if r.get("data_wait_share") is not None]
+        r0["data_wait_share"] = max(shares) if shares else None
+    if any(r.get("staging_seconds") is not None for r in results):
+        r0["staging_seconds"] = max(r["staging_seconds"] or 0 for r in results)
+    return r0
+
+
+def compare_checks(mode: str, base: Dict[str, Any], arm: Dict[str, Any], tolerance: float) -> Dict[str, Any]:
+    """The arm's correctness pass against the baseline's. Returns {ok, detail, ...}."""
+    if base["ids"] != arm["ids"] and mode == "identical":
+        first = next((i for i, (a, b) in enumerate(zip(base["ids"], arm["ids"])) if a != b), min(len(base["ids"]), len(arm["ids"])))
+        return {"ok": False, "detail": f"sample order differs at position {first}: baseline "
+                f"{base['ids'][first:first + 3]} vs arm {arm['ids'][first:first + 3]}"}
+    if set(base["ids"]) != set(arm["ids"]):
+        missing = sorted(set(base["ids"]) - set(arm["ids"]))[:5]
+        extra = sorted(set(arm["ids"]) - set(base["ids"]))[:5]
+        return {"ok": False, "detail": f"different samples: missing {missing}, extra {extra}"}
+    if mode in ("identical", "same-samples"):
+        b = dict(zip(base["ids"], base["checksums"]))
+        bad = [i for i, c in zip(arm["ids"], arm["checksums"]) if b[i] != c]
+        if bad:
+            return {"ok": False, "detail": f"{len(bad)} of {len(b)} samples differ in pixels, first {bad[:5]}"}
+        return {"ok": True, "detail": f"{len(b)} samples identical (ids and pixel checksums)"}
+    pa, pb = torch.load(base["pixels"]), torch.load(arm["pixels"])
+    order = {k: i for i, k in enumerate(arm["ids"])}
+    pb = pb[[order[k] for k in base["ids"]]]
+    diff = (pa.float() - pb.float()).abs()
+    per_sample = diff.flatten(1).mean(1)
+    worst = int(per_sample.argmax())
+    out = {"mean_abs_diff": float(per_sample.mean()), "worst_mean_abs_diff": float(per_sample[worst]),
+           "worst_sample": base["ids"][worst], "max_abs_diff": float(diff.max()), "tolerance": tolerance}
+    out["ok"] = out["worst_mean_abs_diff"] <= tolerance
+    out["detail"] = (f"{len(per_sample)} samples under a fixed center crop: worst mean |diff| "
+                     f"{out['worst_mean_abs_diff']:.2f} ({out['worst_sample']}), tolerance {tolerance}")
+    return out
+
+
+def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) -> Dict[str, Any]:
+    """Runs `exp` and writes its folder; returns the summary (see report.analyze). Raises
+    ExperimentFailed when a repetition fails or a correctness check does not pass (the folder
+    and its report are written first, saying why)."""
+    from .. import datasets
+
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    out_dir = os.path.abspath(out_dir or os.path.join("results", "experiments", f"{exp.name}-{stamp}"))
+    root = os.path.abspath(exp.dataset["path"])
+    missing_cuda = exp.needs_cuda() if not torch.cuda.is_available() else []
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "experiment.json"), "w") as f:
+        json.dump({"name": exp.name, "source": exp.source, "declared": exp.raw, "factor": exp.factor,
+                   "arms": [{"name": a.name, "config": a.config} for a in exp.arms], "step": exp.step,
+                   "run": exp.run, "criteria": exp.criteria, "correctness_mode": exp.correctness_mode,
+                   "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])}, f, indent=1)
+    if missing_cuda:
+        summary = {"status": "skipped", "reason": "needs CUDA, which this machine does not have: " + "; ".join(missing_cuda)}
+        report.write(out_dir, summary)
+        say(f"{exp.name}: skipped ({summary['reason']})")
+        return summary
+
+    if not os.path.isfile(os.path.join(root, "dataset.json")):
+        if not exp.dataset["generate"]:
+            raise ConfigError(f"[dataset] path = {exp.dataset['path']!r}: no dataset there (and generate = false)")
+        say(f"generating the demo dataset in {root} ...")
+    datasets.ensure(root, images=exp.dataset["images"], quiet=quiet)
+    layouts = sorted({a.config["layout"] for a in exp.arms})
+    files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay)})
+    say(f"{exp.name}: recording the environment ...")
+    environment = envmod.record(root, files, exp.training_repo)
+    with open(os.path.join(out_dir, "env.json"), "w") as f:
+        json.dump(environment, f, indent=1)
+
+    order = plan(exp)
+    with open(os.path.join(out_dir, "matrix.csv"), "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["run", "round", "warmup", "arm", *PIPELINE, "compute", "compute_ms", "grad_accum", "global_batch"])
+        for row in order:
+            c = exp.arms[row["arm"]].config
+            w.writerow([row["run"], row["round"], row["warmup"], exp.arms[row["arm"]].name, *(c[k] for k in PIPELINE),
+                        exp.step["compute"], exp.step["compute_ms"], exp.step["grad_accum"], exp.global_batch(c)])
+
+    for sub in ("specs", "runs", "logs", "check", "traces"):
+        os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
+    mode = exp.correctness_mode
+    stage_root = tempfile.mkdtemp(prefix=f"loadscope-stage-{exp.name}-")
+    raw_path = os.path.join(out_dir, "raw.jsonl")
+    checks: Dict[int, Dict[str, Any]] = {}
+    failure: Optional[str] = None
+    try:
+        with open(raw_path, "w") as raw:
+            for row in order:
+                arm = exp.arms[row["arm"]]
+                first_measured = not row["warmup"] and row["round"] == 0
+                tag = f"{row['run']:03d}"
+                spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root,
+                        "stage_dir": os.path.join(stage_root, tag)}
+                slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in arm.name)
+                if first_measured and mode != "none" and exp.run["check_samples"] > 0:
+                    spec["check"] = {"mode": mode, "samples": exp.run["check_samples"],
+                                     "path": os.path.join(out_dir, "check", f"{slug}.json")}
+                if first_measured and exp.run["trace_batches"] > 0:
+                    spec["trace"] = {"batches": exp.run["trace_batches"],
+                                     "path": os.path.join(out_dir, "traces", f"{slug}.trace.json")}
+                spec_path = os.path.join(out_dir, "specs", f"{tag}.json")
+                with open(spec_path, "w") as f:
+                    json.dump(spec, f)
+                out_path = os.path.join(out_dir, "runs", f"{tag}.json")
+                log_path = os.path.join(out_dir, "logs", f"{tag}.log")
+                world = arm.config["world_size"]
+                t0 = time.monotonic()
+                code = _launch(spec_path, out_path, world, log_path, exp.run["timeout_s"])
+                shutil.rmtree(spec["stage_dir"], ignore_errors=True)
+                results = []
+                for r in range(world):
+                    p = out_path if r == 0 else f"{out_path}.rank{r}"
+                    if os.path.exists(p):
+                        with open(p) as f:
+                            results.append(json.load(f))
+                errors = [r for r in results if "error" in r]
+                if code != 0 or errors or len(results) != world:
+                    with open(log_path) as f:
+                        tail = f.read()[-3000:]
+                    why = errors[0]["traceback"] if errors else tail
+                    failure = f"run {tag} ({arm.name}, round {row['round']}) failed (exit {code}):\n{why}"
+                    break
+                merged = _merge_ranks(results)
+                merged.update(run=row["run"], round=row["round"], arm=arm.name, warmup=row["warmup"],
+                              wall_seconds=time.monotonic() - t0)
+                raw.write(json.dumps(merged) + "\n")
+                raw.flush()
+                if "check" in spec:
+                    checks[row["arm"]] = spec["check"]
+                say(f"  {tag} {'warm-up ' if row['warmup'] else ''}{arm.name:<28} "
+                    f"{merged['throughput']:8.1f} samples/s  peak PSS {merged['peak_pss']:6.0f} MiB")
+    finally:
+        shutil.rmtree(stage_root, ignore_errors=True)
+
+    correctness: Dict[str, Any] = {"mode": mode, "arms": {}}
+    if failure is None and mode != "none" and exp.run["check_samples"] > 0:
+        with open(checks[0]["path"]) as f:
+            base = json.load(f)
+        for i, arm in enumerate(exp.arms[1:], start=1):
+            with open(checks[i]["path"]) as f:
+                got = json.load(f)
+            correctness["arms"][arm.name] = compare_checks(mode, base, got, exp.correctness["tolerance"])
+        for p in os.listdir(os.path.join(out_dir, "check")):  # the pixels served the comparison; keep ids and checksums
+            if p.endswith(".pt"):
+                os.remove(os.path.join(out_dir, "check", p))
+    elif mode == "none":
+        correctness["note"] = f"the factor '{exp.factor}' changes the data by design: no comparison"
+    summary = report.analyze(out_dir, exp, correctness=correctness, failure=failure)
+    report.write(out_dir, summary)
+    if failure:
+        raise ExperimentFailed(failure)
+    bad = {k: v["detail"] for k, v in correctness["arms"].items() if not v["ok"]}
+    if bad:
+        raise ExperimentFailed("correctness check failed: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
+                               + f" (see {os.path.join(out_dir, 'report.md')})")
+    return summary
