@@ -4,7 +4,7 @@ PY     := $(abspath $(VENV))/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build test test-cpp test-python demo data bench check-install format clean
+.PHONY: all deps build test test-cpp test-python test-bench demo data bench check-install format clean
 
 all: build
 
@@ -19,7 +19,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"
 
-test: test-cpp test-python check-install
+test: test-cpp test-python test-bench check-install
 
 test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -27,7 +27,12 @@ test-cpp: build
 test-python: build
 	@$(PY) -m pytest tests/python -q
 
-# Generates the demo dataset when missing, then compares loadscope with torch's DataLoader.
+# Every built-in A/B experiment at a small size: valid, correct between arms, report written.
+test-bench: build
+	@$(PY) -m pytest benchmarks -q
+
+# Generates the demo dataset when missing, then runs the headline A/B experiment
+# (benchmarks/experiments/loader.toml): torch's DataLoader against loadscope; report in results/demo.
 demo: build
 	@$(PY) -m loadscope demo
 

@@ -17,7 +17,7 @@ PACKAGES=(
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
   libjpeg62-turbo-dev libturbojpeg0-dev zlib1g-dev libtbb-dev catch2
   python3-torch python3-torchvision python3-numpy python3-pil python3-psutil
-  python3-pytest python3-pytest-timeout python3-skimage python3-scipy python3-av
+  python3-pytest python3-pytest-timeout python3-skimage python3-scipy python3-matplotlib python3-av
   ffmpeg libjpeg-turbo-progs
 )
 

@@ -20,6 +20,12 @@ from loadscope import datasets
 datasets.generate("demo", images=8, quiet=True)
 b = next(iter(ls.Loader(ls.Folder("demo/folder"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=8)))
 assert b["jpg"].shape == (8, 3, 32, 32) and b["cls"].shape == (8,)
+from loadscope import bench  # the harness runs its repetitions as `python -m loadscope.bench.rep`
+s = bench.run(bench.from_dict({"name": "install", "dataset": {"path": "demo", "generate": False},
+                               "pipeline": {"batch_size": 4, "size": 32}, "factor": {"name": "threads", "values": [1, 2]},
+                               "run": {"repetitions": 2, "samples": 8, "warmup_samples": 4, "check_samples": 4,
+                                       "warmup_round": False}}), "exp", quiet=True)
+assert s["status"] == "ok" and s["correctness"]["arms"]["threads=2"]["ok"], s
 print(f"check-install: ok ({ls.__file__})")
 PY
 "$tmp/venv/bin/loadscope" --help >/dev/null

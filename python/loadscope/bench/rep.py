@@ -164,7 +164,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     # The consumer's own torch ops (the model step) use one thread: the loader's threads are
     # the factor under study, and torch's default (all cores) would blur every comparison.
     torch.set_num_threads(1)
-    sampler = ProcessTreeSampler(0.05, lambda: None, history=True)
+    # PSS costs ~3.5 ms per process to read (smaps): every 0.5 s that is under 1% of a core
+    # per process, small enough not to tilt the arms (a DataLoader arm has more processes).
+    sampler = ProcessTreeSampler(0.5, lambda: None, history=True)
     t_start = time.monotonic()
     root = spec["root"]
     staging = None
@@ -178,7 +180,10 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     per_rank = lambda n: math.ceil(n / world)  # noqa: E731 - the experiment's counts are global
     t_make = time.monotonic()
     pipe = pipelines.make(root, config, rank, world)
-    step = _Step(step_def, world, pipe.device)
+    # Experiments with a GPU arm hand every arm's batches to the GPU, so that the arms differ
+    # only in the factor: a CPU batch is copied (pageable, synchronous) inside the wait.
+    to_gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if spec.get("cuda") else None
+    step = _Step(step_def, world, to_gpu)
     it = _stream(pipe)
     first_batch: Optional[float] = None
 
@@ -190,6 +195,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         while done < n:
             a = time.monotonic()
             x, y, keys = next(it)
+            if to_gpu is not None and not x.is_cuda:
+                x, y = x.to(to_gpu), y.to(to_gpu)
             b = time.monotonic()
             if first_batch is None:
                 first_batch = b - t_make

@@ -93,12 +93,14 @@ def _staging(exp: Experiment, per_arm: Dict[str, Any], out_dir: str) -> Dict[str
     out: Dict[str, Any] = {}
     n = _dataset_samples(out_dir)
     base = exp.arms[0].name
-    tb = per_arm[base]["throughput"]["median"]
+    tb = per_arm[base].get("throughput", {}).get("median")
     for a in exp.arms[1:]:
         st = per_arm[a.name].get("staging_seconds", {}).get("median")
         if a.config["staging"] != "local" or st is None or not n or not tb:
             continue
-        ta = per_arm[a.name]["throughput"]["median"]
+        ta = per_arm[a.name].get("throughput", {}).get("median")
+        if not ta:
+            continue
         saved = n / tb - n / ta
         out[a.name] = {"staging_seconds": st, "epoch_seconds_baseline": n / tb, "epoch_seconds_arm": n / ta,
                        "saved_per_epoch": saved, "break_even_epochs": st / saved if saved > 0 else None}

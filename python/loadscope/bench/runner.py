@@ -55,18 +55,48 @@ def _free_port() -> int:
 
 
 def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float) -> int:
-    if world == 1:
-        cmd = [sys.executable, "-m", "loadscope.bench.rep", spec_path, out_path]
-    else:  # torchrun, as a training job would be started: one process per rank, rendezvous on localhost
-        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={world}", "--nnodes=1",
-               "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{_free_port()}", "-m", "loadscope.bench.rep",
-               spec_path, out_path]
-    with open(log_path, "w") as log:
-        try:
-            return subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            log.write(f"\nloadscope: timed out after {timeout:.0f} s\n")
-            return -1
+    """Starts one repetition: one process, or `world` ranks with torchrun's environment
+    (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rendezvous on localhost), which is
+    all torch.distributed's env:// initialisation reads. (torchrun itself is not used: the
+    torch 1.13 of Debian 12 cannot start it under Python 3.11, whose Flag enums no longer
+    iterate over the zero member that torchrun's stdout redirection looks up.) If one rank
+    fails or the time runs out, every rank is stopped: nothing is left hanging."""
+    cmd = [sys.executable, "-m", "loadscope.bench.rep", spec_path, out_path]
+    port = _free_port()
+    procs, logs = [], []
+    for rank in range(world):
+        env = dict(os.environ)
+        if world > 1:
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        log = open(log_path if rank == 0 else f"{log_path}.rank{rank}", "w")
+        logs.append(log)
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+    deadline = time.monotonic() + timeout
+    code = 0
+    try:
+        pending = list(procs)
+        while pending:
+            for p in list(pending):
+                rc = p.poll()
+                if rc is not None:
+                    pending.remove(p)
+                    if rc != 0 and code == 0:
+                        code = rc
+            if code != 0 or time.monotonic() > deadline:
+                if code == 0:
+                    code = -1
+                    logs[0].write(f"\nloadscope: timed out after {timeout:.0f} s\n")
+                break
+            time.sleep(0.02)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for log in logs:
+            log.close()
+    return code
 
 
 def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -145,11 +175,14 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
         say(f"{exp.name}: skipped ({summary['reason']})")
         return summary
 
-    if not os.path.isfile(os.path.join(root, "dataset.json")):
-        if not exp.dataset["generate"]:
-            raise ConfigError(f"[dataset] path = {exp.dataset['path']!r}: no dataset there (and generate = false)")
-        say(f"generating the demo dataset in {root} ...")
-    datasets.ensure(root, images=exp.dataset["images"], quiet=quiet)
+    if exp.dataset["generate"]:
+        datasets.ensure(root, images=exp.dataset["images"], quiet=quiet)  # (re)made when missing or of another size
+    else:
+        needed = {"files": "manifest.jsonl", "folder": "folder", "shards": "shards"}
+        for lay in {a.config["layout"] for a in exp.arms}:
+            if not os.path.exists(os.path.join(root, needed[lay])):
+                raise ConfigError(f"[dataset] path = {exp.dataset['path']!r}: no {needed[lay]} there for layout "
+                                  f"'{lay}' (the layout of `python -m loadscope.datasets`; or set generate = true)")
     layouts = sorted({a.config["layout"] for a in exp.arms})
     files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay)})
     say(f"{exp.name}: recording the environment ...")
@@ -180,7 +213,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 first_measured = not row["warmup"] and row["round"] == 0
                 tag = f"{row['run']:03d}"
                 spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root,
-                        "stage_dir": os.path.join(stage_root, tag)}
+                        "stage_dir": os.path.join(stage_root, tag), "cuda": bool(exp.needs_cuda())}
                 slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in arm.name)
                 if first_measured and mode != "none" and exp.run["check_samples"] > 0:
                     spec["check"] = {"mode": mode, "samples": exp.run["check_samples"],

@@ -1,0 +1,56 @@
+"""Every built-in experiment (benchmarks/experiments/*.toml) at a small size: it must be valid,
+run to the end, pass its correctness checks and write its report, or be skipped with the
+reason (CUDA experiments on machines without a GPU). Never a timing threshold: the figures of a
+run this small mean nothing; `loadscope bench run` at the declared size is the benchmark.
+
+    .venv/bin/python -m pytest benchmarks/ -q"""
+
+import glob
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from loadscope import bench, datasets
+
+EXPERIMENTS = sorted(glob.glob(str(Path(__file__).parent / "experiments" / "*.toml")))
+
+
+@pytest.fixture(scope="session")
+def small_demo(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("demo") / "demo"
+    datasets.generate(str(out), images=96, seed=0, shard_size=24, quiet=True, videos=0)
+    return out
+
+
+def test_every_experiment_is_listed():
+    names = {Path(p).stem for p in EXPERIMENTS}
+    assert {"loader", "threads", "prefetch", "batch_size", "pin_memory", "staging", "layout", "decode",
+            "world_size"} <= names
+
+
+@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: Path(p).stem)
+def test_experiment_runs_small_and_passes_its_checks(path, small_demo, tmp_path):
+    exp = bench.load(path)
+    raw = dict(exp.raw, dataset=dict(exp.raw.get("dataset", {}), path=str(small_demo), generate=False))
+    exp = bench.from_dict(raw, source=path).with_overrides(repetitions=2, samples=64, warmup_samples=32,
+                                                          check_samples=16, trace_batches=2)
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    files = set(os.listdir(tmp_path / "out"))
+    assert {"experiment.json", "summary.json", "report.md"} <= files
+    if exp.needs_cuda() and not torch.cuda.is_available():
+        assert summary["status"] == "skipped" and "needs CUDA" in summary["reason"]
+        pytest.skip(summary["reason"])
+    assert summary["status"] == "ok"
+    assert {"env.json", "matrix.csv", "raw.jsonl", "plots"} <= files
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "raw.jsonl")]
+    assert len([r for r in rows if not r["warmup"]]) == 2 * len(exp.arms)
+    for arm, check in summary["correctness"]["arms"].items():
+        assert check["ok"], f"{arm}: {check['detail']}"
+    if exp.correctness_mode != "none":
+        assert set(summary["correctness"]["arms"]) == {a.name for a in exp.arms[1:]}
+    assert all(v["decision"] in ("adopt", "roll back") for v in summary["verdicts"].values())
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Verdict" in report and "## Hypotheses" in report and "loadscope bench run" in report

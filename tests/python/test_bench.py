@@ -1,0 +1,212 @@
+"""The A/B harness: experiment validation (one factor only, clear errors), the run order, the
+correctness check between arms (a real mismatch fails the experiment), an A/A experiment on
+the real engine (no significant difference), the environment record against independent
+sources, and the report round trip."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from loadscope import ConfigError, bench
+from loadscope.bench import env, report, runner, stats
+from loadscope.bench.experiment import from_dict
+
+
+def declared(demo, **over):
+    raw = {"name": "t", "dataset": {"path": str(demo), "generate": False},
+           "pipeline": {"batch_size": 16},
+           "factor": {"name": "threads", "values": [1, 2]},
+           "run": {"repetitions": 2, "samples": 48, "warmup_samples": 16, "check_samples": 16, "trace_batches": 1,
+                   "warmup_round": False}}
+    for k, v in over.items():
+        raw[k] = v
+    return raw
+
+
+# --- validation ---------------------------------------------------------------------------
+
+def test_arms_that_differ_in_a_second_setting_are_refused(demo):
+    raw = declared(demo, arms=[{"name": "a", "threads": 1}, {"name": "b", "threads": 2, "prefetch": 4}])
+    del raw["factor"]["values"]
+    with pytest.raises(ConfigError, match=r"sets prefetch: the arms may differ only in the declared factor 'threads'"):
+        from_dict(raw)
+
+
+def test_explicit_arms_that_change_only_the_factor_are_accepted(demo):
+    raw = declared(demo, arms=[{"name": "one", "threads": 1}, {"name": "two", "threads": 2}])
+    del raw["factor"]["values"]
+    exp = from_dict(raw)
+    assert [a.name for a in exp.arms] == ["one", "two"]
+    assert [a.config["threads"] for a in exp.arms] == [1, 2]
+    assert all(a.config["batch_size"] == 16 for a in exp.arms)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"factor": {"name": "colour", "values": [1, 2]}}, r"\[factor\] name = 'colour': allowed are loader, threads"),
+    ({"factor": {"name": "threads", "values": [1]}}, "a list of two or more values"),
+    ({"factor": {"name": "loader", "values": ["torch", "dali"]}}, "allowed are 'loadscope', 'torch'"),
+    ({"pipeline": {"threds": 2}}, r"\[pipeline\]: unknown key\(s\) threds; allowed are loader, threads"),
+    ({"pipeline": {"threads": 3}}, r"\[pipeline\] threads = 3 but the factor's first value \(the baseline\) is 1"),
+    ({"pipeline": {"batch_size": 0}}, r"\[pipeline\] batch_size = 0: must be an integer >=1"),
+    ({"step": {"compute": "sleep"}}, "compute = 'sleep' needs compute_ms > 0"),
+    ({"criteria": {"metric": "e2e_throughput"}}, "needs a \\[step\\] compute other than 'none'"),
+    ({"criteria": {"max_regression": {"speed": 0.1}}}, r"\[criteria.max_regression\] speed: allowed are throughput"),
+    ({"run": {"order": "random"}}, "allowed are 'interleaved', 'blocked'"),
+    ({"correctness": {"mode": "fuzzy"}}, "allowed are 'auto', 'identical'"),
+    ({"factor": {"name": "layout", "values": ["files", "shards"]}, "pipeline": {"loader": "torch"}},
+     "loader='torch' reads files"),
+    ({"name": "two words"}, "a non-empty name of letters"),
+])
+def test_bad_experiments_fail_early_with_what_is_allowed(demo, change, message):
+    with pytest.raises(ConfigError, match=message):
+        from_dict(declared(demo, **change))
+
+
+def test_toml_errors_name_the_file(tmp_path):
+    p = tmp_path / "bad.toml"
+    p.write_text("name = \n")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        bench.load(str(p))
+    with pytest.raises(ConfigError, match="does not exist"):
+        bench.load(str(tmp_path / "missing.toml"))
+
+
+def test_correctness_mode_follows_the_factor(demo):
+    assert from_dict(declared(demo)).correctness_mode == "identical"
+    assert from_dict(declared(demo, factor={"name": "loader", "values": ["torch", "loadscope"]})).correctness_mode == "tolerance"
+    assert from_dict(declared(demo, factor={"name": "layout", "values": ["files", "folder"]})).correctness_mode == "same-samples"
+    assert from_dict(declared(demo, factor={"name": "size", "values": [128, 224]})).correctness_mode == "none"
+
+
+def test_interleaved_rounds_rotate_the_arms_and_blocked_runs_do_not(demo):
+    exp = from_dict(declared(demo, factor={"name": "threads", "values": [1, 2, 3]},
+                             run={"repetitions": 3, "warmup_round": True}))
+    order = [(r["round"], exp.arms[r["arm"]].name) for r in runner.plan(exp)]
+    assert order[:3] == [(-1, "threads=1"), (-1, "threads=2"), (-1, "threads=3")]
+    assert [a for _, a in order[3:6]] == ["threads=1", "threads=2", "threads=3"]
+    assert [a for _, a in order[6:9]] == ["threads=2", "threads=3", "threads=1"]
+    assert [a for _, a in order[9:12]] == ["threads=3", "threads=1", "threads=2"]
+    blocked = from_dict(declared(demo, run={"repetitions": 2, "order": "blocked", "warmup_round": False}))
+    assert [blocked.arms[r["arm"]].name for r in runner.plan(blocked)] == ["threads=1"] * 2 + ["threads=2"] * 2
+
+
+# --- correctness between arms -------------------------------------------------------------
+
+def test_compare_checks_finds_order_pixel_and_sample_differences(tmp_path):
+    import torch
+
+    base = {"ids": ["a", "b", "c"], "checksums": ["1", "2", "3"]}
+    assert runner.compare_checks("identical", base, dict(base), 0)["ok"]
+    swapped = {"ids": ["b", "a", "c"], "checksums": ["2", "1", "3"]}
+    r = runner.compare_checks("identical", base, swapped, 0)
+    assert not r["ok"] and "order differs at position 0" in r["detail"]
+    assert runner.compare_checks("same-samples", base, swapped, 0)["ok"]  # order may differ there
+    r = runner.compare_checks("identical", base, {"ids": ["a", "b", "c"], "checksums": ["1", "X", "3"]}, 0)
+    assert not r["ok"] and "1 of 3 samples differ in pixels, first ['b']" in r["detail"]
+    r = runner.compare_checks("same-samples", base, {"ids": ["a", "b", "d"], "checksums": ["1", "2", "3"]}, 0)
+    assert not r["ok"] and "missing ['c'], extra ['d']" in r["detail"]
+    x = torch.full((3, 3, 4, 4), 100, dtype=torch.uint8)
+    y = x.clone()
+    y[2] += 5  # sample c is 5 levels off
+    torch.save(x, tmp_path / "a.pt")
+    torch.save(y, tmp_path / "b.pt")
+    a = dict(base, pixels=str(tmp_path / "a.pt"))
+    b = dict(base, pixels=str(tmp_path / "b.pt"))
+    r = runner.compare_checks("tolerance", a, b, 4.0)
+    assert not r["ok"] and r["worst_sample"] == "c" and r["worst_mean_abs_diff"] == 5.0
+    assert runner.compare_checks("tolerance", a, b, 5.0)["ok"]
+
+
+def test_a_correctness_mismatch_fails_the_experiment_loudly(demo, tmp_path):
+    # seed changes every crop; declaring that the arms must be identical is a lie the check catches
+    exp = from_dict(declared(demo, factor={"name": "seed", "values": [0, 1]}, correctness={"mode": "identical"}))
+    with pytest.raises(bench.ExperimentFailed, match=r"correctness check failed: seed=1: \d+ of 16 samples differ in pixels"):
+        bench.run(exp, str(tmp_path / "out"), quiet=True)
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert "**FAIL**" in text and "seed=1: invalid" in text
+
+
+# --- the real engine ----------------------------------------------------------------------
+
+def test_an_a_a_experiment_finds_no_significant_difference(demo, tmp_path):
+    """Both arms identical. At 99% confidence a true A/A shows a significant difference 1% of
+    the time by chance; one fresh rerun makes a spurious failure of this test a 1-in-10^4 event."""
+    for attempt in range(2):
+        exp = from_dict(declared(demo, factor={"name": "threads", "values": [2, 2]},
+                                 criteria={"confidence": 0.99}, run={"repetitions": 4, "samples": 64,
+                                                                      "warmup_samples": 16, "check_samples": 16,
+                                                                      "trace_batches": 0, "warmup_round": False}))
+        summary = bench.run(exp, str(tmp_path / f"aa{attempt}"), quiet=True)
+        assert summary["arms"] == ["threads=2", "threads=2 (B)"]
+        assert summary["correctness"]["arms"]["threads=2 (B)"]["ok"]
+        e = summary["effects"]["threads=2 (B)"]["throughput"]
+        if e["ci_low"] <= 0 <= e["ci_high"]:
+            break
+    assert e["ci_low"] <= 0 <= e["ci_high"], e
+    v = summary["verdicts"]["threads=2 (B)"]
+    assert v["decision"] == "roll back" and v["significant"] is False
+    assert "no significant difference" in v["reasons"][0]
+
+
+def test_report_files_and_regeneration(demo, tmp_path):
+    out = tmp_path / "out"
+    summary = bench.run(from_dict(declared(demo)), str(out), quiet=True)
+    for name in ("env.json", "experiment.json", "matrix.csv", "raw.jsonl", "summary.json", "report.md",
+                 "plots/distributions.png", "plots/throughput_over_time.png", "plots/memory_over_time.png",
+                 "traces/threads_1.trace.json", "check/threads_1.json"):
+        assert (out / name).exists(), name
+    rows = [json.loads(line) for line in open(out / "raw.jsonl")]
+    assert [r["arm"] for r in rows] == ["threads=1", "threads=2", "threads=2", "threads=1"]  # rotated rounds
+    for r in rows:  # what was measured is what was asked: 48 samples in batches of 16
+        assert r["samples"] == 48 and r["batches"] == 3 and r["throughput"] == pytest.approx(48 / r["seconds"])
+    per = summary["per_arm"]["threads=1"]["throughput"]
+    xs = [r["throughput"] for r in rows if r["arm"] == "threads=1"]
+    assert per["median"] == pytest.approx(sum(xs) / 2) and per["n"] == 2
+    again = report.regenerate(str(out))
+    assert again["verdicts"] == summary["verdicts"] and again["per_arm"] == summary["per_arm"]
+    assert "loadscope bench run" in (out / "report.md").read_text()
+
+
+# --- the environment record ---------------------------------------------------------------
+
+def test_library_versions_agree_with_the_ffmpeg_cli():
+    out = subprocess.run(["ffmpeg", "-hide_banner", "-version"], capture_output=True, text=True)
+    if out.returncode != 0:
+        pytest.skip("ffmpeg CLI not available")
+    cli = {m.group(1): f"{int(m.group(2))}.{int(m.group(3))}.{int(m.group(4))}"
+           for m in re.finditer(r"^(libav\w+|libswscale)\s+(\d+)\.\s*(\d+)\.\s*(\d+)", out.stdout, re.M)}
+    from loadscope import _native
+
+    ours = _native.library_versions()
+    for lib in ("libavcodec", "libavformat", "libavutil", "libswscale"):
+        assert ours[lib].split()[0] == cli[lib], lib
+
+
+def test_storage_record_of_a_tmpfs_and_of_the_repo():
+    if os.path.isdir("/dev/shm"):
+        s = env.storage("/dev/shm")
+        assert s["fstype"] == "tmpfs" and s["block_device"] is None and s["network"] is False
+    here = env.storage(os.path.dirname(__file__))
+    assert here["mount"] and here["fstype"]
+    with open("/proc/self/mounts") as f:  # an independent view of the same mount table
+        mounts = {line.split()[1]: line.split()[2] for line in f}
+    assert mounts[here["mount"]] == here["fstype"]
+
+
+def test_git_record_of_this_checkout():
+    top = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=os.path.dirname(__file__))
+    if top.returncode != 0:
+        pytest.skip("not a git checkout")
+    assert env._git(os.path.dirname(__file__))["commit"] == top.stdout.strip()
+    assert env._git("/")["commit"] is None
+
+
+def test_cli_reports_a_bad_experiment_file_and_exits_2(tmp_path):
+    p = tmp_path / "x.toml"
+    p.write_text('name = "x"\n[factor]\nname = "threads"\nvalues = [1, 2]\n[pipeline]\nthreds = 1\n')
+    out = subprocess.run([sys.executable, "-m", "loadscope", "bench", "run", str(p)], capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown key(s) threds" in out.stderr
