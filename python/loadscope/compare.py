@@ -1,6 +1,8 @@
 """Same-run throughput comparisons of loadscope against torch's DataLoader (PIL +
-torchvision transforms) and against a decode-only ceiling. Used by `loadscope demo` and
-benchmarks/bench_images.py; the A/B harness of later work builds on the same arms."""
+torchvision transforms) and against decode-only ceilings, in one process: used by
+benchmarks/bench_images.py and bench_video.py. The A/B harness (loadscope.bench) runs
+experiments in fresh processes with correctness checks; these arms measure ceilings and
+whole epochs, which the harness does not."""
 
 from __future__ import annotations
 

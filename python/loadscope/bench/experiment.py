@@ -145,9 +145,9 @@ class Experiment:
 
     def needs_cuda(self) -> List[str]:
         """Arms that cannot run without CUDA, with why."""
-        return [f"{a.name}: {why}" for a in self.arms for why in
-                (["pin_memory=true copies batches to a GPU"] if a.config["pin_memory"] else [])
-                + (["decode='gpu' decodes on a GPU"] if a.config["decode"] == "gpu" else [])]
+        return [f"arm {a.name} {why}" for a in self.arms for why in
+                (["copies pinned batches to a GPU"] if a.config["pin_memory"] else [])
+                + (["decodes JPEGs on a GPU"] if a.config["decode"] == "gpu" else [])]
 
     def with_overrides(self, **run: Any) -> "Experiment":
         """A copy with run-plan settings replaced (e.g. a small size for tests)."""

@@ -177,7 +177,10 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     if world > 1:
         dist.barrier()
 
-    per_rank = lambda n: math.ceil(n / world)  # noqa: E731 - the experiment's counts are global
+    # Counts are global samples; every rank takes the same number of batches, as data-parallel
+    # training must (a rank with one step more would wait in its all-reduce forever).
+    bs = config["batch_size"]
+    batches_for = lambda n: max(1, math.ceil(n / (bs * world)))  # noqa: E731
     t_make = time.monotonic()
     pipe = pipelines.make(root, config, rank, world)
     # Experiments with a GPU arm hand every arm's batches to the GPU, so that the arms differ
@@ -187,12 +190,12 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     it = _stream(pipe)
     first_batch: Optional[float] = None
 
-    def take(n: int, compute: bool):
-        """Draws batches until n samples: (samples, seconds, waits, compute seconds, timeline)."""
+    def take(batches: int, compute: bool):
+        """Draws `batches` batches: (samples, seconds, waits, compute seconds, timeline)."""
         nonlocal first_batch
         waits, timeline, done, busy = [], [], 0, 0.0
         t0 = time.monotonic()
-        while done < n:
+        for _ in range(batches):
             a = time.monotonic()
             x, y, keys = next(it)
             if to_gpu is not None and not x.is_cuda:
@@ -208,11 +211,12 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
             timeline.append((time.monotonic() - t0, done))
         return done, time.monotonic() - t0, waits, busy, timeline
 
-    take(per_rank(plan["warmup_samples"]), False)
+    if plan["warmup_samples"]:
+        take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
     cpu0 = _tree_cpu()
-    n, secs, waits, _, timeline = take(per_rank(plan["samples"]), False)
+    n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False)
     cpu1 = _tree_cpu()
     waits.sort()
     result: Dict[str, Any] = {
@@ -223,10 +227,10 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
     }
     if step_def["compute"] != "none":
-        take(max(per_rank(plan["warmup_samples"]) // 4, config["batch_size"]), True)
+        take(max(1, batches_for(plan["warmup_samples"]) // 4), True)
         if world > 1:
             dist.barrier()
-        n2, secs2, waits2, busy2, timeline2 = take(per_rank(plan["samples"]), True)
+        n2, secs2, waits2, busy2, timeline2 = take(batches_for(plan["samples"]), True)
         wait2 = sum(waits2)
         result.update(e2e_samples=n2, e2e_seconds=secs2, e2e_throughput=n2 / secs2,
                       data_wait_share=wait2 / (wait2 + busy2) if wait2 + busy2 else None, e2e_timeline=_thin(timeline2))

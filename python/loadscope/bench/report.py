@@ -266,6 +266,8 @@ def plots(out_dir: str, summary: Dict[str, Any]) -> List[str]:
     os.makedirs(os.path.join(out_dir, "plots"), exist_ok=True)
     arms, written = summary["arms"], []
     ms = [m for m in ("throughput", "e2e_throughput", "latency_p99", "peak_pss", "cpu_per_sample") if m in summary["metrics"]]
+    if not rows or not ms:
+        return []
     fig, axes = plt.subplots(1, len(ms), figsize=(3.2 * len(ms), 3.4), squeeze=False)
     for ax, m in zip(axes[0], ms):
         for i, a in enumerate(arms):
