@@ -598,8 +598,11 @@ class Watched:
         finally:
             self._sampler.sample()  # last figures of this epoch's workers
 
-    def telemetry(self) -> Dict[str, Any]:
-        """The latest figures (no sampling here: cheap to call every step)."""
+    def telemetry(self, *, sample: bool = False) -> Dict[str, Any]:
+        """The latest figures (no sampling here: cheap to call every step). sample=True takes a
+        fresh sample of the processes first (~3.5 ms per process: PSS reads every mapping)."""
+        if sample and self._sampler:
+            self._sampler.sample()
         tree = self._sampler.latest if self._sampler else {"processes": [], "total": {}, "workers": 0}
         proc = _native.process_stats(pss=False)
         wall0, cpu0 = self._baseline

@@ -210,3 +210,22 @@ def test_cli_reports_a_bad_experiment_file_and_exits_2(tmp_path):
     p.write_text('name = "x"\n[factor]\nname = "threads"\nvalues = [1, 2]\n[pipeline]\nthreds = 1\n')
     out = subprocess.run([sys.executable, "-m", "loadscope", "bench", "run", str(p)], capture_output=True, text=True)
     assert out.returncode == 2 and "unknown key(s) threds" in out.stderr
+
+
+def test_dataset_record_of_videos_agrees_with_ffprobe(demo_videos):
+    import glob
+
+    paths = sorted(glob.glob(str(demo_videos / "videos" / "**" / "*.mp4"), recursive=True))
+    d = env.dataset(str(demo_videos), paths)
+    assert d["videos"] == len(paths) == d["videos_indexed"]
+    frames, shapes = [], {}
+    for p in paths:
+        out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries",
+                              "stream=nb_read_frames,width,height", "-of", "json", p], capture_output=True, text=True)
+        if out.returncode != 0:
+            pytest.skip("ffprobe not available")
+        st = json.loads(out.stdout)["streams"][0]
+        frames.append(int(st["nb_read_frames"]))
+        shapes[f"{st['width']}x{st['height']}"] = shapes.get(f"{st['width']}x{st['height']}", 0) + 1
+    assert d["video_shapes"] == shapes
+    assert d["video_frames"]["min"] == min(frames) and d["video_frames"]["max"] == max(frames)

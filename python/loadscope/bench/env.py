@@ -118,8 +118,9 @@ def storage(path: str) -> Dict[str, Any]:
 
 
 def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict[str, Any]:
-    """Scale and mix: sample count, bytes, and the distribution of image sizes (read from the
-    headers of up to `max_headers` images, evenly spread)."""
+    """Scale and mix: sample count, bytes, the distribution of image sizes (read from the
+    headers of up to `max_headers` images, evenly spread) and of video frames, rates and shapes
+    (from the stream index of up to 200 videos)."""
     from PIL import Image
 
     images = [p for p in layout_files if p.lower().endswith((".jpg", ".jpeg", ".png"))]
@@ -131,7 +132,7 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
             widths.append(im.width)
             heights.append(im.height)
 
-    def dist(xs: List[int]) -> Optional[Dict[str, float]]:
+    def dist(xs: List[float]) -> Optional[Dict[str, float]]:
         if not xs:
             return None
         qs = statistics.quantiles(xs, n=10) if len(xs) > 1 else [xs[0]] * 9
@@ -140,6 +141,18 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
     info: Dict[str, Any] = {"root": os.path.abspath(root), "files": len(layout_files), "bytes": total,
                             "images": len(images), "image_width": dist(widths), "image_height": dist(heights),
                             "headers_read": len(widths)}
+    videos = [p for p in layout_files if p.lower().endswith((".mp4", ".mkv", ".webm", ".mov", ".avi"))]
+    if videos:
+        # Frames, shape and rate from loadscope's own index of each stream (evenly spread sample).
+        frames, fps, shapes = [], [], {}
+        for p in videos[:: max(1, len(videos) // 200)]:
+            v = _native.video_index(p)
+            frames.append(len(v["pts"]))
+            fps.append(v["fps"])
+            shape = f"{v['width']}x{v['height']}"
+            shapes[shape] = shapes.get(shape, 0) + 1
+        info.update(videos=len(videos), video_frames=dist(frames), video_fps=dist(fps), video_shapes=shapes,
+                    videos_indexed=len(frames))
     meta = _read(os.path.join(root, "dataset.json"))
     if meta:
         info["generator"] = json.loads(meta)

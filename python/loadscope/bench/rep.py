@@ -240,8 +240,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     sampler.sample()
     result["peak_pss"] = sampler.peak_total_pss / 2**20
     result["memory_timeline"] = _thin([(t - t_start, pss / 2**20) for t, pss, _rss, _cpu in (sampler.history or [])])
-    if pipe.loader is not None:
-        result["telemetry"] = pipe.loader.telemetry().to_dict()
+    result["telemetry"] = pipe.telemetry()
     pipe.close()
     del it, pipe
 
