@@ -35,6 +35,8 @@ from typing import List, Tuple
 
 import numpy as np
 
+from ._errors import ConfigError
+
 GENERATOR_VERSION = 2
 VIDEO_SIZES = [(640, 360), (854, 480), (1280, 720)]
 VIDEO_GOPS = [10, 30, 60, 150]
@@ -206,7 +208,11 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
 
 def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200, quiet: bool = False,
              videos: int = 24, video_shard_size: int = 8) -> dict:
-    """Writes the demo dataset to `out` (replacing it) and returns its metadata."""
+    """Writes the demo dataset to `out` (replacing a demo dataset there) and returns its
+    metadata. Refuses a non-empty directory that is not a demo dataset: it would be deleted."""
+    if os.path.isdir(out) and os.listdir(out) and not os.path.isfile(os.path.join(out, "dataset.json")):
+        raise ConfigError(f"{out!r} is not empty and holds no demo dataset (no dataset.json): refusing to "
+                          "replace it; choose an empty or new directory")
     t0 = time.time()
     tmp = out.rstrip("/") + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)

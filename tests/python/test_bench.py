@@ -60,6 +60,10 @@ def test_explicit_arms_that_change_only_the_factor_are_accepted(demo):
     ({"factor": {"name": "layout", "values": ["files", "shards"]}, "pipeline": {"loader": "torch"}},
      "loader='torch' reads files"),
     ({"name": "two words"}, "a non-empty name of letters"),
+    ({"factor": {"name": "layout", "values": ["files", "folder"]}}, "'folder' reads the samples in another order"),
+    ({"criteria": {"max_regression": {"data_wait_share": 0.1}}}, "data_wait_share is measured with a training step"),
+    ({"criteria": {"metric": "staging_seconds"}}, "only staging arms have it"),
+    ({"training_repo": "/no/such/repo"}, "the path of an existing directory"),
 ])
 def test_bad_experiments_fail_early_with_what_is_allowed(demo, change, message):
     with pytest.raises(ConfigError, match=message):
@@ -78,7 +82,7 @@ def test_toml_errors_name_the_file(tmp_path):
 def test_correctness_mode_follows_the_factor(demo):
     assert from_dict(declared(demo)).correctness_mode == "identical"
     assert from_dict(declared(demo, factor={"name": "loader", "values": ["torch", "loadscope"]})).correctness_mode == "tolerance"
-    assert from_dict(declared(demo, factor={"name": "layout", "values": ["files", "folder"]})).correctness_mode == "same-samples"
+    assert from_dict(declared(demo, factor={"name": "layout", "values": ["files", "shards"]})).correctness_mode == "identical"
     assert from_dict(declared(demo, factor={"name": "size", "values": [128, 224]})).correctness_mode == "none"
 
 
@@ -124,7 +128,7 @@ def test_compare_checks_finds_order_pixel_and_sample_differences(tmp_path):
 def test_a_correctness_mismatch_fails_the_experiment_loudly(demo, tmp_path):
     # seed changes every crop; declaring that the arms must be identical is a lie the check catches
     exp = from_dict(declared(demo, factor={"name": "seed", "values": [0, 1]}, correctness={"mode": "identical"}))
-    with pytest.raises(bench.ExperimentFailed, match=r"correctness check failed: seed=1: \d+ of 16 samples differ in pixels"):
+    with pytest.raises(bench.ExperimentFailed, match=r"correctness check failed: seed=1: \d+ of 32 samples differ in pixels"):
         bench.run(exp, str(tmp_path / "out"), quiet=True)
     text = (tmp_path / "out" / "report.md").read_text()
     assert "**FAIL**" in text and "seed=1: invalid" in text
@@ -155,7 +159,7 @@ def test_an_a_a_experiment_finds_no_significant_difference(demo, tmp_path):
 def test_report_files_and_regeneration(demo, tmp_path):
     out = tmp_path / "out"
     summary = bench.run(from_dict(declared(demo)), str(out), quiet=True)
-    for name in ("env.json", "experiment.json", "matrix.csv", "raw.jsonl", "summary.json", "report.md",
+    for name in ("env.json", "experiment.json", "experiment.effective.json", "matrix.csv", "raw.jsonl", "summary.json", "report.md",
                  "plots/distributions.png", "plots/throughput_over_time.png", "plots/memory_over_time.png",
                  "traces/threads_1.trace.json", "check/threads_1.json"):
         assert (out / name).exists(), name
@@ -168,7 +172,7 @@ def test_report_files_and_regeneration(demo, tmp_path):
     assert per["median"] == pytest.approx(sum(xs) / 2) and per["n"] == 2
     again = report.regenerate(str(out))
     assert again["verdicts"] == summary["verdicts"] and again["per_arm"] == summary["per_arm"]
-    assert "loadscope bench run" in (out / "report.md").read_text()
+    assert f"-m loadscope bench run {out}/experiment.effective.json --out {out}-rerun" in (out / "report.md").read_text()
 
 
 # --- the environment record ---------------------------------------------------------------
@@ -229,3 +233,76 @@ def test_dataset_record_of_videos_agrees_with_ffprobe(demo_videos):
         shapes[f"{st['width']}x{st['height']}"] = shapes.get(f"{st['width']}x{st['height']}", 0) + 1
     assert d["video_shapes"] == shapes
     assert d["video_frames"]["min"] == min(frames) and d["video_frames"]["max"] == max(frames)
+
+
+def test_explicit_arms_refuse_the_factor_in_the_pipeline_too(demo):
+    raw = declared(demo, arms=[{"threads": 1}, {"threads": 2}], pipeline={"threads": 4})
+    del raw["factor"]["values"]
+    with pytest.raises(ConfigError, match=r"\[pipeline\] sets threads, the factor"):
+        from_dict(raw)
+
+
+def test_the_dataset_generator_never_replaces_a_directory_it_did_not_write(tmp_path):
+    from loadscope import datasets
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "precious.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="refusing to replace it"):
+        datasets.generate(str(mine), images=2, videos=0, quiet=True)
+    exp = from_dict(declared(mine, dataset={"path": str(mine), "generate": True}))
+    with pytest.raises(ConfigError, match="refusing to replace it"):
+        bench.run(exp, str(tmp_path / "out"), quiet=True)
+    assert (mine / "precious.txt").read_text() == "keep me"
+
+
+def test_a_failing_repetition_makes_the_experiment_invalid(demo, tmp_path):
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(demo, data)
+    victim = data / json.loads((data / "manifest.jsonl").read_text().splitlines()[3])["path"]
+    victim.write_bytes(victim.read_bytes()[:200])  # a truncated JPEG: the default on_error raises
+    out = tmp_path / "out"
+    with pytest.raises(bench.ExperimentFailed, match=r"run 000 \(threads=1, round 0\) failed"):
+        bench.run(from_dict(declared(data, dataset={"path": str(data), "generate": False})), str(out), quiet=True)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and "DecodeError" in summary["failure"]
+    assert "**Invalid**: a repetition failed" in (out / "report.md").read_text()
+    cli = subprocess.run([sys.executable, "-m", "loadscope", "bench", "run", str(out / "experiment.effective.json"),
+                          "--out", str(tmp_path / "again"), "--quiet"], capture_output=True, text=True)
+    assert cli.returncode == 1 and "experiment failed" in cli.stderr and "DecodeError" in cli.stderr
+
+
+def test_the_check_covers_two_global_batches_and_every_rank(demo):
+    exp = from_dict(declared(demo, factor={"name": "world_size", "values": [1, 2]}, run={"check_samples": 4}))
+    assert runner._check_samples(exp) == 2 * 16 * 2
+
+
+def test_torch_arm_flips_independently_of_the_crop():
+    from loadscope.bench import pipelines
+    from loadscope.bench.experiment import PIPELINE
+
+    c = {k: v[1] for k, v in PIPELINE.items()}
+    flipped, kept = [], []
+    for i in range(4000):
+        _, _, h, w, f = pipelines._crop_params(c, 400, 400, 0, i)
+        (flipped if f else kept).append(h * w / 160000)
+    assert abs(len(flipped) - 2000) < 150  # flip probability 0.5
+    assert abs(sum(flipped) / len(flipped) - sum(kept) / len(kept)) < 0.03
+
+
+def test_bench_report_cli_rebuilds_and_refuses_other_folders(demo, tmp_path):
+    out = tmp_path / "out"
+    bench.run(from_dict(declared(demo)), str(out), quiet=True)
+    (out / "report.md").unlink()
+    r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "report", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and "verdict for threads=2" in r.stdout and (out / "report.md").exists()
+    r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "report", str(tmp_path / "nothing")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not the folder of a finished experiment" in r.stderr
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "notes.txt").write_text("x")
+    with pytest.raises(ConfigError, match="holds no experiment"):
+        bench.run(from_dict(declared(demo)), str(junk), quiet=True)

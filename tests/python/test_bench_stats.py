@@ -23,9 +23,20 @@ def test_t_quantile_matches_scipy(df, confidence):
 def test_summary_interval_matches_scipy():
     xs = [4109.0, 4130.0, 3954.0, 4167.0, 4080.0, 4001.0, 4122.0]
     s = stats.summarize(xs)
-    lo, hi = sps.t.interval(0.95, len(xs) - 1, loc=statistics.fmean(xs), scale=sps.sem(xs))
-    assert (s["ci_low"], s["ci_high"]) == pytest.approx((lo, hi), rel=1e-9)
+    logs = [math.log(x) for x in xs]  # positive values: the interval of the geometric mean
+    lo, hi = sps.t.interval(0.95, len(xs) - 1, loc=statistics.fmean(logs), scale=sps.sem(logs))
+    assert (s["ci_low"], s["ci_high"]) == pytest.approx((math.exp(lo), math.exp(hi)), rel=1e-9)
+    assert s["ci"] == "geometric mean"
     assert s["median"] == 4109.0 and s["sd"] == pytest.approx(statistics.stdev(xs)) and s["n"] == 7
+    zs = [-1.0, 0.5, 2.0]  # not all positive: the plain interval of the mean
+    z = stats.summarize(zs)
+    lo, hi = sps.t.interval(0.95, 2, loc=statistics.fmean(zs), scale=sps.sem(zs))
+    assert (z["ci_low"], z["ci_high"]) == pytest.approx((lo, hi), rel=1e-9) and z["ci"] == "mean"
+
+
+def test_a_wild_repetition_does_not_push_the_interval_below_zero():
+    s = stats.summarize([4300.0, 90.0])  # two repetitions, one ruined
+    assert 0 < s["ci_low"] < s["ci_high"]
 
 
 def test_ratio_summary_interval_matches_scipy():

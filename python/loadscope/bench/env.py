@@ -123,14 +123,35 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
     (from the stream index of up to 200 videos)."""
     from PIL import Image
 
-    images = [p for p in layout_files if p.lower().endswith((".jpg", ".jpeg", ".png"))]
+    image_ext = (".jpg", ".jpeg", ".png")
+    images = [p for p in layout_files if p.lower().endswith(image_ext)]
     total = sum(os.path.getsize(p) for p in layout_files)
     step = max(1, len(images) // max_headers)
-    widths, heights = [], []
+    widths, heights, unreadable = [], [], []
+
+    def header(name: str, opener) -> None:
+        try:
+            with opener() as im:
+                widths.append(im.width)
+                heights.append(im.height)
+        except (OSError, SyntaxError, ValueError) as e:  # a damaged file: the loader will say so; counted here
+            unreadable.append(f"{name}: {e}")
+
     for p in images[::step]:
-        with Image.open(p) as im:
-            widths.append(im.width)
-            heights.append(im.height)
+        header(p, lambda p=p: Image.open(p))
+    tar_images = 0
+    for p in layout_files:  # images inside tar shards: every k-th member's header
+        if p.endswith((".tar", ".tar.gz", ".tgz")):
+            import io
+            import tarfile
+
+            with tarfile.open(p) as tar:
+                members = [m for m in tar.getmembers() if m.isfile() and m.name.lower().endswith(image_ext)]
+                tar_images += len(members)
+                for m in members[:: max(1, len(members) // 200)]:
+                    data = tar.extractfile(m).read()
+                    header(f"{p}:{m.name}", lambda data=data: Image.open(io.BytesIO(data)))
+    images_total = len(images) + tar_images
 
     def dist(xs: List[float]) -> Optional[Dict[str, float]]:
         if not xs:
@@ -139,8 +160,9 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
         return {"min": min(xs), "p10": qs[0], "median": statistics.median(xs), "p90": qs[-1], "max": max(xs)}
 
     info: Dict[str, Any] = {"root": os.path.abspath(root), "files": len(layout_files), "bytes": total,
-                            "images": len(images), "image_width": dist(widths), "image_height": dist(heights),
-                            "headers_read": len(widths)}
+                            "images": images_total, "image_width": dist(widths), "image_height": dist(heights),
+                            "headers_read": len(widths), "unreadable_headers": len(unreadable),
+                            "unreadable_examples": unreadable[:5]}
     videos = [p for p in layout_files if p.lower().endswith((".mp4", ".mkv", ".webm", ".mov", ".avi"))]
     if videos:
         # Frames, shape and rate from loadscope's own index of each stream (evenly spread sample).
@@ -156,10 +178,13 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
     meta = _read(os.path.join(root, "dataset.json"))
     if meta:
         info["generator"] = json.loads(meta)
+    # Samples per epoch: the images (files and shard members) and videos the layout reads.
+    info["samples"] = images_total + len(videos) or (info.get("generator") or {}).get("images")
     return info
 
 
-def record(data_root: str, layout_files: List[str], training_repo: Optional[str] = None) -> Dict[str, Any]:
+def record(data_root: str, layout_files: List[str], training_repo: Optional[str] = None,
+           stage_dir: Optional[str] = None) -> Dict[str, Any]:
     import PIL
     import torchvision
 
@@ -177,6 +202,7 @@ def record(data_root: str, layout_files: List[str], training_repo: Optional[str]
         "cpu": cpu(),
         "gpu": gpus(),
         "storage": storage(data_root),
+        "staging_storage": storage(stage_dir) if stage_dir else None,  # where staging arms copy to
         "dataset": dataset(data_root, layout_files),
         "torch_threads": torch.get_num_threads(),
     }

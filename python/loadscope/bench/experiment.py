@@ -38,7 +38,7 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
 #   none          the factor changes the data by design; nothing to compare
 AUTO_CORRECTNESS = {
     "threads": "identical", "prefetch": "identical", "batch_size": "identical", "pin_memory": "identical",
-    "staging": "identical", "world_size": "identical", "layout": "same-samples",
+    "staging": "identical", "world_size": "identical", "layout": "identical",
     "loader": "tolerance", "decode": "tolerance",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
@@ -62,7 +62,8 @@ STEP = {"compute": (("none", "sleep", "model"), "none"), "compute_ms": ("float>=
 RUN = {"warmup_samples": ("int>=0", 256), "samples": ("int>=1", 1024), "repetitions": ("int>=1", 5),
        "order": (("interleaved", "blocked"), "interleaved"), "warmup_round": ((False, True), True),
        "check_samples": ("int>=0", 32), "trace_batches": ("int>=0", 8), "timeout_s": ("float>0", 900.0)}
-DATASET = {"path": ("str", "data/demo"), "generate": ((False, True), True), "images": ("int>=1", 2000)}
+DATASET = {"path": ("str", "data/demo"), "generate": ((False, True), True), "images": ("int>=1", 2000),
+           "stage_dir": ("str", "")}
 CRITERIA = {"metric": (tuple(METRICS), "throughput"), "min_gain": ("float", 0.05), "confidence": ("float(0,1)", 0.95),
             "max_regression": ("dict", {"peak_pss": 0.10, "latency_p99": 0.10}),
             "max_break_even_epochs": ("float>0", 10.0)}
@@ -198,6 +199,8 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         tables = raw["arms"]
         if not isinstance(tables, list) or len(tables) < 2 or not all(isinstance(t, dict) for t in tables):
             raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
+        if factor in raw.get("pipeline", {}):
+            raise ConfigError(f"[pipeline] sets {factor}, the factor: give each arm's value in [[arms]] instead")
         for i, t in enumerate(tables):
             extra = sorted(set(t) - {"name", factor})
             if extra:
@@ -227,15 +230,26 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         if k not in METRICS:
             raise ConfigError(f"[criteria.max_regression] {k}: allowed are {', '.join(METRICS)}")
         _check("criteria.max_regression", k, v, "float>=0")
-    if criteria["metric"] == "e2e_throughput" and step["compute"] == "none":
-        raise ConfigError("[criteria] metric = 'e2e_throughput' needs a [step] compute other than 'none'")
+    for m in [criteria["metric"], *criteria["max_regression"]]:
+        if m in ("e2e_throughput", "data_wait_share") and step["compute"] == "none":
+            raise ConfigError(f"[criteria] {m} is measured with a training step: it needs a [step] compute "
+                              "other than 'none'")
+    if criteria["metric"] == "staging_seconds":
+        raise ConfigError("[criteria] metric = 'staging_seconds': only staging arms have it; staging is judged by "
+                          "max_break_even_epochs (allowed metrics: " + ", ".join(m for m in METRICS if m != "staging_seconds") + ")")
     correctness = _section(raw, "correctness", CORRECTNESS)
     dataset = _section(raw, "dataset", DATASET)
     for a in arms:
         _check_arm(a)
     repo = raw.get("training_repo")
-    if repo is not None and not isinstance(repo, str):
-        raise ConfigError(f"experiment: training_repo = {repo!r}: a path")
+    if repo is not None and (not isinstance(repo, str) or not os.path.isdir(repo)):
+        raise ConfigError(f"experiment: training_repo = {repo!r}: the path of an existing directory (its git commit is recorded)")
+    if factor == "layout" and "folder" in [a.config["layout"] for a in arms]:
+        # ImageFolder's order (by class) differs from the key order of files and shards: the
+        # arms would read different samples in the measured window, and their checks would differ.
+        raise ConfigError("[factor] layout: 'folder' reads the samples in another order (by class), so its arms "
+                          "would measure different samples; compare 'files' and 'shards' (the same samples in the "
+                          "same order)")
     desc = raw.get("description", "")
     return Experiment(name=name, description=str(desc), dataset=dataset, baseline=arms[0].config, factor=factor,
                       arms=arms, step=step, run=run, criteria=criteria, correctness=correctness, training_repo=repo,
@@ -254,6 +268,18 @@ def _check_arm(arm: Arm) -> None:
 
 
 def load(path: str) -> Experiment:
+    """Reads an experiment from a TOML file, or from the experiment.effective.json a run wrote
+    (the exact experiment that ran, overrides included: what its rerun command uses)."""
+    if path.endswith(".json"):
+        import json
+
+        try:
+            with open(path) as f:
+                return from_dict(json.load(f), source=os.path.abspath(path))
+        except FileNotFoundError:
+            raise ConfigError(f"experiment file {path!r} does not exist") from None
+        except ValueError as e:
+            raise ConfigError(f"experiment file {path!r}: {e}") from None
     try:
         import tomllib
     except ImportError:  # Python < 3.11

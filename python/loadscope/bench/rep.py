@@ -1,6 +1,7 @@
-"""One repetition of one arm, in a fresh process: ``python -m loadscope.bench.rep SPEC OUT``
-(the runner starts it; under ``torch.distributed.run`` for world sizes above 1, one process per
-rank, gloo for the collectives).
+"""One repetition of one arm, in a fresh process: ``python -m loadscope.bench.rep SPEC OUT``.
+For world sizes above 1 the runner starts one process per rank with the variables
+torch.distributed's env:// initialisation reads (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+plus LOCAL_RANK), as torchrun would; gloo for the collectives.
 
 Phases, in order:
   1. staging (if the arm stages): copy the layout's files to local disk, timed;
@@ -190,14 +191,21 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     it = _stream(pipe)
     first_batch: Optional[float] = None
 
-    def take(batches: int, compute: bool):
-        """Draws `batches` batches: (samples, seconds, waits, compute seconds, timeline)."""
+    cuda = to_gpu is not None or pipe.device is not None
+
+    def take(batches: int, compute: bool, ids: Optional[List[str]] = None):
+        """Draws `batches` batches: (samples, seconds, waits, compute seconds, timeline). The
+        phase's clock stops after the GPU has finished its copies (and compute)."""
         nonlocal first_batch
         waits, timeline, done, busy = [], [], 0, 0.0
+        if cuda:
+            torch.cuda.synchronize()
         t0 = time.monotonic()
         for _ in range(batches):
             a = time.monotonic()
             x, y, keys = next(it)
+            if ids is not None:
+                ids.extend(pipelines.sample_id(k) for k in keys)
             if to_gpu is not None and not x.is_cuda:
                 x, y = x.to(to_gpu), y.to(to_gpu)
             b = time.monotonic()
@@ -209,21 +217,26 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
                 busy += time.monotonic() - b
             done += len(keys)
             timeline.append((time.monotonic() - t0, done))
-        return done, time.monotonic() - t0, waits, busy, timeline
+        if cuda:
+            torch.cuda.synchronize()
+        elapsed = time.monotonic() - t0
+        sampler.sample()  # memory at the end of every phase (outside its time), whatever the interval
+        return done, elapsed, waits, busy, timeline
 
     if plan["warmup_samples"]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
     cpu0 = _tree_cpu()
-    n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False)
+    measured_ids: List[str] = []
+    n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids)
     cpu1 = _tree_cpu()
     waits.sort()
     result: Dict[str, Any] = {
         "rank": rank, "world": world, "samples": n, "seconds": secs, "throughput": n / secs,
         "latency_p50": _percentile(waits, 0.5) * 1e3, "latency_p99": _percentile(waits, 0.99) * 1e3,
         "batches": len(waits), "cpu_seconds": cpu1 - cpu0, "cpu_per_sample": (cpu1 - cpu0) / n * 1e3,
-        "first_batch": first_batch, "timeline": _thin(timeline),
+        "first_batch": first_batch, "timeline": _thin(timeline), "measured_ids": measured_ids,
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
     }
     if step_def["compute"] != "none":

@@ -75,14 +75,16 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     summary["staging"] = _staging(exp, per_arm, out_dir)
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
     summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
-    summary["rerun"] = rerun_command(exp, out_dir)
+    from .runner import rerun_command
+
+    summary["rerun"] = rerun_command(os.path.join(out_dir, "experiment.effective.json"), out_dir)
     return summary
 
 
 def _dataset_samples(out_dir: str) -> Optional[int]:
     try:
         with open(os.path.join(out_dir, "env.json")) as f:
-            return json.load(f)["dataset"]["images"] or None
+            return json.load(f)["dataset"]["samples"] or None
     except (OSError, KeyError, ValueError):
         return None
 
@@ -95,11 +97,12 @@ def _staging(exp: Experiment, per_arm: Dict[str, Any], out_dir: str) -> Dict[str
     base = exp.arms[0].name
     tb = per_arm[base].get("throughput", {}).get("median")
     for a in exp.arms[1:]:
-        st = per_arm[a.name].get("staging_seconds", {}).get("median")
-        if a.config["staging"] != "local" or st is None or not n or not tb:
+        if a.config["staging"] != "local":
             continue
+        st = per_arm[a.name].get("staging_seconds", {}).get("median")
         ta = per_arm[a.name].get("throughput", {}).get("median")
-        if not ta:
+        if st is None or not n or not tb or not ta:  # the verdict cannot weigh the copy: it will not adopt
+            out[a.name] = {"staging_seconds": st, "break_even_epochs": None, "unknown": True}
             continue
         saved = n / tb - n / ta
         out[a.name] = {"staging_seconds": st, "epoch_seconds_baseline": n / tb, "epoch_seconds_arm": n / ta,
@@ -148,7 +151,10 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
     st = s["staging"].get(arm)
     if st is not None:
         be = st["break_even_epochs"]
-        if be is None:
+        if st.get("unknown"):
+            ok = False
+            reasons.append("staging: its cost cannot be weighed (samples per epoch or a time unknown)")
+        elif be is None:
             ok = False
             reasons.append(f"staging: {st['staging_seconds']:.2f} s per run and no time saved per epoch: it never pays off")
         elif be > c["max_break_even_epochs"]:
@@ -198,17 +204,6 @@ def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_
             out.append(f"with the declared step, {arm} leaves the training loop waiting for data "
                        f"{share:.0%} of the time: input-bound; faster input would speed training up.")
     return out
-
-
-def rerun_command(exp: Experiment, out_dir: str) -> str:
-    src = exp.source or "EXPERIMENT.toml"
-    try:
-        src = os.path.relpath(src)
-    except ValueError:
-        pass
-    r = exp.run
-    return (f"loadscope bench run {src} --repetitions {r['repetitions']} --samples {r['samples']} "
-            f"--warmup-samples {r['warmup_samples']} --check-samples {r['check_samples']}")
 
 
 # --- writing --------------------------------------------------------------------------------
@@ -286,9 +281,9 @@ def plots(out_dir: str, summary: Dict[str, Any]) -> List[str]:
     plt.close(fig)
     written.append(path)
     for key, ylabel, name, title in (("timeline", "samples delivered", "throughput_over_time.png",
-                                      "pipeline phase, first measured round"),
+                                      "pipeline phase, first measured round (rank 0)"),
                                      ("memory_timeline", "PSS of all processes (MiB)", "memory_over_time.png",
-                                      "whole repetition, first measured round")):
+                                      "whole repetition, first measured round (rank 0's processes)")):
         fig, ax = plt.subplots(figsize=(6, 3.4))
         for a in arms:
             first = next((r for r in rows if r["arm"] == a and r.get(key)), None)
@@ -367,7 +362,7 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
           f"- correctness: {summary['correctness']['mode']}", ""]
     L += ["Environment:", ""] + _env_lines(out_dir) + [""]
     L += ["## Observed", "",
-          f"Median of the repetitions [{conf_txt(summary)} of the mean]. `throughput` is the data pipeline alone; "
+          f"Median of the repetitions [{conf_txt(summary)} of the geometric mean]. `throughput` is the data pipeline alone; "
           + ("`e2e_throughput` includes the declared training step." if "e2e_throughput" in summary["metrics"]
              else "the step has no compute, so there is no separate end-to-end figure."), "",
           table(summary), "", "Effect of each arm against the baseline "
@@ -399,19 +394,25 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
 
 def regenerate(out_dir: str) -> Dict[str, Any]:
     """`loadscope bench report DIR`: recomputes the summary, plots and report from raw.jsonl
-    (e.g. after changing the criteria in experiment.json's declared section)."""
-    from .experiment import from_dict
+    and experiment.effective.json (edit its [criteria] to re-judge the same measurements).
+    The correctness results are kept from the run (the pixels it compared are not kept)."""
+    from .._errors import ConfigError
+    from .experiment import load
 
-    with open(os.path.join(out_dir, "experiment.json")) as f:
-        meta = json.load(f)
-    with open(os.path.join(out_dir, "summary.json")) as f:
-        old = json.load(f)
+    effective = os.path.join(out_dir, "experiment.effective.json")
+    if not os.path.isfile(effective) or not os.path.isfile(os.path.join(out_dir, "raw.jsonl")):
+        raise ConfigError(f"{out_dir!r} is not the folder of a finished experiment "
+                          "(no experiment.effective.json or raw.jsonl)")
+    old: Dict[str, Any] = {}
+    if os.path.isfile(os.path.join(out_dir, "summary.json")):
+        with open(os.path.join(out_dir, "summary.json")) as f:
+            old = json.load(f)
     if old.get("status") == "skipped":
         return old
-    exp = from_dict(meta["declared"], source=meta.get("source"))
-    exp = exp.with_overrides(**meta["run"])
-    summary = analyze(out_dir, exp, correctness=old.get("correctness", {"mode": "none", "arms": {}}),
-                      failure=old.get("failure"))
+    exp = load(effective)
+    correctness = old.get("correctness") or {"mode": exp.correctness_mode, "arms": {},
+                                             "note": "not recorded (the run did not finish)"}
+    summary = analyze(out_dir, exp, correctness=correctness, failure=old.get("failure"))
     write(out_dir, summary)
     return summary
 

@@ -8,6 +8,7 @@ plots/*.png, traces/*.trace.json, check/*.json, logs/*.log."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import shutil
@@ -86,7 +87,7 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
             if code != 0 or time.monotonic() > deadline:
                 if code == 0:
                     code = -1
-                    logs[0].write(f"\nloadscope: timed out after {timeout:.0f} s\n")
+                    logs[0].write(f"\nloadscope: timed out after {timeout:g} s\n")
                 break
             time.sleep(0.02)
     finally:
@@ -152,6 +153,49 @@ def compare_checks(mode: str, base: Dict[str, Any], arm: Dict[str, Any], toleran
     return out
 
 
+def _check_samples(exp: Experiment) -> int:
+    """Samples the correctness pass compares: at least two global batches of every arm, so that
+    the check crosses batch and rank boundaries (where threads or ranks would reorder)."""
+    if exp.run["check_samples"] == 0:
+        return 0
+    return max([exp.run["check_samples"]] + [2 * a.config["batch_size"] * a.config["world_size"] for a in exp.arms])
+
+
+def _check_measured_ids(raw_path: str, base: str, arm: str, check: Dict[str, Any]) -> None:
+    """The measured phases must have read the same samples in every repetition of both arms
+    (compared where the counts agree: batch sizes round the count to whole batches)."""
+    with open(raw_path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    seen = {(r["arm"], r["measured_ids"]["count"], r["measured_ids"]["digest"]) for r in rows if r["arm"] in (base, arm)}
+    by_count: Dict[int, set] = {}
+    for _, count, digest in seen:
+        by_count.setdefault(count, set()).add(digest)
+    bad = {c: d for c, d in by_count.items() if len(d) > 1}
+    if bad:
+        check["ok"] = False
+        check["detail"] += f"; but the measured phases read different samples ({len(next(iter(bad.values())))} different sets of {next(iter(bad))})"
+    else:
+        check["detail"] += "; the measured phases read the same samples in every repetition"
+
+
+def _prepare_out_dir(out_dir: str) -> None:
+    """A new folder, or one an earlier run of an experiment wrote (its outputs are replaced, so
+    no stale trace or check file is listed); anything else is refused rather than mixed into."""
+    if os.path.isdir(out_dir) and os.listdir(out_dir):
+        if not os.path.isfile(os.path.join(out_dir, "experiment.json")):
+            raise ConfigError(f"--out {out_dir!r} is not empty and holds no experiment: choose a new folder")
+        for sub in ("specs", "runs", "logs", "check", "traces", "plots"):
+            shutil.rmtree(os.path.join(out_dir, sub), ignore_errors=True)
+        for name in ("raw.jsonl", "summary.json", "report.md", "env.json", "matrix.csv"):
+            if os.path.exists(os.path.join(out_dir, name)):
+                os.remove(os.path.join(out_dir, name))
+    os.makedirs(out_dir, exist_ok=True)
+
+
+def rerun_command(effective: str, out_dir: str) -> str:
+    return f"{sys.executable} -m loadscope bench run {effective} --out {out_dir}-rerun"
+
+
 def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) -> Dict[str, Any]:
     """Runs `exp` and writes its folder; returns the summary (see report.analyze). Raises
     ExperimentFailed when a repetition fails or a correctness check does not pass (the folder
@@ -163,30 +207,37 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     out_dir = os.path.abspath(out_dir or os.path.join("results", "experiments", f"{exp.name}-{stamp}"))
     root = os.path.abspath(exp.dataset["path"])
     missing_cuda = exp.needs_cuda() if not torch.cuda.is_available() else []
-    os.makedirs(out_dir, exist_ok=True)
+    _prepare_out_dir(out_dir)
+    effective = os.path.join(out_dir, "experiment.effective.json")
+    with open(effective, "w") as f:  # the exact experiment, overrides included: what the rerun command runs
+        json.dump(exp.raw, f, indent=1)
     with open(os.path.join(out_dir, "experiment.json"), "w") as f:
         json.dump({"name": exp.name, "source": exp.source, "declared": exp.raw, "factor": exp.factor,
                    "arms": [{"name": a.name, "config": a.config} for a in exp.arms], "step": exp.step,
                    "run": exp.run, "criteria": exp.criteria, "correctness_mode": exp.correctness_mode,
-                   "command": " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:])}, f, indent=1)
+                   "check_samples": _check_samples(exp), "rerun": rerun_command(effective, out_dir)}, f, indent=1)
     if missing_cuda:
         summary = {"status": "skipped", "reason": "needs CUDA, which this machine does not have: " + "; ".join(missing_cuda)}
         report.write(out_dir, summary)
         say(f"{exp.name}: skipped ({summary['reason']})")
         return summary
 
-    if exp.dataset["generate"]:
-        datasets.ensure(root, images=exp.dataset["images"], quiet=quiet)  # (re)made when missing or of another size
-    else:
-        needed = {"files": "manifest.jsonl", "folder": "folder", "shards": "shards"}
-        for lay in {a.config["layout"] for a in exp.arms}:
-            if not os.path.exists(os.path.join(root, needed[lay])):
-                raise ConfigError(f"[dataset] path = {exp.dataset['path']!r}: no {needed[lay]} there for layout "
-                                  f"'{lay}' (the layout of `python -m loadscope.datasets`; or set generate = true)")
+    if not os.path.isfile(os.path.join(root, "dataset.json")) and exp.dataset["generate"]:
+        # Only into a missing or empty directory (generate() refuses anything else): an
+        # existing dataset is used as it is, never regenerated or resized here.
+        say(f"generating the demo dataset in {root} ...")
+        datasets.generate(root, images=exp.dataset["images"], quiet=quiet)
+    needed = {"files": "manifest.jsonl", "folder": "folder", "shards": "shards"}
+    for lay in sorted({a.config["layout"] for a in exp.arms}):
+        if not os.path.exists(os.path.join(root, needed[lay])):
+            raise ConfigError(f"[dataset] path = {exp.dataset['path']!r}: no {needed[lay]} there for layout '{lay}' "
+                              "(the layout `python -m loadscope.datasets` writes; or generate = true for an empty path)")
     layouts = sorted({a.config["layout"] for a in exp.arms})
     files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay)})
     say(f"{exp.name}: recording the environment ...")
-    environment = envmod.record(root, files, exp.training_repo)
+    stage_parent = exp.dataset["stage_dir"] or tempfile.gettempdir()
+    staging = any(a.config["staging"] == "local" for a in exp.arms)
+    environment = envmod.record(root, files, exp.training_repo, stage_parent if staging else None)
     with open(os.path.join(out_dir, "env.json"), "w") as f:
         json.dump(environment, f, indent=1)
 
@@ -202,7 +253,9 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     for sub in ("specs", "runs", "logs", "check", "traces"):
         os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
     mode = exp.correctness_mode
-    stage_root = tempfile.mkdtemp(prefix=f"loadscope-stage-{exp.name}-")
+    os.makedirs(stage_parent, exist_ok=True)
+    stage_root = tempfile.mkdtemp(prefix=f"loadscope-stage-{exp.name}-", dir=stage_parent)
+    check_n = _check_samples(exp)
     raw_path = os.path.join(out_dir, "raw.jsonl")
     checks: Dict[int, Dict[str, Any]] = {}
     failure: Optional[str] = None
@@ -215,8 +268,8 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root,
                         "stage_dir": os.path.join(stage_root, tag), "cuda": bool(exp.needs_cuda())}
                 slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in arm.name)
-                if first_measured and mode != "none" and exp.run["check_samples"] > 0:
-                    spec["check"] = {"mode": mode, "samples": exp.run["check_samples"],
+                if first_measured and mode != "none" and check_n > 0:
+                    spec["check"] = {"mode": mode, "samples": check_n,
                                      "path": os.path.join(out_dir, "check", f"{slug}.json")}
                 if first_measured and exp.run["trace_batches"] > 0:
                     spec["trace"] = {"batches": exp.run["trace_batches"],
@@ -244,6 +297,13 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                     failure = f"run {tag} ({arm.name}, round {row['round']}) failed (exit {code}):\n{why}"
                     break
                 merged = _merge_ranks(results)
+                ids = sorted(i for r in results for i in r.pop("measured_ids", []))
+                for r in merged.get("ranks", []):
+                    r.pop("measured_ids", None)
+                merged.pop("measured_ids", None)
+                # Which samples the measured phase read (all ranks), as a digest: arms must agree.
+                merged["measured_ids"] = {"count": len(ids), "digest": hashlib.blake2b(
+                    "\n".join(ids).encode(), digest_size=8).hexdigest()}
                 merged.update(run=row["run"], round=row["round"], arm=arm.name, warmup=row["warmup"],
                               wall_seconds=time.monotonic() - t0)
                 raw.write(json.dumps(merged) + "\n")
@@ -255,14 +315,15 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     finally:
         shutil.rmtree(stage_root, ignore_errors=True)
 
-    correctness: Dict[str, Any] = {"mode": mode, "arms": {}}
-    if failure is None and mode != "none" and exp.run["check_samples"] > 0:
+    correctness: Dict[str, Any] = {"mode": mode, "arms": {}, "check_samples": check_n}
+    if failure is None and mode != "none" and check_n > 0:
         with open(checks[0]["path"]) as f:
             base = json.load(f)
         for i, arm in enumerate(exp.arms[1:], start=1):
             with open(checks[i]["path"]) as f:
                 got = json.load(f)
             correctness["arms"][arm.name] = compare_checks(mode, base, got, exp.correctness["tolerance"])
+            _check_measured_ids(raw_path, exp.arms[0].name, arm.name, correctness["arms"][arm.name])
         for p in os.listdir(os.path.join(out_dir, "check")):  # the pixels served the comparison; keep ids and checksums
             if p.endswith(".pt"):
                 os.remove(os.path.join(out_dir, "check", p))

@@ -49,17 +49,26 @@ def t_quantile(confidence: float, df: int) -> float:
 
 
 def summarize(values: Sequence[float], confidence: float = 0.95) -> Dict[str, Optional[float]]:
-    """n, median, mean, standard deviation, min, max and a t interval of the mean."""
+    """n, median, mean, standard deviation, min, max and a t interval. For positive values (all
+    the harness measures: rates, times, memory) the interval is of the geometric mean, computed
+    on logarithms like the effects: it stays positive and is not stretched by one slow run.
+    Otherwise it is the plain t interval of the mean. `ci` says which."""
     xs = [float(v) for v in values if v is not None]
     out: Dict[str, Optional[float]] = {"n": len(xs), "median": None, "mean": None, "sd": None,
-                                       "min": None, "max": None, "ci_low": None, "ci_high": None}
+                                       "min": None, "max": None, "ci_low": None, "ci_high": None, "ci": None}
     if not xs:
         return out
     out.update(median=statistics.median(xs), mean=statistics.fmean(xs), min=min(xs), max=max(xs))
     if len(xs) > 1:
-        sd = statistics.stdev(xs)
-        half = t_quantile(confidence, len(xs) - 1) * sd / math.sqrt(len(xs))
-        out.update(sd=sd, ci_low=out["mean"] - half, ci_high=out["mean"] + half)
+        out["sd"] = statistics.stdev(xs)
+        t = t_quantile(confidence, len(xs) - 1)
+        if min(xs) > 0:
+            logs = [math.log(x) for x in xs]
+            m, half = statistics.fmean(logs), t * statistics.stdev(logs) / math.sqrt(len(xs))
+            out.update(ci_low=math.exp(m - half), ci_high=math.exp(m + half), ci="geometric mean")
+        else:
+            half = t * out["sd"] / math.sqrt(len(xs))
+            out.update(ci_low=out["mean"] - half, ci_high=out["mean"] + half, ci="mean")
     return out
 
 
