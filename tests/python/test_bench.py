@@ -306,3 +306,10 @@ def test_bench_report_cli_rebuilds_and_refuses_other_folders(demo, tmp_path):
     (junk / "notes.txt").write_text("x")
     with pytest.raises(ConfigError, match="holds no experiment"):
         bench.run(from_dict(declared(demo)), str(junk), quiet=True)
+
+
+def test_world_size_arms_must_measure_within_one_epoch(demo, tmp_path):
+    exp = from_dict(declared(demo, factor={"name": "world_size", "values": [1, 2]},
+                             run={"warmup_samples": 16, "samples": 160}))  # the demo epoch is 120 samples
+    with pytest.raises(ConfigError, match=r"warmup_samples \+ samples = 176 exceeds the epoch \(120 samples\)"):
+        bench.run(exp, str(tmp_path / "out"), quiet=True)

@@ -240,6 +240,13 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     environment = envmod.record(root, files, exp.training_repo, stage_parent if staging else None)
     with open(os.path.join(out_dir, "env.json"), "w") as f:
         json.dump(environment, f, indent=1)
+    epoch = environment["dataset"].get("samples")
+    window = exp.run["warmup_samples"] + exp.run["samples"]
+    if len({a.config["world_size"] for a in exp.arms}) > 1 and epoch and window > epoch:
+        # Past an epoch's end, ranks with uneven batch counts start the next epoch at different
+        # points: the arms would measure different samples (the check would say so, late).
+        raise ConfigError(f"[run] warmup_samples + samples = {window} exceeds the epoch ({epoch} samples): arms with "
+                          "different world sizes read the same samples only within one epoch; make the window smaller")
 
     order = plan(exp)
     with open(os.path.join(out_dir, "matrix.csv"), "w", newline="") as f:
