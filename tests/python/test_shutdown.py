@@ -84,13 +84,19 @@ def test_ctrl_c_interrupts_a_waiting_next(demo, real):
     manifest = demo.parent / "slow.jsonl"
     manifest.write_text("\n".join(json.dumps({"path": str(big)}) for _ in range(400)))
     loader = ls.Loader(ls.FileList(manifest), fields={"jpg": ls.Image(32, crop="resize", dct_scaling=False)}, batch_size=400, threads=1)
+    # Python installs its Ctrl-C handler only when SIGINT is not ignored at startup; a shell
+    # without job control starts background jobs (CI runners among them) with SIGINT ignored.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
-    t0 = time.time()
-    with pytest.raises(KeyboardInterrupt):
-        next(iter(loader))
-    assert time.time() - t0 < 1.5
-    timer.cancel()
+    try:
+        timer.start()
+        t0 = time.time()
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(loader))
+        assert time.time() - t0 < 1.5
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
 
 
 def test_interpreter_exit_with_a_live_epoch_is_prompt(demo):
