@@ -29,6 +29,15 @@ def declared(demo, **over):
 
 # --- validation ---------------------------------------------------------------------------
 
+def test_the_gpu_step_is_declared_consistently(demo):
+    with pytest.raises(ConfigError, match="matmuls applies to compute = 'matmul' only"):
+        from_dict(declared(demo, step={"compute": "sleep", "compute_ms": 1, "matmuls": 2}))
+    with pytest.raises(ConfigError, match="step_ms is measured on the GPU's synthetic step"):
+        from_dict(declared(demo, step={"compute": "sleep", "compute_ms": 1}, criteria={"max_regression": {"step_ms": 0.1}}))
+    exp = from_dict(declared(demo, step={"compute": "matmul", "matmuls": 2}))
+    assert exp.needs_cuda() and all("matmuls on a GPU" in why for why in exp.needs_cuda())
+
+
 def test_arms_that_differ_in_a_second_setting_are_refused(demo):
     raw = declared(demo, arms=[{"name": "a", "threads": 1}, {"name": "b", "threads": 2, "prefetch": 4}])
     del raw["factor"]["values"]
@@ -279,14 +288,12 @@ def test_the_check_covers_two_global_batches_and_every_rank(demo):
     assert runner._check_samples(exp) == 2 * 16 * 2
 
 
-def test_torch_arm_flips_independently_of_the_crop():
-    from loadscope.bench import pipelines
-    from loadscope.bench.experiment import PIPELINE
+def test_seeded_crops_flip_independently_of_the_crop():
+    from loadscope.gpu import crop_params
 
-    c = {k: v[1] for k, v in PIPELINE.items()}
     flipped, kept = [], []
     for i in range(4000):
-        _, _, h, w, f = pipelines._crop_params(c, 400, 400, 0, i)
+        _, _, h, w, f = crop_params("random_resized", 224, 0, 0.5, 400, 400, 0, i)
         (flipped if f else kept).append(h * w / 160000)
     assert abs(len(flipped) - 2000) < 150  # flip probability 0.5
     assert abs(sum(flipped) / len(flipped) - sum(kept) / len(kept)) < 0.03

@@ -301,6 +301,20 @@ def test_device_argument_fails_early_with_what_is_allowed(demo):
     assert loader(demo, device="cpu").device is None
 
 
+def test_gpu_decoder_arguments_fail_early():
+    from loadscope.gpu import JpegDecoder
+
+    with pytest.raises(ls.ConfigError, match="allowed are 'random_resized', 'center', 'resize'"):
+        JpegDecoder(64, crop="zoom")
+    with pytest.raises(ls.ConfigError, match="flip applies to crop='random_resized' only"):
+        JpegDecoder(64, crop="center", flip=0.5)
+    with pytest.raises(ls.ConfigError, match="CUDA device"):
+        JpegDecoder(64, device="cpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ls.ConfigError, match="needs CUDA"):
+            JpegDecoder(64)
+
+
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_transfer_pinned_timed_and_overlapped(demo):

@@ -55,10 +55,13 @@ METRICS: Dict[str, Tuple[str, bool, str]] = {
     "peak_pss": ("MiB", False, "largest PSS summed over the run's processes (workers included)"),
     "cpu_per_sample": ("ms", False, "CPU time of all the run's processes per sample, pipeline phase"),
     "staging_seconds": ("s", False, "copying the dataset to local disk before loading"),
+    "step_ms": ("ms", False, "GPU time of one synthetic training step (compute='matmul'), CUDA events, mean"),
+    "gpu_idle_share": ("fraction", False, "share of the e2e phase in which the GPU ran no training step "
+                                          "(waiting for input, copying, or decoding it)"),
 }
 
-STEP = {"compute": (("none", "sleep", "model"), "none"), "compute_ms": ("float>=0", 0.0),
-        "grad_accum": ("int>=1", 1)}
+STEP = {"compute": (("none", "sleep", "model", "matmul"), "none"), "compute_ms": ("float>=0", 0.0),
+        "grad_accum": ("int>=1", 1), "matmuls": ("int>=1", 4)}
 RUN = {"warmup_samples": ("int>=0", 256), "samples": ("int>=1", 1024), "repetitions": ("int>=1", 5),
        "order": (("interleaved", "blocked"), "interleaved"), "warmup_round": ((False, True), True),
        "check_samples": ("int>=0", 32), "trace_batches": ("int>=0", 8), "timeout_s": ("float>0", 900.0)}
@@ -148,7 +151,8 @@ class Experiment:
         """Arms that cannot run without CUDA, with why."""
         return [f"arm {a.name} {why}" for a in self.arms for why in
                 (["copies pinned batches to a GPU"] if a.config["pin_memory"] else [])
-                + (["decodes JPEGs on a GPU"] if a.config["decode"] == "gpu" else [])]
+                + (["decodes JPEGs on a GPU"] if a.config["decode"] == "gpu" else [])
+                + (["runs the step's matmuls on a GPU"] if self.step["compute"] == "matmul" else [])]
 
     def with_overrides(self, **run: Any) -> "Experiment":
         """A copy with run-plan settings replaced (e.g. a small size for tests)."""
@@ -224,6 +228,8 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     step = _section(raw, "step", STEP)
     if step["compute"] == "sleep" and step["compute_ms"] <= 0:
         raise ConfigError("[step] compute = 'sleep' needs compute_ms > 0")
+    if "matmuls" in (raw.get("step") or {}) and step["compute"] != "matmul":
+        raise ConfigError("[step] matmuls applies to compute = 'matmul' only")
     run = _section(raw, "run", RUN)
     criteria = _section(raw, "criteria", CRITERIA)
     for k, v in criteria["max_regression"].items():
@@ -234,6 +240,8 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         if m in ("e2e_throughput", "data_wait_share") and step["compute"] == "none":
             raise ConfigError(f"[criteria] {m} is measured with a training step: it needs a [step] compute "
                               "other than 'none'")
+        if m in ("step_ms", "gpu_idle_share") and step["compute"] != "matmul":
+            raise ConfigError(f"[criteria] {m} is measured on the GPU's synthetic step: it needs [step] compute = 'matmul'")
     if criteria["metric"] == "staging_seconds":
         raise ConfigError("[criteria] metric = 'staging_seconds': only staging arms have it; staging is judged by "
                           "max_break_even_epochs (allowed metrics: " + ", ".join(m for m in METRICS if m != "staging_seconds") + ")")

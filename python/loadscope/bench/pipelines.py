@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from .._errors import ConfigError
+from ..gpu import crop_params
 
 BatchT = Tuple[torch.Tensor, torch.Tensor, List[str]]
 
@@ -93,58 +94,18 @@ class LoadscopePipeline(Pipeline):
         self.loader = Loader(source, fields={"jpg": image, "cls": Int()}, batch_size=c["batch_size"],
                              threads=c["threads"], prefetch=c["prefetch"], shuffle=c["shuffle"], seed=c["seed"],
                              device=self.device if c["pin_memory"] else "cpu")
-        self._gpu = _GpuDecode(c, self.device) if c["decode"] == "gpu" else None
+        self._gpu = None
+        if c["decode"] == "gpu":  # loadscope reads the bytes; nvJPEG decodes them (loadscope.gpu)
+            from ..gpu import JpegDecoder
+
+            crop_flip = {"flip": c["flip"]} if c["crop"] == "random_resized" else {}
+            self._gpu = JpegDecoder(c["size"], crop=c["crop"], seed=c["seed"], device=self.device, **crop_flip)
 
     def epoch(self, e: int) -> Iterator[BatchT]:
         self.loader.set_epoch(e)
         for b in self.loader._iterate(self.rank, self.world):  # rank r: batches r, r+W, ... (as DataLoader workers)
-            images = b["jpg"] if self._gpu is None else self._gpu(b["jpg"], b["__index__"], e)
+            images = b["jpg"] if self._gpu is None else self._gpu(b["jpg"], b["__index__"], e, b["__key__"])
             yield images, b["cls"], b["__key__"]
-
-
-class _GpuDecode:
-    """decode='gpu': the loader reads the JPEG bytes; nvJPEG (torchvision.io.decode_jpeg on
-    CUDA) decodes them in the consumer, and the crop and resize run on the GPU. The same
-    RandomResizedCrop parameters as the torch arm (seeded by seed, epoch, position)."""
-
-    def __init__(self, c: Dict[str, Any], device: Optional[torch.device]) -> None:
-        self.c, self.device = c, device
-
-    def __call__(self, blobs: List[bytes], positions: torch.Tensor, epoch: int) -> torch.Tensor:
-        import torch.nn.functional as F
-        import torchvision.io
-
-        out = []
-        for blob, pos in zip(blobs, positions.tolist()):
-            data = torch.frombuffer(bytearray(blob), dtype=torch.uint8)
-            img = torchvision.io.decode_jpeg(data, mode=torchvision.io.ImageReadMode.RGB, device=self.device)
-            top, left, h, w, flip = _crop_params(self.c, img.shape[1], img.shape[2], epoch, pos)
-            crop = img[:, top:top + h, left:left + w].unsqueeze(0).float()
-            x = F.interpolate(crop, size=(self.c["size"], self.c["size"]), mode="bilinear", antialias=True,
-                              align_corners=False)
-            x = x.round().clamp(0, 255).to(torch.uint8)[0]
-            out.append(x.flip(-1) if flip else x)
-        return torch.stack(out)
-
-
-def _crop_params(c: Dict[str, Any], height: int, width: int, epoch: int, position: int) -> Tuple[int, int, int, int, bool]:
-    """RandomResizedCrop (torchvision's parameters) or Resize+CenterCrop, and the flip, from a
-    generator seeded by (seed, epoch, position): the same for any worker count."""
-    import torchvision.transforms as T
-
-    g = torch.Generator().manual_seed((c["seed"] * 1_000_003 + epoch) * 1_000_003 + position)
-    if c["crop"] == "center":
-        side = min(height, width)
-        return (height - side) // 2, (width - side) // 2, side, side, False
-    # The flip first: drawn after the crop from the same starting state, it would echo the
-    # crop's first draw (flipped crops would be the small ones).
-    flip = bool(torch.rand(1, generator=g) < c["flip"])
-    # get_params draws from the global generator: lend it this sample's state (set_rng_state
-    # costs ~1 µs where torch.manual_seed costs ~17 µs: the seeding adds <1% to the baseline).
-    with torch.random.fork_rng(devices=[]):
-        torch.set_rng_state(g.get_state())
-        top, left, h, w = T.RandomResizedCrop.get_params(torch.empty(0, height, width), (0.08, 1.0), (3 / 4, 4 / 3))
-    return top, left, h, w, flip
 
 
 class _TorchImages(torch.utils.data.Dataset):
@@ -166,7 +127,8 @@ class _TorchImages(torch.utils.data.Dataset):
 
         with Image.open(self.paths[i]) as im:
             im = im.convert("RGB")
-        top, left, h, w, flip = _crop_params(self.c, im.height, im.width, epoch, i)
+        c = self.c
+        top, left, h, w, flip = crop_params(c["crop"], c["size"], c["seed"], c["flip"], im.height, im.width, epoch, i)
         size = self.c["size"]
         if self.c["crop"] == "center":  # Resize(shorter side) + CenterCrop, as torchvision
             im = TF.center_crop(TF.resize(im, size), size)

@@ -64,11 +64,15 @@ class _SmallCNN(torch.nn.Module):
 
 class _Step:
     """The training step an experiment declares: nothing, a fixed sleep (an accelerator's
-    compute that leaves the host idle) or a small model; gradient accumulation; with several
-    ranks, the gradient all-reduce a data-parallel step ends with."""
+    compute that leaves the host idle), a small model, or a fixed GPU workload (`matmuls`
+    bf16 products of 8192x8192 matrices, timed with CUDA events, so that contention with
+    decoding on the GPU shows as a longer step); gradient accumulation; with several ranks, the
+    gradient all-reduce a data-parallel step ends with."""
 
+    MATMUL_N = 8192  # one product: 1.1 TFLOP, ~1.4 ms on an H200
     def __init__(self, step: Dict[str, Any], world: int, device: Optional[torch.device]) -> None:
         self.kind, self.ms, self.accum, self.world, self.device = step["compute"], step["compute_ms"], step["grad_accum"], world, device
+        self.ms_matmuls = step.get("matmuls", 4)
         self.micro = 0
         if self.kind == "model":
             model = _SmallCNN().to(device or "cpu")
@@ -76,6 +80,19 @@ class _Step:
                 model = torch.nn.parallel.DistributedDataParallel(model)
             self.model = model
             self.opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        if self.kind == "matmul":
+            n = self.MATMUL_N
+            g = torch.Generator(device=device).manual_seed(0)
+            self.a = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
+            self.b = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
+            self.c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
+            self.events: List[tuple] = []
+
+    def gpu_step_seconds(self) -> List[float]:
+        """GPU seconds of each matmul step since the last call (call after a synchronize)."""
+        out = [s.elapsed_time(e) / 1e3 for s, e in self.events]
+        self.events = []
+        return out
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         import contextlib
@@ -86,6 +103,15 @@ class _Step:
         boundary = self.micro % self.accum == 0
         if self.kind == "sleep":
             time.sleep(self.ms / 1000)
+            if boundary and self.world > 1:
+                dist.all_reduce(torch.zeros(1))
+        elif self.kind == "matmul":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(self.ms_matmuls):
+                torch.mm(self.a, self.b, out=self.c)
+            end.record()
+            self.events.append((start, end))
             if boundary and self.world > 1:
                 dist.all_reduce(torch.zeros(1))
         elif self.kind == "model":
@@ -243,10 +269,18 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(max(1, batches_for(plan["warmup_samples"]) // 4), True)
         if world > 1:
             dist.barrier()
+        if step.kind == "matmul":
+            step.gpu_step_seconds()  # drop the warm-up's
         n2, secs2, waits2, busy2, timeline2 = take(batches_for(plan["samples"]), True)
         wait2 = sum(waits2)
         result.update(e2e_samples=n2, e2e_seconds=secs2, e2e_throughput=n2 / secs2,
                       data_wait_share=wait2 / (wait2 + busy2) if wait2 + busy2 else None, e2e_timeline=_thin(timeline2))
+        if step.kind == "matmul":  # take() synchronised: every event has completed
+            gpu = step.gpu_step_seconds()
+            # The host's wait in next() includes waiting behind queued GPU work (a pageable
+            # copy, nvJPEG), so data_wait_share would mislead: the GPU's own idle share replaces it.
+            result.update(step_ms=sum(gpu) / len(gpu) * 1e3, gpu_idle_share=max(0.0, 1.0 - sum(gpu) / secs2),
+                          data_wait_share=None)
     else:
         result.update(e2e_throughput=result["throughput"], data_wait_share=None)
     sampler.stop()
