@@ -56,9 +56,11 @@ def test_batches_are_built_in_page_locked_memory(demo, monkeypatch):
     assert memory_type(torch.empty(1 << 20, dtype=torch.uint8).data_ptr()) == 0  # the probe tells them apart
 
 
-def test_copy_runs_on_a_side_stream_under_compute(demo):
+def test_copy_runs_on_a_side_stream_under_compute(demo, monkeypatch):
     """With a long kernel queued on the compute stream, the next batch's copy starts and ends
     before that kernel does: the copy is hidden, and the telemetry says so."""
+    collect = _transfer.CudaTransfer._collect  # keep every copy's events until the end
+    monkeypatch.setattr(_transfer.CudaTransfer, "_collect", lambda self, wait=False: collect(self, True) if wait else None)
     L = ls.Loader(ls.FileList(demo / "manifest.jsonl"), fields={"jpg": ls.Image(224)}, batch_size=32,
                   threads=2, prefetch=4, device="cuda")
     a = torch.randn(4096, 4096, device="cuda")
@@ -78,6 +80,7 @@ def test_copy_runs_on_a_side_stream_under_compute(demo):
         hidden += start.elapsed_time(done) > 0 and end.elapsed_time(done) > 0  # copy ended before compute
         assert b["jpg"].is_cuda
     assert hidden == steps
+    L._transfer.drain()
     t = L.telemetry().to_dict()["transfer"]
     assert t["overlapped_share"] > 0 and t["bandwidth_gbps"] > 1.0
 

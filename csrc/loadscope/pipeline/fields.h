@@ -3,6 +3,7 @@
 // sample (the first of `keys` that exists) and turned into a fixed-size tensor slot (images,
 // integers) or a string (text, JSON, raw bytes).
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

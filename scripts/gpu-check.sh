@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The GPU machine's check, in one call (docs/gpu.md): builds loadscope there against its own
+# torch with the Debian libraries from .gpu/prefix.tar.xz (made here by scripts/gpu-prefix.sh),
+# runs the CUDA tests, measures the copies, runs the GPU experiments (decode location with a
+# synthetic matmul step, pinned memory), runs the whole Python suite as a torch 2.x check, and
+# prints a table last. Writes everything to $OUT (default results/gpu-check): log.txt,
+# env.txt, cuda-tests.txt, suite.txt, probe.json, summary.md, results.tar.gz.
+#
+#   GPU_CHECK_REPS=5 GPU_CHECK_SAMPLES=2048 scripts/gpu-check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-results/gpu-check}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/log.txt") 2>&1
+PY=${PYTHON:-python3}
+REPS=${GPU_CHECK_REPS:-5}
+SAMPLES=${GPU_CHECK_SAMPLES:-2048}
+RES=results/gpu
+T0=$(date +%s)
+step() { echo "== +$(( $(date +%s) - T0 ))s $*"; }
+finish() {
+  step "summary"
+  tar -czf "$OUT/results.tar.gz" "$RES" 2>/dev/null
+  cp "$RES/probe.json" "$OUT/" 2>/dev/null
+  $PY benchmarks/bench_gpu.py summary "$RES" > "$OUT/summary.md" 2>&1
+  { echo "build: ${BUILD:-not reached}"; echo "CUDA tests: ${CUDA_TESTS:-not reached}";
+    echo "Python suite (torch $($PY -c 'import torch; print(torch.__version__)' 2>/dev/null)): ${SUITE:-not reached}"; } >> "$OUT/summary.md"
+  cat "$OUT/summary.md"
+}
+trap finish EXIT
+rm -rf "$RES" && mkdir -p "$RES"
+
+step "environment"
+{
+  uname -srm; grep PRETTY_NAME /etc/os-release
+  nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max,pcie.link.width.max --format=csv
+  $PY -c "import sys, torch, torchvision, numpy, PIL; print('python', sys.version.split()[0], '| torch', torch.__version__, 'cuda', torch.version.cuda, '| torchvision', torchvision.__version__, '| numpy', numpy.__version__, '| pillow', PIL.__version__)"
+  echo "cores $(nproc), $(free -g | awk '/Mem:/{print $2}') GiB"; g++ --version | head -1; cmake --version | head -1
+  echo "ninja: $(command -v ninja || echo none); ffmpeg CLI: $(command -v ffmpeg || echo none)"
+  $PY -c "import sysconfig, os; h=sysconfig.get_paths()['include']; print('Python.h:', os.path.exists(h + '/Python.h'), h)"
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+step "unpack the Debian prefix"
+P=$PWD/.gpu/prefix
+L=$P/usr/lib/x86_64-linux-gnu
+rm -rf "$P" && mkdir -p "$P" && tar -C "$P" -xJf .gpu/prefix.tar.xz || { BUILD="no .gpu/prefix.tar.xz (run scripts/gpu-prefix.sh here and carry it)"; exit 1; }
+# Where the machine has a library of the same soname, its own (newer) copy is used: Debian's
+# are for what it lacks. The linker still finds the unversioned names it links against.
+kept=0; dropped=0
+for f in "$L"/*.so.*; do
+  [ -L "$f" ] && continue
+  soname=$(objdump -p "$f" 2>/dev/null | awk '/SONAME/{print $2}')
+  case "$soname" in libav*|libsw*|libjpeg*|libturbojpeg*|libtbb*|libpkgconf*) kept=$((kept + 1)); continue;; esac
+  if [ -z "${GPU_CHECK_KEEP_ALL:-}" ] && [ -n "$soname" ] && ldconfig -p | grep -q "^[[:space:]]$soname "; then
+    rm -f "$L/$soname"; dropped=$((dropped + 1))
+  else
+    kept=$((kept + 1))
+  fi
+done
+echo "prefix: $kept libraries carried in use, $dropped replaced by the machine's own"
+export LD_LIBRARY_PATH=$L${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export PKG_CONFIG_LIBDIR=$L/pkgconfig PKG_CONFIG_PATH=
+
+step "build"
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+zlib=$(ldconfig -p | awk '/libz\.so\.1 .*x86-64/{print $NF; exit}')
+if cmake -S . -B build/gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLOADSCOPE_TESTS=OFF -DLOADSCOPE_PYTHON=ON \
+     -DPython3_EXECUTABLE="$($PY -c 'import sys; print(sys.executable)')" -Dpybind11_DIR="$($PY -m pybind11 --cmakedir)" \
+     -DPKG_CONFIG_EXECUTABLE="$P/usr/bin/pkgconf" -DCMAKE_PREFIX_PATH="$P/usr" \
+     -DZLIB_INCLUDE_DIR="$P/usr/include" -DZLIB_LIBRARY="$zlib" \
+     -DLOADSCOPE_MODULE_DIR="$PWD/python/loadscope" > "$RES/cmake.txt" 2>&1 \
+   && cmake --build build/gpu -j "$(nproc)" >> "$RES/cmake.txt" 2>&1; then
+  BUILD="ok"
+else
+  BUILD="FAILED (results.tar.gz: results/gpu/cmake.txt)"; tail -40 "$RES/cmake.txt"; exit 1
+fi
+export PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1
+missing=$(ldd python/loadscope/_native*.so | grep "not found")
+[ -z "$missing" ] || { BUILD="built, but libraries are missing: $missing"; exit 1; }
+$PY -c "import loadscope, loadscope._native as n; print('loadscope', loadscope.__version__, n.library_versions())" || { BUILD="built, import FAILED"; exit 1; }
+
+step "CUDA tests"
+timeout 300 $PY -m pytest tests/python -m cuda -v -rs -p no:cacheprovider > "$OUT/cuda-tests.txt" 2>&1
+CUDA_TESTS="$(tail -1 "$OUT/cuda-tests.txt")"
+grep -E "PASSED|FAILED|SKIPPED|ERROR|GPU vs CPU" "$OUT/cuda-tests.txt"
+
+step "copies and NVDEC probe"
+timeout 120 $PY benchmarks/bench_gpu.py probe "$RES/probe.json" > /dev/null 2>&1 || echo "probe failed"
+
+step "demo data (images only: no ffmpeg CLI here)"
+timeout 300 $PY -m loadscope.datasets --out data/demo --videos 0 || echo "data generation failed"
+
+for exp in decode pin_memory; do
+  step "experiment $exp ($REPS repetitions of $SAMPLES samples)"
+  timeout "${GPU_CHECK_EXP_S:-200}" $PY -m loadscope bench run "benchmarks/experiments/$exp.toml" --out "$RES/$exp" \
+    --repetitions "$REPS" --samples "$SAMPLES" --quiet > "$RES/$exp.txt" 2>&1 || echo "experiment $exp exited $?"
+  tail -5 "$RES/$exp.txt"
+done
+
+step "the whole Python suite under this torch"
+timeout "${GPU_CHECK_SUITE_S:-120}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider > "$OUT/suite.txt" 2>&1
+rc=$?
+if [ $rc = 124 ]; then
+  SUITE="stopped at ${GPU_CHECK_SUITE_S:-120} s: $(grep -E '^[.FEsxX]+ *(\[|$)' "$OUT/suite.txt" | tr -cd '.FEs' | awk '{print gsub(/\./,"") " passed, " gsub(/F/,"") " failed, " gsub(/E/,"") " errors, " gsub(/s/,"") " skipped so far"}')"
+else
+  SUITE="$(tail -1 "$OUT/suite.txt")"
+fi
