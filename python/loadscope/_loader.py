@@ -51,6 +51,32 @@ def _int_arg(name: str, value: Any, minimum: int, maximum: Optional[int] = None)
     return v
 
 
+def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Dict[str, Any]:
+    """This process's rank and the world size: explicit arguments, else torch.distributed when
+    initialised, else torchrun's RANK and WORLD_SIZE, else 0 of 1; with where they came from."""
+    if rank is not None or world_size is not None:
+        if rank is None or world_size is None:
+            raise ConfigError("give both rank and world_size, or neither (then they come from torch.distributed "
+                              "or torchrun's RANK/WORLD_SIZE)")
+        world = _int_arg("world_size", world_size, 1)
+        return {"rank": _int_arg("rank", rank, 0, world - 1), "world_size": world, "from": "arguments"}
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return {"rank": dist.get_rank(), "world_size": dist.get_world_size(), "from": "torch.distributed"}
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        try:
+            world = int(os.environ["WORLD_SIZE"])
+            r = int(os.environ["RANK"])
+        except ValueError:
+            raise ConfigError(f"RANK={os.environ['RANK']!r}, WORLD_SIZE={os.environ['WORLD_SIZE']!r}: "
+                              "integers expected (torchrun sets them)") from None
+        if not 0 <= r < world:
+            raise ConfigError(f"RANK={r} is outside WORLD_SIZE={world}")
+        return {"rank": r, "world_size": world, "from": "environment"}
+    return {"rank": 0, "world_size": 1, "from": "default"}
+
+
 def _bool_arg(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be True or False, got {value!r}")
@@ -80,6 +106,12 @@ class Loader:
             loadscope._transfer; a ConfigError where CUDA is not available).
         telemetry: measure everything (``telemetry()``, ``report_every``, traces); ``False``
             turns every clock read off.
+        rank, world_size: this process's share of each epoch under data-parallel training.
+            Default (None): from ``torch.distributed`` when it is initialised, else from the
+            ``RANK`` and ``WORLD_SIZE`` that torchrun sets, else 0 of 1. Rank r takes batches
+            r, r+W, r+2W, ... of the epoch; every rank gets the same number of batches (the
+            epoch is padded with its first samples, at most W-1 of them, or cut to whole
+            steps with ``drop_last``): docs/distributed.md.
 
     Every batch is a dict: images ``uint8 [B, 3, H, W]``, ints ``int64 [B]``, text a list of
     ``str``, JSON a list of objects, bytes a list of ``bytes``; plus ``"__key__"`` (list of
@@ -106,6 +138,8 @@ class Loader:
         error_budget: Union[int, float, None] = 0.05,
         device: Any = "cpu",
         telemetry: bool = True,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -138,10 +172,12 @@ class Loader:
             drop_last=_bool_arg("drop_last", drop_last),
             prefetch=_int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
             device=device, telemetry=_bool_arg("telemetry", telemetry),
+            distributed=resolve_rank(rank, world_size),
         )
         self._build()
         self._epoch = 0
         self._epoch_set = False
+        self._resume_batches = 0  # load_state_dict: batches of self._epoch already consumed
         self._active: Optional[weakref.ref] = None
         self._last_stats: Dict[str, Any] = {}
 
@@ -159,8 +195,16 @@ class Loader:
         self.error_budget = a["error_budget"]
         self.device = _transfer.parse_device(a["device"])
         self._telemetry_on: bool = a["telemetry"]
+        d = a["distributed"]
+        self.rank: int = d["rank"]
+        self.world_size: int = d["world_size"]
         specs = [f._native(name, _native) for name, f in self.fields.items()]
-        self._pipeline = _native.Pipeline(self.source._native(_native), specs, telemetry=self._telemetry_on)
+        # Several ranks need the epoch's size before reading it (tar shards: their index).
+        self._source = self.source._native(_native, need_size=self.world_size > 1)
+        self.samples: Optional[int] = self._source.size if self._source.size >= 0 else None
+        _native.epoch_geometry(-1 if self.samples is None else self.samples, self.batch_size, self.world_size,
+                               self.drop_last)  # a ConfigError here, not at the first batch
+        self._pipeline = _native.Pipeline(self._source, specs, telemetry=self._telemetry_on)
         self._loop = telemetry.LoopStats(self._pipeline.telemetry_created_ns())
         self._transfer = _transfer.CudaTransfer(self.device) if self.device is not None else None
         self._reporter: Optional[telemetry.Reporter] = None
@@ -178,15 +222,60 @@ class Loader:
 
     # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
     def __getstate__(self):
-        return {"args": self._args, "epoch": self._epoch, "epoch_set": self._epoch_set}
+        return {"args": self._args, "epoch": self._epoch, "epoch_set": self._epoch_set,
+                "resume_batches": self._resume_batches}
 
     def __setstate__(self, state):
         self._args = state["args"]
         self._build()
         self._epoch = state["epoch"]
         self._epoch_set = state["epoch_set"]
+        self._resume_batches = state.get("resume_batches", 0)
         self._active = None
         self._last_stats = {}
+
+    # --- exact resume ---------------------------------------------------------------------
+
+    STATE_VERSION = 1
+
+    def state_dict(self) -> Dict[str, Any]:
+        """Where this loader stands, to save with a checkpoint: the epoch and how many of its
+        batches this rank has been given. ``load_state_dict`` in a new process (any thread
+        count) continues with exactly the batches an uninterrupted run would give next.
+        Small and versioned (docs/distributed.md); it holds no sample lists, so the new loader
+        must be made with the same source, fields, batch size, seed, shuffle and world size."""
+        it = self._active() if self._active is not None else None
+        if it is not None and not it.finished:
+            epoch, batches = it.epoch, it.delivered
+        else:
+            epoch, batches = self._epoch, self._resume_batches
+        return {"format": "loadscope.Loader", "version": self.STATE_VERSION, "epoch": epoch, "batches": batches,
+                "epoch_set": self._epoch_set, "batch_size": self.batch_size, "seed": self.seed,
+                "shuffle": self.shuffle, "drop_last": self.drop_last, "world_size": self.world_size,
+                "rank": self.rank, "samples": self.samples}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continues from ``state`` (see ``state_dict``) at the next ``iter()``."""
+        if not isinstance(state, Mapping) or state.get("format") != "loadscope.Loader":
+            raise ConfigError("load_state_dict: not a loadscope Loader state (made by Loader.state_dict())")
+        if state.get("version") != self.STATE_VERSION:
+            raise ConfigError(f"load_state_dict: state version {state.get('version')!r}; this loadscope reads "
+                              f"version {self.STATE_VERSION}")
+        batches = _int_arg("state['batches']", state["batches"], 0)
+        mine = {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
+                "drop_last": self.drop_last, "samples": self.samples}
+        if batches:  # mid-epoch: the epoch must be cut the same way
+            mine["world_size"] = self.world_size
+        differ = [f"{k}: saved {state.get(k)!r}, here {v!r}" for k, v in mine.items() if state.get(k) != v]
+        if differ:
+            raise ConfigError("load_state_dict: this loader differs from the one that saved the state ("
+                              + "; ".join(differ) + "). Make it with the same arguments"
+                              + ("; a different world size can resume only at an epoch boundary" if batches else ""))
+        self._epoch = _int_arg("state['epoch']", state["epoch"], 0)
+        self._epoch_set = bool(state.get("epoch_set", False))
+        self._resume_batches = batches
+        if self._active is not None and self._active() is not None:
+            self._active()._supersede()
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of the next iteration (order and augmentation depend on it)."""
@@ -199,14 +288,20 @@ class Loader:
         return self._epoch
 
     def __len__(self) -> int:
-        """Batches per epoch; a TypeError for tar shards, whose length only reading tells."""
-        n = len(self.source)
-        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+        """This rank's batches per epoch; a TypeError for tar shards without an index, whose
+        length only reading tells."""
+        if self.samples is None:
+            raise TypeError("len() of a loader over tar shards without an index: run `loadscope index` on them")
+        batches, _, _ = _native.epoch_geometry(self.samples, self.batch_size, self.world_size, self.drop_last)
+        return batches // self.world_size
 
     def __iter__(self) -> Iterator[Batch]:
         return self._iterate(0, 1)
 
-    def _iterate(self, batch_offset: int, batch_stride: int) -> "_EpochIterator":
+    def _iterate(self, worker: int, workers: int) -> "_EpochIterator":
+        """One epoch for DataLoader worker `worker` of `workers` (0 of 1 outside DataLoader):
+        of this rank's batches (global batches k with k % W == rank), the worker takes every
+        `workers`-th, so global batch k goes to worker (k // W) % workers."""
         if self._active is not None:
             previous = self._active()
             if previous is not None:
@@ -217,18 +312,24 @@ class Loader:
         epoch_start_ns = time.monotonic_ns()
         pin = self._transfer.pin if self._transfer else 0
         unpin = self._transfer.unpin if self._transfer else 0
+        W = self.world_size
+        resume, self._resume_batches = self._resume_batches, 0
+        if resume and workers > 1:
+            raise ConfigError("resuming mid-epoch inside DataLoader workers is not supported: resume with "
+                              "loadscope.Loader, or at an epoch boundary")
         run = self._pipeline.start(
             threads=self.threads, batch_size=self.batch_size, prefetch=self.prefetch,
             drop_last=self.drop_last, on_error=self.on_error,
             max_errors=budget if isinstance(budget, int) else -1,
             max_error_rate=budget if isinstance(budget, float) else -1.0,
             seed=self.seed, epoch=epoch, shuffle=self.shuffle,
-            batch_offset=batch_offset, batch_stride=batch_stride, pin=pin, unpin=unpin,
+            batch_offset=worker * W + self.rank, batch_stride=workers * W, row=W, start_batch=resume * W,
+            pin=pin, unpin=unpin,
         )
         if self._telemetry_on:
             self._loop.epoch_started(epoch_start_ns)
         self._epoch = epoch + 1
-        it = _EpochIterator(self, run, epoch)
+        it = _EpochIterator(self, run, epoch, delivered=resume)
         self._active = weakref.ref(it)
         return it
 
@@ -375,10 +476,12 @@ class _EpochIterator:
     """One pass over the data. Closing it (end of data, ``break`` + garbage collection, ``del``,
     an exception, interpreter exit) stops and joins every native thread."""
 
-    def __init__(self, loader: Loader, run, epoch: int) -> None:
+    def __init__(self, loader: Loader, run, epoch: int, delivered: int = 0) -> None:
         self._loader = loader
         self._run = run
         self.epoch = epoch
+        self.delivered = delivered  # batches handed out in this epoch, resumed ones included
+        self.finished = False       # the epoch's last batch was handed out
         self._logged_skips = 0
         self._ended_because: Optional[str] = None  # why next() raises instead of continuing
         with _live_lock:
@@ -406,10 +509,12 @@ class _EpochIterator:
             self.close()
             raise
         if b is None:
+            self.finished = True
             self.close()
             raise StopIteration
         if b.skipped:
             self._log_skips(b.skipped)
+        self.delivered += 1
         return self._loader._deliver(b, enter)
 
     def _log_skips(self, skipped) -> None:

@@ -28,7 +28,9 @@ _Member = Tuple[str, bool, Union[str, bytes]]
 class Source:
     """Base class of sources. ``len(source)`` is the number of samples when known."""
 
-    def _native(self, native):  # pragma: no cover - overridden
+    def _native(self, native, need_size: bool = False):  # pragma: no cover - overridden
+        """The native source. need_size: the loader must know the epoch's size before
+        reading it (several ranks)."""
         raise NotImplementedError
 
     def __len__(self) -> int:
@@ -42,7 +44,7 @@ class _ListSource(Source):
     def __len__(self) -> int:
         return len(self._samples)
 
-    def _native(self, native):
+    def _native(self, native, need_size: bool = False):
         return native.ListSource(self._samples)
 
 
@@ -229,9 +231,18 @@ class WebDataset(Source):
         urls: a pattern with braces (``"train-{000000..000127}.tar"``), or a list of paths.
         shuffle_buffer: with ``shuffle=True`` the loader permutes the shard order per epoch and
             passes samples through a buffer of this many samples (held in memory).
+        index: ``"auto"``: read ``<shard>.idx`` (written by ``loadscope index``) where present,
+            and index the others in memory by reading their headers when the size is needed
+            (several ranks) or some shards have one; otherwise stream the shards. ``"scan"``:
+            index every shard without an ``.idx`` in memory now. ``"off"``: always stream (one
+            rank only). With an index the loader knows the size up front, skips without
+            reading (resume, other ranks' batches) and reads members in parallel; the samples
+            and their order are the same either way (docs/distributed.md).
     """
 
-    def __init__(self, urls: Union[str, Sequence[str]], *, shuffle_buffer: int = 1000) -> None:
+    INDEX = ("auto", "scan", "off")
+
+    def __init__(self, urls: Union[str, Sequence[str]], *, shuffle_buffer: int = 1000, index: str = "auto") -> None:
         patterns = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
         shards: List[str] = []
         for p in patterns:
@@ -247,11 +258,31 @@ class WebDataset(Source):
             raise ConfigError(f"WebDataset: shard(s) not found: {', '.join(missing[:3])}{more}")
         if not isinstance(shuffle_buffer, int) or shuffle_buffer < 1:
             raise ConfigError(f"WebDataset(shuffle_buffer={shuffle_buffer!r}): must be an int >= 1")
+        if index not in self.INDEX:
+            raise ConfigError(f"WebDataset(index={index!r}): allowed are {', '.join(map(repr, self.INDEX))}")
         self.shards = shards
         self.shuffle_buffer = shuffle_buffer
+        self.index = index
 
-    def _native(self, native):
-        return native.TarSource([os.fsencode(s) for s in self.shards], self.shuffle_buffer)
+    def index_paths(self) -> List[str]:
+        return [s + ".idx" for s in self.shards]
+
+    def _native(self, native, need_size: bool = False):
+        have = [os.path.isfile(p) for p in self.index_paths()]
+        indexed = self.index == "scan" or (self.index == "auto" and (need_size or any(have)))
+        if not indexed:
+            if need_size:
+                raise ConfigError("WebDataset(index='off') streams its shards, so its size is unknown before "
+                                  "reading, and several ranks need it: use index='auto' (`loadscope index`)")
+            return native.TarSource([os.fsencode(s) for s in self.shards], self.shuffle_buffer)
+        gz = [s for s, h in zip(self.shards, have) if not h and s.endswith((".gz", ".tgz"))]
+        if gz:
+            raise ConfigError(f"WebDataset: {gz[0]} is gzip-compressed, so it cannot be indexed (offsets would need "
+                              "the whole stream decompressed), and several ranks need the size before reading; "
+                              "convert to uncompressed shards: `loadscope convert`")
+        indexes = [native.read_index(p, s) if h else native.index_shard(s)
+                   for s, p, h in zip(self.shards, self.index_paths(), have)]
+        return native.IndexedTarSource(indexes, self.shuffle_buffer)
 
     def __repr__(self) -> str:
         return f"WebDataset({len(self.shards)} shards)"
@@ -301,7 +332,7 @@ class Mix(Source):
     def __len__(self) -> int:
         return self.samples_per_epoch
 
-    def _native(self, native):
+    def _native(self, native, need_size: bool = False):  # its size is samples_per_epoch
         return native.MixSource([s._native(native) for s in self.sources], self.weights, self.samples_per_epoch)
 
     def __repr__(self) -> str:

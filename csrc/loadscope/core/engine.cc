@@ -123,18 +123,70 @@ void EpochRun::update_depth() {
   if (t_) t_->depth(ready_jobs_, static_cast<int>(jobs_.size()) - ready_jobs_, telemetry::now_ns());
 }
 
+EpochGeometry::EpochGeometry(int64_t n, int64_t batch, int64_t row, bool drop_last)
+    : n_(n), batch_(batch), row_(row) {
+  if (batch < 1 || row < 1) throw ConfigError("batch size and ranks must be >= 1");
+  if (n < 0) {
+    if (row > 1) {
+      throw ConfigError("splitting an epoch between ranks needs its size: index tar shards "
+                        "(`loadscope index`) or use a folder or file list");
+    }
+    return;
+  }
+  const int64_t rows = n / (batch * row);
+  full_ = rows * row;
+  const int64_t rest = n - full_ * batch;
+  if (rest > 0 && !drop_last) tail_size_ = (rest + row - 1) / row;
+  batches_ = full_ + (tail_size_ > 0 ? row : 0);
+  length_ = full_ * batch + (tail_size_ > 0 ? row * tail_size_ : 0);
+}
+
+int64_t EpochGeometry::start(int64_t k) const {
+  if (k <= full_ || n_ < 0) return k * batch_;
+  return full_ * batch_ + (k - full_) * tail_size_;
+}
+
+int64_t EpochGeometry::size(int64_t k) const {
+  if (n_ < 0) return batch_;
+  if (k < full_) return batch_;
+  return k < batches_ ? tail_size_ : 0;
+}
+
 void EpochRun::plan() {
-  const int64_t batch = options_.batch_size;
   telemetry::Slot* slot = t_ ? &t_->slot(0, "planner") : nullptr;
   uint64_t cpu_last = t_ ? telemetry::thread_cpu_ns() : 0;
   try {
     source_->start_epoch(options_.order);
+    const int64_t n = source_->size();
+    const EpochGeometry geo(n, options_.batch_size, options_.row, options_.drop_last);
     int64_t position = 0;
-    for (int64_t k = 0; !stop_flag_.load(); ++k) {
+    // Padding (see EpochGeometry) draws the epoch's first samples again: the source starts
+    // the same epoch over once. Positions keep counting, so padded samples have position >= n.
+    bool wrapped = false;
+    auto draw = [&](Sample& s) {
+      if (source_->next(s)) return true;
+      if (n < 0 || wrapped || position >= geo.length()) return false;
+      wrapped = true;
+      source_->start_epoch(options_.order);
+      return source_->next(s);
+    };
+    auto skip = [&](int64_t count) {
+      int64_t done = source_->skip(count);
+      if (done < count && n >= 0 && !wrapped && position + done < geo.length()) {
+        wrapped = true;
+        source_->start_epoch(options_.order);
+        done += source_->skip(count - done);
+      }
+      position += done;
+      return done;
+    };
+    const int64_t first = std::max<int64_t>(0, options_.start_batch);
+    const bool past_end = first > 0 && skip(geo.start(first)) < geo.start(first);
+    for (int64_t k = first; !stop_flag_.load() && !past_end; ++k) {
+      const int64_t want = geo.size(k);
+      if (want == 0) break;  // the last batch of a sized epoch
       if (k % options_.batch_stride != options_.batch_offset) {
-        int64_t n = source_->skip(batch);
-        position += n;
-        if (n < batch) break;
+        if (skip(want) < want) break;
         continue;
       }
       {
@@ -149,14 +201,14 @@ void EpochRun::plan() {
       const uint64_t fill0 = t_ ? telemetry::now_ns() : 0;
       auto job = std::make_unique<Job>();
       job->index = k;
-      job->samples.reserve(batch);
+      job->samples.reserve(static_cast<size_t>(want));
       bool end = false;
-      while (static_cast<int64_t>(job->samples.size()) < batch && !stop_flag_.load()) {
+      while (static_cast<int64_t>(job->samples.size()) < want && !stop_flag_.load()) {
         Sample sample;
         const uint64_t r0 = t_ ? telemetry::now_ns() : 0;
         const uint64_t bytes0 = t_ ? source_->bytes_read() : 0;
         try {
-          if (!source_->next(sample)) {
+          if (!draw(sample)) {
             end = true;
             break;
           }
@@ -173,7 +225,7 @@ void EpochRun::plan() {
         sample.position = position++;
         job->samples.push_back(std::move(sample));
       }
-      bool partial = static_cast<int64_t>(job->samples.size()) < batch;
+      bool partial = static_cast<int64_t>(job->samples.size()) < want;
       if (partial && options_.drop_last) job->samples.clear();
       if (job->samples.empty() && job->source_failures.empty()) break;
       if (t_) {

@@ -15,6 +15,7 @@
 // Thread-safety: next(), stop() and stats() may be called from any one consumer thread;
 // stop() is idempotent and also runs in the destructor.
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -54,6 +55,32 @@ class SampleProcessor {
 
 enum class ErrorPolicy { kRaise, kSkip };
 
+// How an epoch of n samples is cut into batches that `row` consumers (data-parallel ranks)
+// take in turn: batch k goes to rank k % row, so rank r's j-th batch is batch j*row + r and a
+// "row" is one step of all ranks. Every rank must get the same number of batches, or the
+// collectives of data-parallel training wait forever:
+//  - drop_last: whole rows only; up to row*batch - 1 samples are left out of the epoch.
+//  - otherwise: full rows of full batches, then, if samples remain, one last row whose `row`
+//    batches share the rest evenly (ceil(rest / row) each), the last ones padded with the
+//    epoch's first samples: at most row - 1 repeats, as torch's DistributedSampler pads.
+// With row = 1 this is DataLoader's batching (a short last batch, or none with drop_last).
+// n < 0 (a streamed source of unknown size) supports only row = 1: batches of `batch` until
+// the source ends.
+struct EpochGeometry {
+  EpochGeometry(int64_t n, int64_t batch, int64_t row, bool drop_last);
+  int64_t batches() const { return batches_; }  // all ranks together; -1 when n is unknown
+  int64_t length() const { return length_; }    // samples drawn, padding included; -1 unknown
+  int64_t padding() const { return n_ < 0 ? 0 : std::max<int64_t>(0, length_ - n_); }
+  int64_t start(int64_t k) const;               // first sample position of batch k
+  int64_t size(int64_t k) const;                // its size (0 past the end)
+
+ private:
+  int64_t n_, batch_, row_;
+  int64_t full_ = 0;       // batches of `batch` samples
+  int64_t tail_size_ = 0;  // size of each batch of the last row (0: none)
+  int64_t batches_ = -1, length_ = -1;
+};
+
 struct EngineOptions {
   int threads = 1;
   int batch_size = 1;
@@ -63,7 +90,9 @@ struct EngineOptions {
   int64_t max_errors = -1;     // under kSkip: more failures than this raise BudgetError; -1 = none
   double max_error_rate = -1;  // under kSkip: failures / max(samples seen, 100) above this raise
   int64_t batch_offset = 0;    // this consumer takes batches k with k % batch_stride == offset
-  int64_t batch_stride = 1;    // (torch DataLoader workers)
+  int64_t batch_stride = 1;    // (ranks, and torch DataLoader workers within a rank)
+  int64_t row = 1;             // ranks sharing the epoch: see EpochGeometry
+  int64_t start_batch = 0;     // resume: batches before this one are skipped, never read
   EpochOrder order;
   PinHooks pin;                // page-lock batch blocks (CUDA transfer); none by default
 };

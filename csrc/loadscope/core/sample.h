@@ -14,6 +14,12 @@ struct Member {
   std::string data;  // the bytes, when !is_path
   std::string path;  // the file to read, when is_path
   bool is_path = false;
+  // With is_path: a byte range of the file (a tar member found through an index) instead of
+  // the whole file. length -1: the whole file.
+  uint64_t offset = 0;
+  int64_t length = -1;
+
+  bool whole_file() const { return is_path && length < 0; }
 };
 
 struct Sample {

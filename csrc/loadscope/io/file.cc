@@ -44,4 +44,26 @@ uint64_t read_file(const std::string& path, std::string& out) {
   return done;
 }
 
+uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, std::string& out) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
+  out.resize(static_cast<size_t>(length));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::pread(f.fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw ReadFailure(std::string("read failed: ") + std::strerror(errno));
+    }
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  if (done != out.size()) {
+    throw ReadFailure("short read: " + std::to_string(length) + " bytes at byte " +
+                      std::to_string(offset) + " of " + path + ", got " + std::to_string(done) +
+                      " (the file changed after it was indexed?)");
+  }
+  return done;
+}
+
 }  // namespace loadscope::io

@@ -152,6 +152,91 @@ bool TarSource::next(Sample& out) {
   return true;
 }
 
+IndexedTarSource::IndexedTarSource(std::vector<std::shared_ptr<const ShardIndex>> shards,
+                                   size_t shuffle_buffer)
+    : shards_(std::move(shards)), shuffle_buffer_(std::max<size_t>(shuffle_buffer, 1)) {
+  if (shards_.empty()) throw ConfigError("IndexedTarSource needs at least one shard");
+  for (const auto& s : shards_) {
+    if (s->samples.size() > UINT32_MAX) throw ConfigError(s->path + ": more than 2^32 samples in one shard");
+    total_ += static_cast<int64_t>(s->samples.size());
+  }
+}
+
+void IndexedTarSource::start_epoch(const EpochOrder& order) {
+  // Drawn exactly as TarSource draws them, so that an index changes nothing but the I/O.
+  shuffle_ = order.shuffle;
+  shard_order_.resize(shards_.size());
+  for (size_t i = 0; i < shard_order_.size(); ++i) shard_order_[i] = i;
+  if (shuffle_) {
+    Rng shard_rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShardOrder);
+    for (size_t i = shard_order_.size(); i > 1; --i) {
+      std::swap(shard_order_[i - 1], shard_order_[shard_rng.below(i)]);
+    }
+  }
+  rng_ = Rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShuffleBuffer);
+  shard_cursor_ = 0;
+  sample_cursor_ = 0;
+  exhausted_ = false;
+  buffer_.clear();
+}
+
+bool IndexedTarSource::next_in_order(Ref& out) {
+  while (shard_cursor_ < shard_order_.size()) {
+    const size_t shard = shard_order_[shard_cursor_];
+    if (sample_cursor_ < shards_[shard]->samples.size()) {
+      out = Ref{static_cast<uint32_t>(shard), static_cast<uint32_t>(sample_cursor_++)};
+      return true;
+    }
+    ++shard_cursor_;
+    sample_cursor_ = 0;
+  }
+  return false;
+}
+
+bool IndexedTarSource::next_ref(Ref& out) {
+  if (!shuffle_) return next_in_order(out);
+  while (buffer_.size() < shuffle_buffer_ && !exhausted_) {
+    Ref r{};
+    if (!next_in_order(r)) {
+      exhausted_ = true;
+      break;
+    }
+    buffer_.push_back(r);
+  }
+  if (buffer_.empty()) return false;
+  const size_t j = rng_.below(buffer_.size());
+  out = buffer_[j];
+  buffer_[j] = buffer_.back();
+  buffer_.pop_back();
+  return true;
+}
+
+bool IndexedTarSource::next(Sample& out) {
+  Ref r{};
+  if (!next_ref(r)) return false;
+  const ShardIndex& shard = *shards_[r.shard];
+  const IndexedSample& s = shard.samples[r.sample];
+  out.key = shard.path + ":" + s.key;
+  out.members.clear();
+  for (const auto& m : s.members) {
+    Member member;
+    member.name = m.name;
+    member.path = shard.path;
+    member.is_path = true;
+    member.offset = m.offset;
+    member.length = static_cast<int64_t>(m.size);
+    out.members.push_back(std::move(member));
+  }
+  return true;
+}
+
+int64_t IndexedTarSource::skip(int64_t n) {
+  Ref r{};
+  int64_t done = 0;
+  while (done < n && next_ref(r)) ++done;
+  return done;
+}
+
 }  // namespace loadscope::io
 
 namespace loadscope::io {

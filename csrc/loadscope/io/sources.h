@@ -11,6 +11,7 @@
 #include "loadscope/core/rng.h"
 #include "loadscope/core/source.h"
 #include "loadscope/io/tar.h"
+#include "loadscope/io/tar_index.h"
 
 namespace loadscope::io {
 
@@ -64,6 +65,38 @@ class TarSource : public Source {
   std::vector<Sample> buffer_;
   uint64_t buffer_bytes_ = 0;
   std::atomic<uint64_t> bytes_read_{0};
+};
+
+// Tar shards with an index (tar_index.h): the same samples in the same order as TarSource
+// (shard order and shuffle buffer drawn alike), but the planner reads nothing: each sample
+// names byte ranges of its shard that the worker threads read with pread. So the size is known
+// before the epoch, skipping (another rank's batches, a resume) costs no I/O, and reads run in
+// parallel.
+class IndexedTarSource : public Source {
+ public:
+  IndexedTarSource(std::vector<std::shared_ptr<const ShardIndex>> shards, size_t shuffle_buffer);
+  int64_t size() const override { return total_; }
+  void start_epoch(const EpochOrder& order) override;
+  bool next(Sample& out) override;
+  int64_t skip(int64_t n) override;
+
+ private:
+  struct Ref {
+    uint32_t shard, sample;
+  };
+  bool next_in_order(Ref& out);  // shard order, no shuffling
+  bool next_ref(Ref& out);
+
+  std::vector<std::shared_ptr<const ShardIndex>> shards_;
+  size_t shuffle_buffer_;
+  int64_t total_ = 0;
+  std::vector<size_t> shard_order_;
+  size_t shard_cursor_ = 0;
+  size_t sample_cursor_ = 0;
+  bool shuffle_ = false;
+  bool exhausted_ = false;
+  Rng rng_{0};
+  std::vector<Ref> buffer_;
 };
 
 // Several sources mixed by sampling weights: each sample of an epoch comes from source i with

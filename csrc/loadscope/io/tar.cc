@@ -1,5 +1,8 @@
 #include "loadscope/io/tar.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -70,7 +73,94 @@ std::string pax_path(const std::string& records) {
   return path;
 }
 
+// The member path of a ustar/GNU header (without long-name records).
+std::string header_name(const char* header) {
+  std::string name = field_string(header, 100);
+  std::string prefix = field_string(header + 345, 155);
+  const bool ustar = std::memcmp(header + 257, "ustar", 5) == 0;
+  return (ustar && !prefix.empty()) ? prefix + "/" + name : name;
+}
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void pread_exact(int fd, char* dst, size_t n, uint64_t offset, const char* what) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw ReadFailure(std::string("read error in ") + what + " at byte " + std::to_string(offset) + ": " + std::strerror(errno));
+    if (got == 0) throw ReadFailure(std::string("truncated archive: ") + what + " at byte " + std::to_string(offset));
+    done += static_cast<size_t>(got);
+  }
+}
+
 }  // namespace
+
+std::vector<TarMemberInfo> scan_tar(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(f.fd, &st) != 0) throw ReadFailure(std::string("cannot stat: ") + std::strerror(errno));
+  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  std::vector<TarMemberInfo> out;
+  std::string long_name;
+  char header[kBlock];
+  uint64_t offset = 0;
+  while (offset + kBlock <= file_size) {
+    pread_exact(f.fd, header, kBlock, offset, "header");
+    if (offset == 0 && static_cast<unsigned char>(header[0]) == 0x1f &&
+        static_cast<unsigned char>(header[1]) == 0x8b) {
+      throw ReadFailure("gzip-compressed: an index needs an uncompressed tar (its offsets would need the "
+                        "whole stream decompressed)");
+    }
+    bool zero = true;
+    for (char c : header) {
+      if (c != 0) {
+        zero = false;
+        break;
+      }
+    }
+    if (zero) return out;
+    if (!checksum_ok(header)) {
+      throw ReadFailure("corrupt tar header at byte " + std::to_string(offset) + " (checksum mismatch)");
+    }
+    uint64_t size = 0;
+    if (!parse_number(header + 124, 12, size)) {
+      throw ReadFailure("corrupt tar header at byte " + std::to_string(offset) + " (bad size field)");
+    }
+    const uint64_t data = offset + kBlock;
+    const uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
+    if (data + size > file_size) {
+      throw ReadFailure("truncated archive: member data at byte " + std::to_string(data) + " needs " +
+                        std::to_string(size) + " bytes, the file ends at " + std::to_string(file_size));
+    }
+    const char type = header[156];
+    if (type == 'L' || type == 'x') {
+      std::string meta(static_cast<size_t>(size), '\0');
+      pread_exact(f.fd, meta.data(), meta.size(), data, "extended header");
+      long_name = type == 'L' ? field_string(meta.data(), meta.size()) : pax_path(meta);
+    } else if (type == '0' || type == '\0' || type == '7') {
+      TarMemberInfo m;
+      m.name = long_name.empty() ? header_name(header) : std::move(long_name);
+      long_name.clear();
+      m.offset = data;
+      m.size = size;
+      out.push_back(std::move(m));
+    } else {
+      long_name.clear();
+    }
+    offset = data + padded;
+  }
+  if (offset != file_size) {
+    throw ReadFailure("truncated or unreadable tar header at byte " + std::to_string(offset));
+  }
+  return out;  // archives without the two zero blocks end here
+}
 
 struct TarReader::Handle {
   gzFile file = nullptr;
@@ -171,10 +261,7 @@ bool TarReader::next(TarEntry& entry) {
       entry.name = std::move(long_name);
       long_name.clear();
     } else {
-      std::string name = field_string(header, 100);
-      std::string prefix = field_string(header + 345, 155);
-      const bool ustar = std::memcmp(header + 257, "ustar", 5) == 0;
-      entry.name = (ustar && !prefix.empty()) ? prefix + "/" + name : name;
+      entry.name = header_name(header);
     }
     entry.offset = header_offset;
     entry.data.resize(static_cast<size_t>(size));

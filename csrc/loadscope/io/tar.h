@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace loadscope::io {
 
@@ -14,6 +15,19 @@ struct TarEntry {
   std::string data;     // contents
   uint64_t offset = 0;  // byte offset of the member's header in the (uncompressed) archive
 };
+
+// A regular-file member of an uncompressed tar: where its data lies.
+struct TarMemberInfo {
+  std::string name;
+  uint64_t offset = 0;  // first byte of the data
+  uint64_t size = 0;
+};
+
+// Lists the regular-file members of an uncompressed tar by reading its headers only (the data
+// is never read: each header says how far the next one is). Throws ReadFailure for a gzip
+// file (its offsets would need the whole stream decompressed), a corrupt header or a member
+// that runs past the end of the file.
+std::vector<TarMemberInfo> scan_tar(const std::string& path);
 
 class TarReader {
  public:

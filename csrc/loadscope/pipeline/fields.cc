@@ -403,18 +403,20 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
     if (f.optional) *slot_ptr(batch, out.fixed.back(), slot) = 1;
     const std::string* bytes = &m->data;
     // Videos named by path are opened by FFmpeg directly: it reads only what it needs.
-    if (m->is_path && f.kind != FieldKind::kVideo) {
+    // A byte range (an indexed tar member) is read here for videos too.
+    if (m->is_path && (f.kind != FieldKind::kVideo || !m->whole_file())) {
       telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kRead, kind);
       try {
-        const uint64_t n = io::read_file(m->path, s.file);
+        const uint64_t n = m->whole_file() ? io::read_file(m->path, s.file)
+                                           : io::read_range(m->path, m->offset, static_cast<uint64_t>(m->length), s.file);
         ctx.bytes_read += n;
         timer.add_bytes(n);
       } catch (const ReadFailure& e) {
-        throw SampleError(m->path, e.what(), FailureKind::kRead);
+        throw SampleError(m->whole_file() ? m->path : sample.key, e.what(), FailureKind::kRead);
       }
       bytes = &s.file;
     }
-    const std::string& where = m->is_path ? m->path : sample.key;
+    const std::string& where = m->whole_file() ? m->path : sample.key;
     (void)kind;
     switch (f.kind) {
       case FieldKind::kImage: {
@@ -481,11 +483,11 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
   decode::VideoDecoder& dec = *s.video;
   const VideoSpec& v = f.video;
   const FieldSlots& out = slots_[index];
-  const std::string& where = m.is_path ? m.path : sample.key;
+  const std::string& where = m.whole_file() ? m.path : sample.key;
   const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
   try {
     const decode::VideoInfo& info =
-        m.is_path ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
+        m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
                   : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
                                     v.stream, v.rotate, v.decoder_threads);
     check_pixels(info.width, info.height, f.image);  // a frame size no real video has
@@ -515,8 +517,8 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
       }
     }
     dec.decode(requests);
-    const uint64_t read = m.is_path ? dec.bytes_read() : bytes.size();
-    ctx.bytes_read += m.is_path ? read : 0;
+    const uint64_t read = m.whole_file() ? dec.bytes_read() : bytes.size();
+    ctx.bytes_read += m.whole_file() ? read : 0;
     if (ctx.telemetry) {  // decode = open, index, seek, decode; augment = frame conversion
       const uint64_t total = telemetry::now_ns() - t0;
       const uint64_t convert = std::min(dec.convert_ns(), total);

@@ -20,6 +20,7 @@
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/sources.h"
+#include "loadscope/io/tar_index.h"
 #include "loadscope/pipeline/fields.h"
 
 namespace py = pybind11;
@@ -410,6 +411,71 @@ PYBIND11_MODULE(_native, m) {
            py::arg("shuffle_buffer"))
       .def_property_readonly("bytes_read", &io::TarSource::bytes_read);
 
+  // Shard indexes (tar_index.h): made by scanning headers or read from `<shard>.idx`.
+  py::class_<io::ShardIndex, std::shared_ptr<io::ShardIndex>>(m, "ShardIndex")
+      .def_property_readonly("path", [](const io::ShardIndex& i) { return fs_str(i.path); })
+      .def_readonly("tar_bytes", &io::ShardIndex::tar_bytes)
+      .def_property_readonly("samples", [](const io::ShardIndex& i) { return i.samples.size(); })
+      .def_property_readonly("member_bytes", &io::ShardIndex::member_bytes)
+      .def("keys", [](const io::ShardIndex& i) {
+        std::vector<std::string> keys;
+        for (const auto& s : i.samples) keys.push_back(s.key);
+        return fs_list(keys);
+      })
+      .def("members", [](const io::ShardIndex& i, size_t k) {
+        py::list out;
+        for (const auto& mm : i.samples.at(k).members) out.append(py::make_tuple(mm.name, mm.offset, mm.size));
+        return out;
+      })
+      .def("write",
+           [](const io::ShardIndex& i, const std::string& path) {
+             try {
+               io::write_index(i, path);
+             } catch (const ReadFailure& e) {
+               throw SampleError(path, e.what(), FailureKind::kRead);
+             }
+           },
+           py::call_guard<py::gil_scoped_release>());
+  // A shard that cannot be indexed is a ReadError naming it.
+  m.def(
+      "index_shard",
+      [](const std::string& tar_path) {
+        try {
+          return std::make_shared<io::ShardIndex>(io::index_shard(tar_path));
+        } catch (const ReadFailure& e) {
+          throw SampleError(tar_path, e.what(), FailureKind::kRead);
+        }
+      },
+      py::arg("tar_path"), py::call_guard<py::gil_scoped_release>(),
+      "Indexes a tar shard by reading its headers only.");
+  m.def(
+      "read_index",
+      [](const std::string& idx_path, const std::string& tar_path) {
+        try {
+          return std::make_shared<io::ShardIndex>(io::read_index(idx_path, tar_path));
+        } catch (const ReadFailure& e) {
+          throw SampleError(idx_path, e.what(), FailureKind::kRead);
+        }
+      },
+      py::arg("idx_path"), py::arg("tar_path"), py::call_guard<py::gil_scoped_release>(),
+      "Reads `<shard>.idx`, checked against the shard's size.");
+
+  py::class_<io::IndexedTarSource, Source, std::shared_ptr<io::IndexedTarSource>>(m, "IndexedTarSource")
+      .def(py::init([](const std::vector<std::shared_ptr<io::ShardIndex>>& shards, size_t shuffle_buffer) {
+             return std::make_shared<io::IndexedTarSource>(
+                 std::vector<std::shared_ptr<const io::ShardIndex>>(shards.begin(), shards.end()), shuffle_buffer);
+           }),
+           py::arg("shards"), py::arg("shuffle_buffer"));
+
+  m.def(
+      "epoch_geometry",
+      [](int64_t n, int64_t batch, int64_t row, bool drop_last) {
+        EpochGeometry g(n, batch, row, drop_last);
+        return py::make_tuple(g.batches(), g.length(), g.padding());
+      },
+      py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"),
+      "(batches of all ranks, samples drawn, padded samples) of an epoch of n samples (see EpochGeometry).");
+
   py::class_<io::MixSource, Source, std::shared_ptr<io::MixSource>>(m, "MixSource")
       .def(py::init<std::vector<std::shared_ptr<Source>>, std::vector<double>, int64_t>(),
            py::arg("sources"), py::arg("weights"), py::arg("samples_per_epoch"));
@@ -544,7 +610,7 @@ PYBIND11_MODULE(_native, m) {
           [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,
              const std::string& on_error, int64_t max_errors, double max_error_rate,
              uint64_t seed, int64_t epoch, bool shuffle, int64_t batch_offset,
-             int64_t batch_stride, uintptr_t pin, uintptr_t unpin) {
+             int64_t batch_stride, int64_t row, int64_t start_batch, uintptr_t pin, uintptr_t unpin) {
             EngineOptions o;
             o.threads = threads;
             o.batch_size = batch_size;
@@ -562,6 +628,9 @@ PYBIND11_MODULE(_native, m) {
             o.order = EpochOrder{seed, epoch, shuffle};
             o.batch_offset = batch_offset;
             o.batch_stride = batch_stride;
+            o.row = row;
+            o.start_batch = start_batch;
+            EpochGeometry(p.source->size(), batch_size, row, drop_last);  // fails early, here
             // Addresses of cudaHostRegister / cudaHostUnregister, found by Python (or 0).
             o.pin.pin = reinterpret_cast<int (*)(void*, size_t, unsigned)>(pin);
             o.pin.unpin = reinterpret_cast<int (*)(void*)>(unpin);
@@ -572,7 +641,7 @@ PYBIND11_MODULE(_native, m) {
           py::arg("threads"), py::arg("batch_size"), py::arg("prefetch"), py::arg("drop_last"),
           py::arg("on_error"), py::arg("max_errors"), py::arg("max_error_rate"), py::arg("seed"),
           py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"),
-          py::arg("pin") = 0, py::arg("unpin") = 0);
+          py::arg("row") = 1, py::arg("start_batch") = 0, py::arg("pin") = 0, py::arg("unpin") = 0);
 
   m.def(
       "decode_image",

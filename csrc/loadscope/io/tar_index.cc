@@ -1,0 +1,143 @@
+#include "loadscope/io/tar_index.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "loadscope/core/error.h"
+#include "loadscope/io/sources.h"
+#include "loadscope/io/tar.h"
+
+namespace loadscope::io {
+
+namespace {
+
+constexpr const char* kMagic = "loadscope-tar-index 1";
+
+uint64_t file_size(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
+  return static_cast<uint64_t>(st.st_size);
+}
+
+bool parse_u64(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+}  // namespace
+
+uint64_t ShardIndex::member_bytes() const {
+  uint64_t total = 0;
+  for (const auto& s : samples)
+    for (const auto& m : s.members) total += m.size;
+  return total;
+}
+
+ShardIndex index_shard(const std::string& tar_path) {
+  ShardIndex index;
+  index.path = tar_path;
+  index.tar_bytes = file_size(tar_path);
+  std::string key, ext;
+  for (auto& m : scan_tar(tar_path)) {
+    if (!split_member_name(m.name, key, ext)) continue;  // no extension: in no sample (as WebDataset)
+    if (key.find_first_of("\t\n\r") != std::string::npos || ext.find_first_of("\t\n\r") != std::string::npos) {
+      throw ReadFailure("member '" + m.name + "': names with tabs or newlines cannot be indexed");
+    }
+    if (index.samples.empty() || index.samples.back().key != key) {
+      index.samples.push_back(IndexedSample{key, {}});
+    }
+    IndexedSample& s = index.samples.back();
+    for (const auto& other : s.members) {
+      if (other.name == ext) {
+        throw ReadFailure("sample '" + key + "': member '" + ext + "' appears twice");
+      }
+    }
+    s.members.push_back(IndexedMember{ext, m.offset, m.size});
+  }
+  return index;
+}
+
+void write_index(const ShardIndex& index, const std::string& idx_path) {
+  const std::string tmp = idx_path + ".partial";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw ReadFailure(tmp + ": cannot write: " + std::strerror(errno));
+    out << kMagic << "\ntar_bytes " << index.tar_bytes << "\nsamples " << index.samples.size() << "\n";
+    for (const auto& s : index.samples) {
+      out << s.key;
+      for (const auto& m : s.members) out << '\t' << m.name << '\t' << m.offset << '\t' << m.size;
+      out << '\n';
+    }
+    out.flush();
+    if (!out) throw ReadFailure(tmp + ": write failed: " + std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), idx_path.c_str()) != 0) {
+    throw ReadFailure(idx_path + ": cannot rename into place: " + std::strerror(errno));
+  }
+}
+
+ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) {
+  std::ifstream in(idx_path, std::ios::binary);
+  if (!in) throw ReadFailure(idx_path + ": cannot open: " + std::strerror(errno));
+  auto bad = [&](size_t line, const std::string& why) {
+    return ReadFailure(idx_path + " line " + std::to_string(line) + ": " + why);
+  };
+  std::string line;
+  ShardIndex index;
+  index.path = tar_path;
+  uint64_t count = 0;
+  if (!std::getline(in, line) || line != kMagic) throw bad(1, "not a loadscope tar index (expected '" + std::string(kMagic) + "')");
+  if (!std::getline(in, line) || line.rfind("tar_bytes ", 0) != 0 || !parse_u64(line.substr(10), index.tar_bytes)) {
+    throw bad(2, "expected 'tar_bytes N'");
+  }
+  if (!std::getline(in, line) || line.rfind("samples ", 0) != 0 || !parse_u64(line.substr(8), count)) {
+    throw bad(3, "expected 'samples N'");
+  }
+  const uint64_t actual = file_size(tar_path);
+  if (actual != index.tar_bytes) {
+    throw ConfigError(idx_path + " is stale: it indexes " + std::to_string(index.tar_bytes) + " bytes, " +
+                      tar_path + " has " + std::to_string(actual) + " (re-run `loadscope index`)");
+  }
+  index.samples.reserve(static_cast<size_t>(count));
+  size_t lineno = 3;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty()) continue;
+    std::vector<std::string> cols;
+    size_t start = 0;
+    while (true) {
+      size_t tab = line.find('\t', start);
+      cols.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    if (cols.size() < 4 || (cols.size() - 1) % 3 != 0) throw bad(lineno, "expected key, then member, offset, size triples");
+    IndexedSample s;
+    s.key = cols[0];
+    for (size_t i = 1; i < cols.size(); i += 3) {
+      IndexedMember m;
+      m.name = cols[i];
+      if (!parse_u64(cols[i + 1], m.offset) || !parse_u64(cols[i + 2], m.size)) throw bad(lineno, "bad offset or size");
+      if (m.offset + m.size > actual) throw bad(lineno, "member '" + m.name + "' lies past the end of " + tar_path);
+      s.members.push_back(std::move(m));
+    }
+    index.samples.push_back(std::move(s));
+  }
+  if (index.samples.size() != count) {
+    throw bad(lineno, "says " + std::to_string(count) + " samples, holds " + std::to_string(index.samples.size()) + " (truncated?)");
+  }
+  return index;
+}
+
+}  // namespace loadscope::io
