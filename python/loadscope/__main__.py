@@ -1,4 +1,4 @@
-"""The loadscope command line: `loadscope demo`, `loadscope bench`, `loadscope make-demo-data`."""
+"""The loadscope command line: demo, bench, index, convert, stage, make-demo-data."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ COMMANDS = {
     "demo": "compare loadscope with torch's DataLoader on the demo dataset",
     "make-demo-data": "generate the demo dataset (python -m loadscope.datasets)",
     "bench": "run an A/B experiment (bench run EXP.toml) or rebuild a report (bench report DIR)",
+    "index": "write <shard>.idx beside tar shards (fast random access, even splits, O(1) resume)",
+    "convert": "turn a folder or file list into indexed tar shards",
+    "stage": "copy a dataset to local disk, verified and restartable",
 }
 
 
@@ -22,6 +25,12 @@ def main(argv=None) -> int:
         from .demo import main as run
     elif argv[0] == "bench":
         from .bench.cli import main as run
+    elif argv[0] == "index":
+        from .shards import main_index as run
+    elif argv[0] == "convert":
+        from .shards import main_convert as run
+    elif argv[0] == "stage":
+        from .stage import main as run
     else:
         from .datasets import main as run
     return run(argv[1:])

@@ -1,0 +1,147 @@
+"""Indexed tar shards: ``loadscope index`` and ``loadscope convert``.
+
+    loadscope index data/shards/*.tar                     # writes <shard>.idx beside each shard
+    loadscope convert data/folder out/ --shard-size 256MB # folder or file list -> indexed shards
+
+A shard's index (format in csrc/loadscope/io/tar_index.h) lists every sample's key and where
+each member's bytes lie. ``WebDataset`` reads it when present: the loader then knows the epoch's
+size before reading (ranks split it evenly), skips without reading (resume), and its threads
+read members in parallel. Indexing reads the tar headers only."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import sys
+import tarfile
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import _native
+from ._errors import ConfigError, LoadscopeError
+from ._sources import FileList, Folder, Source, expand_braces
+
+
+def index(shards: Sequence[str], *, force: bool = False) -> List[Dict[str, Any]]:
+    """Writes ``<shard>.idx`` for each shard (skipping those whose index is current unless
+    ``force``). Returns one record per shard: samples, bytes, seconds, whether it was written."""
+    out = []
+    for shard in shards:
+        t0 = time.perf_counter()
+        idx_path = shard + ".idx"
+        if not force and os.path.isfile(idx_path):
+            try:
+                current = _native.read_index(idx_path, shard)
+                out.append({"shard": shard, "samples": current.samples, "written": False,
+                            "seconds": time.perf_counter() - t0})
+                continue
+            except LoadscopeError:
+                pass  # stale or unreadable: rewrite it
+        ix = _native.index_shard(shard)
+        ix.write(idx_path)
+        out.append({"shard": shard, "samples": ix.samples, "bytes": ix.tar_bytes, "written": True,
+                    "seconds": time.perf_counter() - t0})
+    return out
+
+
+def _parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*", str(text).lower())
+    if not m:
+        raise ConfigError(f"--shard-size {text!r}: a size like 256MB, 1GiB or 1000000")
+    unit = (m.group(2) or "b").rstrip("b").rstrip("i")
+    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit]
+    return int(float(m.group(1)) * scale)
+
+
+def _member_bytes(value: Any, is_path: bool) -> bytes:
+    if is_path:
+        with open(os.fsdecode(value), "rb") as f:
+            return f.read()
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def convert(source: Source, out_dir: str, *, shard_bytes: int = 256 << 20, prefix: str = "shard",
+            quiet: bool = False) -> Dict[str, Any]:
+    """Writes the samples of a Folder or FileList, in its order, into uncompressed tar shards
+    of about ``shard_bytes`` each (``{prefix}-000000.tar``, ...) with their indexes. Sample i
+    becomes key ``{i:09d}``; its members keep their names (``jpg``, ``cls``, ...) and bytes."""
+    samples = getattr(source, "_samples", None)
+    if samples is None:
+        raise ConfigError(f"convert reads a Folder or FileList, got {type(source).__name__}")
+    if shard_bytes < 1:
+        raise ConfigError("shard size must be >= 1 byte")
+    os.makedirs(out_dir, exist_ok=True)
+    stale = [n for n in os.listdir(out_dir) if n.startswith(prefix + "-") and n.endswith((".tar", ".tar.idx"))]
+    if stale:
+        raise ConfigError(f"convert: {out_dir} already holds {prefix}-*.tar shards; choose an empty directory")
+    t0 = time.perf_counter()
+    shards: List[str] = []
+    tf: Optional[tarfile.TarFile] = None
+    size = 0
+    total = 0
+
+    def close() -> None:
+        if tf is not None:
+            tf.close()
+            index([shards[-1]], force=True)
+
+    for i, (_key, members) in enumerate(samples):
+        if tf is None or size >= shard_bytes:
+            close()
+            shards.append(os.path.join(out_dir, f"{prefix}-{len(shards):06d}.tar"))
+            tf = tarfile.open(shards[-1], "w", format=tarfile.USTAR_FORMAT)
+            size = 0
+        for name, is_path, value in members:
+            data = _member_bytes(value, is_path)
+            info = tarfile.TarInfo(f"{i:09d}.{os.fsdecode(name)}")
+            info.size = len(data)
+            info.mtime = 0  # reproducible shards
+            tf.addfile(info, io.BytesIO(data))
+            size += 512 + (len(data) + 511) // 512 * 512
+            total += len(data)
+        if not quiet and (i + 1) % 10000 == 0:
+            print(f"  {i + 1}/{len(samples)} samples, {len(shards)} shards", flush=True)
+    close()
+    return {"shards": shards, "samples": len(samples), "bytes": total, "seconds": time.perf_counter() - t0}
+
+
+def main_index(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="loadscope index", description="Write <shard>.idx beside each tar shard "
+                                "(reads the headers only).")
+    p.add_argument("shards", nargs="+", help="tar shards, or brace patterns like 'train-{000..127}.tar'")
+    p.add_argument("--force", action="store_true", help="rewrite indexes that are current")
+    a = p.parse_args(argv)
+    shards = [s for pat in a.shards for s in expand_braces(pat)]
+    try:
+        rows = index(shards, force=a.force)
+    except LoadscopeError as e:
+        print(f"loadscope index: {e}", file=sys.stderr)
+        return 1
+    for r in rows:
+        print(f"{r['shard']}: {r['samples']} samples, {'indexed' if r['written'] else 'index current'} "
+              f"in {r['seconds'] * 1e3:.1f} ms")
+    return 0
+
+
+def main_convert(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="loadscope convert", description="Folder or file list -> indexed tar shards.")
+    p.add_argument("source", help="an image folder (ImageFolder layout) or a .jsonl/.csv file list")
+    p.add_argument("out", help="output directory (empty or new)")
+    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
+    p.add_argument("--prefix", default="shard", help="shard file names: PREFIX-000000.tar (default shard)")
+    p.add_argument("--labels", default="auto", choices=("auto", "subfolders", "none"), help="folders: class labels (as ls.Folder)")
+    a = p.parse_args(argv)
+    try:
+        if os.path.isdir(a.source):
+            src: Source = Folder(a.source, labels=a.labels)
+        else:
+            src = FileList(a.source)
+        r = convert(src, a.out, shard_bytes=_parse_size(a.shard_size), prefix=a.prefix)
+    except LoadscopeError as e:
+        print(f"loadscope convert: {e}", file=sys.stderr)
+        return 1
+    print(f"{r['samples']} samples, {r['bytes'] / 1e6:.1f} MB into {len(r['shards'])} indexed shards in "
+          f"{a.out} ({r['seconds']:.1f} s)")
+    return 0

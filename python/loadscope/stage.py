@@ -1,0 +1,164 @@
+"""Staging a dataset to local disk: ``loadscope stage SRC DST``.
+
+Copies every file under SRC (or the listed ones) to the same relative path under DST with
+several threads, hashes each file while copying, reads the copy back and compares (size and
+BLAKE2b), and only then renames it into place and records it in ``DST/.loadscope-stage.jsonl``.
+Interrupted (killed, Ctrl-C, a full disk), it is restartable: a rerun skips the files the
+journal lists with the source's size and modification time unchanged and copies the rest;
+``--verify`` re-hashes those too. Reports bytes, seconds and throughput. The staging
+experiment of the A/B harness (benchmarks/experiments/staging.toml) uses it."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from ._errors import ConfigError
+
+JOURNAL = ".loadscope-stage.jsonl"
+CHUNK = 1 << 20
+
+
+def _hash_file(path: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(CHUNK)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def _copy_one(src: str, dst: str) -> Dict[str, Any]:
+    """Copies src to dst through dst.partial, hashing on the way; reads the copy back and
+    compares before renaming it into place. Returns size and digest."""
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    tmp = dst + ".partial"
+    h = hashlib.blake2b(digest_size=16)
+    n = 0
+    with open(src, "rb") as fi, open(tmp, "wb") as fo:
+        while True:
+            b = fi.read(CHUNK)
+            if not b:
+                break
+            h.update(b)
+            fo.write(b)
+            n += len(b)
+        fo.flush()
+        os.fsync(fo.fileno())
+    digest = h.hexdigest()
+    got = os.path.getsize(tmp)
+    if got != n or _hash_file(tmp) != digest:
+        os.unlink(tmp)
+        raise OSError(f"{dst}: the copy does not read back as written ({got} of {n} bytes, or a checksum mismatch)")
+    os.replace(tmp, dst)
+    return {"size": n, "blake2b": digest}
+
+
+def _list_files(src: str) -> List[str]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(src):
+        dirnames.sort()
+        for name in sorted(filenames):
+            if name == JOURNAL or name.endswith(".partial"):
+                continue
+            out.append(os.path.relpath(os.path.join(dirpath, name), src))
+    return out
+
+
+def stage(src: str, dst: str, *, files: Optional[Sequence[str]] = None, threads: int = 8, verify: bool = False,
+          progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+    """Copies ``files`` (paths relative to src; default: every file under it) to dst. Returns
+    {files, copied, skipped, bytes, bytes_copied, seconds, mb_per_s, root}. ``progress`` is
+    called after each file with its record (raising there interrupts the staging)."""
+    src, dst = os.path.abspath(src), os.path.abspath(dst)
+    if not os.path.isdir(src):
+        raise ConfigError(f"stage: {src} is not a directory")
+    if dst == src or dst.startswith(src + os.sep):
+        raise ConfigError(f"stage: the destination {dst} lies inside the source {src}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ConfigError(f"stage: threads must be an int >= 1, got {threads!r}")
+    rel = list(files) if files is not None else _list_files(src)
+    for r in rel:
+        if os.path.isabs(r) or r.startswith(".."):
+            raise ConfigError(f"stage: {r!r} is not a path relative to {src}")
+    os.makedirs(dst, exist_ok=True)
+    journal_path = os.path.join(dst, JOURNAL)
+    done: Dict[str, Dict[str, Any]] = {}
+    if os.path.exists(journal_path):
+        with open(journal_path) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                    done[rec["path"]] = rec
+                except (ValueError, KeyError):
+                    continue  # a line cut by the interruption: that file is copied again
+    lock = threading.Lock()
+    t0 = time.perf_counter()
+    stats = {"copied": 0, "skipped": 0, "bytes": 0, "bytes_copied": 0}
+
+    def one(r: str) -> None:
+        s = os.path.join(src, r)
+        d = os.path.join(dst, r)
+        st = os.stat(s)
+        rec = done.get(r)
+        current = (rec is not None and rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
+                   and os.path.isfile(d) and os.path.getsize(d) == st.st_size)
+        if current and verify:
+            current = _hash_file(d) == rec.get("blake2b")
+        if current:
+            with lock:
+                stats["skipped"] += 1
+                stats["bytes"] += st.st_size
+            out = dict(rec, skipped=True)
+        else:
+            out = {"path": r, "mtime_ns": st.st_mtime_ns, **_copy_one(s, d)}
+            with lock:
+                with open(journal_path, "a") as j:
+                    j.write(json.dumps(out) + "\n")
+                    j.flush()
+                    os.fsync(j.fileno())
+                stats["copied"] += 1
+                stats["bytes"] += out["size"]
+                stats["bytes_copied"] += out["size"]
+        if progress is not None:
+            progress(out)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        futures = [pool.submit(one, r) for r in rel]
+        try:
+            for fut in futures:
+                fut.result()
+        except BaseException:
+            for fut in futures:
+                fut.cancel()
+            raise
+    secs = time.perf_counter() - t0
+    return {"root": dst, "files": len(rel), **stats, "seconds": secs,
+            "mb_per_s": stats["bytes_copied"] / secs / 1e6 if secs > 0 else 0.0}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="loadscope stage", description="Copy a dataset to local disk, verified and "
+                                "restartable.")
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("--threads", type=int, default=8)
+    p.add_argument("--verify", action="store_true", help="re-hash files already staged by an earlier run")
+    a = p.parse_args(argv)
+    try:
+        r = stage(a.src, a.dst, threads=a.threads, verify=a.verify)
+    except (ConfigError, OSError) as e:
+        print(f"loadscope stage: {e}", file=sys.stderr)
+        return 1
+    print(f"{r['files']} files, {r['bytes'] / 1e6:.1f} MB in {r['root']}: {r['copied']} copied "
+          f"({r['bytes_copied'] / 1e6:.1f} MB, {r['mb_per_s']:.0f} MB/s), {r['skipped']} already staged; "
+          f"{r['seconds']:.2f} s")
+    return 0

@@ -1,0 +1,385 @@
+"""Data-parallel splitting, exact resume, shard indexes, convert and staging
+(docs/distributed.md). The multi-process tests start 2 and 3 ranks with torchrun's variables and
+a gloo group, with an all-reduce per step: unequal batch counts would hang them (the timeout
+turns that into a failure)."""
+
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import loadscope as ls
+from loadscope import _native, shards, stage
+
+HERE = Path(__file__).resolve().parent
+UNEVEN = [7, 30, 13, 45, 25]  # samples per shard: 120 in all, as the demo fixture
+
+
+@pytest.fixture(scope="module")
+def layouts(demo, tmp_path_factory):
+    """The demo's 120 samples as a folder, a file list, plain tar shards of uneven sizes and the
+    same shards with indexes."""
+    rows = [json.loads(line) for line in (demo / "manifest.jsonl").read_text().splitlines()]
+    assert len(rows) == sum(UNEVEN)
+    base = tmp_path_factory.mktemp("layouts")
+    tars, indexed = [], []
+    for d, out in ((base / "tar", tars), (base / "indexed", indexed)):
+        d.mkdir()
+        start = 0
+        for i, n in enumerate(UNEVEN):
+            path = d / f"part-{i}.tar"
+            with tarfile.open(path, "w") as tf:
+                for r in rows[start:start + n]:
+                    key = Path(r["path"]).stem
+                    tf.add(demo / r["path"], arcname=f"{key}.jpg")
+                    data = str(r["cls"]).encode()
+                    info = tarfile.TarInfo(f"{key}.cls")
+                    info.size = len(data)
+                    tf.addfile(info, __import__("io").BytesIO(data))
+            start += n
+            out.append(str(path))
+    shards.index(indexed)
+    return {"folder": str(demo / "folder"), "manifest": str(demo / "manifest.jsonl"), "tars": tars,
+            "indexed": indexed}
+
+
+def make_source(layout, spec):
+    if layout == "folder":
+        return ls.Folder(spec["folder"])
+    if layout == "list":
+        return ls.FileList(spec["manifest"])
+    return ls.WebDataset(spec["tars"] if layout == "tar" else spec["indexed"])
+
+
+def padding(n, world):  # torch.utils.data.DistributedSampler's: total_size - n
+    sampler = torch.utils.data.DistributedSampler(range(n), num_replicas=world, rank=0, shuffle=False)
+    return sampler.total_size - n
+
+
+def check_split(per_rank_epochs, reference_keys, world, drop_last=False):
+    """per_rank_epochs[r][e] = list of batches (lists of keys) of rank r in epoch e."""
+    n = len(reference_keys)
+    for e in range(len(per_rank_epochs[0])):
+        counts = {len(per_rank_epochs[r][e]) for r in range(world)}
+        assert len(counts) == 1, f"epoch {e}: ranks got different batch counts {counts}"
+        seen = collections.Counter(k for r in range(world) for b in per_rank_epochs[r][e] for k in b)
+        if drop_last:
+            assert max(seen.values()) == 1 and set(seen) <= set(reference_keys)
+        else:
+            assert set(seen) == set(reference_keys), "some samples were lost"
+            assert sum(seen.values()) == n + padding(n, world)
+            assert sum(c - 1 for c in seen.values()) == padding(n, world)
+    if len(per_rank_epochs[0]) > 1:  # shuffled: another epoch, another split
+        assert per_rank_epochs[0][0] != per_rank_epochs[0][1]
+
+
+def reference(layout, spec):
+    loader = ls.Loader(make_source(layout, spec), fields={"cls": ls.Int()}, batch_size=8, threads=1)
+    return [k for b in loader for k in b["__key__"]]
+
+
+# --- the epoch's geometry ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_padding_matches_distributed_sampler_and_counts_are_equal(world):
+    for n in list(range(0, 40)) + [999, 1000, 1001]:
+        for batch in (1, 4, 7):
+            batches, length, pad = _native.epoch_geometry(n, batch, world, False)
+            assert batches % world == 0
+            assert pad == padding(n, world) and length == n + pad
+            batches_d, length_d, _ = _native.epoch_geometry(n, batch, world, True)
+            assert length_d == n // (world * batch) * world * batch and batches_d % world == 0
+    # one rank: DataLoader's batching
+    assert _native.epoch_geometry(10, 4, 1, False)[:2] == (3, 10)
+    assert _native.epoch_geometry(10, 4, 1, True)[:2] == (2, 8)
+
+
+# --- ranks in one process (explicit rank and world_size) ------------------------------------------
+
+@pytest.mark.parametrize("layout", ["folder", "list", "tar", "indexed"])
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_cover_the_epoch_once_with_equal_batch_counts(layouts, layout, world):
+    ref = reference(layout, layouts)
+    per_rank = []
+    for r in range(world):
+        loader = ls.Loader(make_source(layout, layouts), fields={"cls": ls.Int()}, batch_size=8, shuffle=True,
+                           seed=5, threads=2, rank=r, world_size=world)
+        epochs = []
+        for e in range(2):
+            loader.set_epoch(e)
+            epochs.append([list(b["__key__"]) for b in loader])
+        assert len(loader) == len(epochs[0])
+        per_rank.append(epochs)
+    check_split(per_rank, ref, world)
+
+
+def test_drop_last_gives_whole_steps_only(layouts):
+    ref = reference("list", layouts)
+    per_rank = [[[list(b["__key__"]) for b in ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()},
+                                                         batch_size=16, drop_last=True, rank=r, world_size=3)]]
+                for r in range(3)]
+    check_split(per_rank, ref, 3, drop_last=True)
+    assert all(len(b) == 16 for p in per_rank for b in p[0])  # 120 // 48 = 2 steps of 3 x 16
+
+
+def test_the_ranks_interleave_into_the_single_process_stream(layouts):
+    """Batch k of the epoch goes to rank k % W: ranks in turn give the one-process order."""
+    single = [list(b["__key__"]) for b in ls.Loader(ls.WebDataset(layouts["indexed"]), fields={"cls": ls.Int()},
+                                                    batch_size=8, shuffle=True, seed=2)]
+    ranks = [[list(b["__key__"]) for b in ls.Loader(ls.WebDataset(layouts["indexed"]), fields={"cls": ls.Int()},
+                                                    batch_size=8, shuffle=True, seed=2, rank=r, world_size=3)]
+             for r in range(3)]
+    merged = [ranks[k % 3][k // 3] for k in range(len(single))]
+    assert merged == single  # 120 = 15 batches of 8: no padding here
+
+
+def test_dataloader_workers_split_a_ranks_share(layouts):
+    mine = [list(b["__key__"]) for b in ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()},
+                                                  batch_size=8, rank=1, world_size=2)]
+    ds = ls.Dataset(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()}, batch_size=8, rank=1, world_size=2)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    got = [list(b["__key__"]) for b in dl]
+    assert got == mine and len(dl) == len(mine)
+
+
+def test_rank_arguments_fail_early(layouts, monkeypatch):
+    src = ls.FileList(layouts["manifest"])
+    with pytest.raises(ls.ConfigError, match="give both rank and world_size"):
+        ls.Loader(src, fields={"cls": ls.Int()}, batch_size=4, rank=1)
+    with pytest.raises(ls.ConfigError, match="rank"):
+        ls.Loader(src, fields={"cls": ls.Int()}, batch_size=4, rank=2, world_size=2)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    loader = ls.Loader(src, fields={"cls": ls.Int()}, batch_size=4)
+    assert (loader.rank, loader.world_size, loader._args["distributed"]["from"]) == (1, 2, "environment")
+    with pytest.raises(ls.ConfigError, match="index='off'"):
+        ls.Loader(ls.WebDataset(layouts["tars"], index="off"), fields={"cls": ls.Int()}, batch_size=4)
+
+
+# --- several processes, torch.distributed with gloo ----------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_gloo_ranks_split_every_layout_evenly(layouts, tmp_path, world):
+    spec = dict(layouts, layouts=["folder", "list", "tar", "indexed"], batch_size=8)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    procs = [subprocess.Popen([sys.executable, str(HERE / "_dist_worker.py"), str(tmp_path / "spec.json"),
+                               str(tmp_path / "out")], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    results = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in range(world)]
+    for layout in spec["layouts"]:
+        per_rank = [res["layouts"][layout]["epochs"] for res in results]
+        check_split(per_rank, reference(layout, layouts), world)
+        for res in results:
+            info = res["layouts"][layout]
+            assert info["world"] == world and info["from"] == "torch.distributed"
+            assert info["len"] == len(info["epochs"][0])
+            assert info["gather"]["ranks"] == list(range(world)) and 0 <= info["gather"]["straggler"] < world
+
+
+def test_straggler_is_the_rank_that_waited_longest():
+    from loadscope.telemetry import format_ranks
+
+    ranks = [{"rank": r, "host": "h", "samples_per_s": 100.0, "wait_seconds": w, "data_wait_share": 0.1,
+              "wait_p99": 0.01, "first_batch_last_epoch": 0.1} for r, w in enumerate([0.5, 4.0, 0.6])]
+    straggler = ls.telemetry._straggler(ranks)
+    assert straggler["rank"] == 1 and straggler["vs_median"] == pytest.approx(4.0 / 0.6)
+    assert "straggler: rank 1" in format_ranks(ranks, straggler)
+
+
+# --- exact resume -----------------------------------------------------------------------------
+
+RESUME = textwrap.dedent("""
+    import hashlib, json, os, signal, sys
+    import loadscope as ls
+    spec = json.loads(sys.argv[1])
+    src = ls.WebDataset(spec["shards"]) if spec["layout"] != "list" else ls.FileList(spec["manifest"])
+    loader = ls.Loader(src, fields={"jpg": ls.Image(32, flip=0.5)}, batch_size=8, shuffle=True, seed=11,
+                       threads=spec["threads"])
+    def digest(b):
+        return hashlib.blake2b(b["jpg"].numpy().tobytes() + "|".join(b["__key__"]).encode(), digest_size=8).hexdigest()
+    out = []
+    if spec["mode"] == "first":  # run N batches, save the state, die
+        it = iter(loader)
+        for _ in range(spec["n"]):
+            out.append(digest(next(it)))
+        json.dump({"digests": out, "state": loader.state_dict()}, open(spec["path"], "w"))
+        os.kill(os.getpid(), signal.SIGKILL)
+    if spec["mode"] == "resume":
+        loader.load_state_dict(json.load(open(spec["path"]))["state"])
+    for epoch in range(2):  # the rest of the epoch, then the next one
+        out += [digest(b) for b in loader]
+        out.append("end of epoch")
+        if spec["mode"] == "resume" and loader.telemetry().to_dict()["loop"]["first_batch_last_epoch"] is not None and epoch == 0:
+            out.append("first batch after resume measured")
+    json.dump(out, open(spec["path"] + "." + spec["mode"], "w"))
+""")
+
+
+@pytest.mark.parametrize("layout", ["list", "indexed", "tar"])
+def test_resume_after_a_kill_continues_with_the_same_batches(layouts, tmp_path, layout):
+    spec = {"layout": layout, "manifest": layouts["manifest"],
+            "shards": layouts["indexed"] if layout == "indexed" else layouts["tars"], "path": str(tmp_path / "s.json")}
+
+    def run(mode, threads, **kw):
+        r = subprocess.run([sys.executable, "-c", RESUME, json.dumps(dict(spec, mode=mode, threads=threads, **kw))],
+                           capture_output=True, text=True, timeout=120)
+        return r
+
+    whole = run("whole", 2)
+    assert whole.returncode == 0, whole.stderr
+    expected = json.loads(Path(spec["path"] + ".whole").read_text())
+    killed = run("first", 2, n=6)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    first = json.loads(Path(spec["path"]).read_text())
+    state = first["state"]
+    assert state["epoch"] == 0 and state["batches"] == 6 and len(json.dumps(state)) < 400  # small
+    resumed = run("resume", 1)  # another thread count
+    assert resumed.returncode == 0, resumed.stderr
+    got = json.loads(Path(spec["path"] + ".resume").read_text())
+    assert "first batch after resume measured" in got
+    got.remove("first batch after resume measured")
+    assert first["digests"] + got == expected
+
+
+def test_resume_state_is_checked(layouts):
+    src = ls.FileList(layouts["manifest"])
+    a = ls.Loader(src, fields={"cls": ls.Int()}, batch_size=8, shuffle=True, seed=1)
+    it = iter(a)
+    next(it)
+    next(it)
+    state = a.state_dict()
+    assert (state["epoch"], state["batches"], state["version"]) == (0, 2, 1)
+    b = ls.Loader(src, fields={"cls": ls.Int()}, batch_size=16, shuffle=True, seed=1)
+    with pytest.raises(ls.ConfigError, match="batch_size: saved 8, here 16"):
+        b.load_state_dict(state)
+    with pytest.raises(ls.ConfigError, match="version"):
+        a.load_state_dict(dict(state, version=99))
+    c = ls.Loader(src, fields={"cls": ls.Int()}, batch_size=8, shuffle=True, seed=1, rank=0, world_size=2)
+    with pytest.raises(ls.ConfigError, match="world size can resume only at an epoch boundary"):
+        c.load_state_dict(state)
+    c.load_state_dict(dict(state, batches=0, world_size=1))  # an epoch boundary: fine
+    rest = [list(x["__key__"]) for x in it]
+    d = ls.Loader(src, fields={"cls": ls.Int()}, batch_size=8, shuffle=True, seed=1)
+    d.load_state_dict(state)
+    assert [list(x["__key__"]) for x in d] == rest
+
+
+# --- indexes, convert, staging ------------------------------------------------------------------
+
+def test_index_reads_headers_like_tarfile_and_the_order_is_the_streams(layouts):
+    ix = _native.index_shard(layouts["tars"][1])
+    with tarfile.open(layouts["tars"][1]) as tf:
+        members = [m for m in tf.getmembers() if m.isfile()]
+    flat = [(f"{k}.{name}", off, size) for i, k in enumerate(ix.keys()) for name, off, size in ix.members(i)]
+    assert flat == [(m.name, m.offset_data, m.size) for m in members]
+    for shuffle in (False, True):
+        a = [list(b["__key__"]) for b in ls.Loader(ls.WebDataset(layouts["tars"], index="off"), fields={"jpg": ls.Bytes()},
+                                                   batch_size=8, shuffle=shuffle, seed=3)]
+        b = [list(b["__key__"]) for b in ls.Loader(ls.WebDataset(layouts["tars"], index="scan"), fields={"jpg": ls.Bytes()},
+                                                   batch_size=8, shuffle=shuffle, seed=3)]
+        assert a == b
+
+
+def test_bad_indexes_and_gzip_shards_fail_clearly(layouts, tmp_path):
+    shard = tmp_path / "s.tar"
+    shard.write_bytes(Path(layouts["tars"][0]).read_bytes())
+    shards.index([str(shard)])
+    with open(shard, "ab") as f:
+        f.write(b"\0" * 512)
+    with pytest.raises(ls.ConfigError, match="is stale"):
+        ls.Loader(ls.WebDataset([str(shard)]), fields={"cls": ls.Int()}, batch_size=4)
+    Path(str(shard) + ".idx").write_text("loadscope-tar-index 1\ntar_bytes 5\n")
+    with pytest.raises(ls.ReadError, match="expected 'samples N'"):
+        ls.Loader(ls.WebDataset([str(shard)]), fields={"cls": ls.Int()}, batch_size=4)
+    gz = tmp_path / "g.tar.gz"
+    import gzip
+    gz.write_bytes(gzip.compress(Path(layouts["tars"][0]).read_bytes()))
+    with pytest.raises(ls.ConfigError, match="gzip-compressed, so it cannot be indexed"):
+        ls.Loader(ls.WebDataset([str(gz)]), fields={"cls": ls.Int()}, batch_size=4, rank=0, world_size=2)
+    with pytest.raises(ls.ReadError, match="gzip-compressed"):
+        _native.index_shard(str(gz))
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(Path(layouts["tars"][0]).read_bytes()[:5000])
+    with pytest.raises(ls.ReadError, match="truncated"):
+        shards.index([str(cut)])
+
+
+def test_convert_then_read_preserves_every_samples_bytes(layouts, tmp_path):
+    src = ls.FileList(layouts["manifest"])
+    r = shards.convert(src, str(tmp_path / "out"), shard_bytes=1 << 20, quiet=True)
+    assert len(r["shards"]) > 2 and r["samples"] == 120
+    assert all(os.path.exists(s + ".idx") for s in r["shards"])
+    rows = [json.loads(line) for line in Path(layouts["manifest"]).read_text().splitlines()]
+    got = [b for batch in ls.Loader(ls.WebDataset(r["shards"]), fields={"jpg": ls.Bytes(), "cls": ls.Int()},
+                                    batch_size=16) for b in zip(batch["jpg"], batch["cls"].tolist())]
+    assert len(got) == 120
+    for row, (jpg, cls) in zip(rows, got):
+        assert jpg == (Path(layouts["manifest"]).parent / row["path"]).read_bytes() and cls == row["cls"]
+    with pytest.raises(ls.ConfigError, match="choose an empty directory"):
+        shards.convert(src, str(tmp_path / "out"), quiet=True)
+
+
+def test_staging_interrupted_and_restarted_ends_verified(layouts, tmp_path):
+    src = Path(layouts["indexed"][0]).parent
+    dst = tmp_path / "staged"
+    seen = []
+
+    def stop_after_three(rec):
+        seen.append(rec)
+        if len(seen) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        stage.stage(str(src), str(dst), threads=1, progress=stop_after_three)
+    (dst / "part-4.tar.partial").write_bytes(b"half a copy")  # what a kill mid-file leaves
+    again = stage.stage(str(src), str(dst), threads=2)
+    # the interrupted run recorded what it finished (3, or 4 if the pool had started the next)
+    assert 3 <= again["skipped"] <= 4 and again["copied"] == again["files"] - again["skipped"] and again["files"] == 10
+    for f in src.iterdir():
+        assert (dst / f.name).read_bytes() == f.read_bytes()
+    with open(dst / "part-0.tar", "r+b") as f:  # damage a staged file: --verify finds it
+        f.seek(600)
+        f.write(b"XX")
+    assert stage.stage(str(src), str(dst))["copied"] == 0
+    fixed = stage.stage(str(src), str(dst), verify=True)
+    assert fixed["copied"] == 1 and (dst / "part-0.tar").read_bytes() == (src / "part-0.tar").read_bytes()
+    staged = ls.Loader(ls.WebDataset(sorted(str(p) for p in dst.glob("*.tar"))), fields={"cls": ls.Int()}, batch_size=8)
+    assert sum(len(b["__key__"]) for b in staged) == 120  # the staged shards read through their indexes
+    with pytest.raises(ls.ConfigError, match="inside the source"):
+        stage.stage(str(src), str(src / "sub"))
+
+
+def test_cli_index_convert_stage(layouts, tmp_path):
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "loadscope", *args], capture_output=True, text=True, timeout=120)
+
+    r = cli("convert", layouts["manifest"], str(tmp_path / "c"), "--shard-size", "2MB")
+    assert r.returncode == 0 and "120 samples" in r.stdout, r.stderr
+    r = cli("index", str(tmp_path / "c" / "shard-{000000..000001}.tar"))
+    assert r.returncode == 0 and "index current" in r.stdout, r.stderr
+    r = cli("stage", str(tmp_path / "c"), str(tmp_path / "s"))
+    assert r.returncode == 0 and "copied" in r.stdout, r.stderr
+    r = cli("convert", str(tmp_path / "missing.jsonl"), str(tmp_path / "d"))
+    assert r.returncode != 0 and "missing.jsonl" in r.stderr
