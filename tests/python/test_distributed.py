@@ -383,3 +383,27 @@ def test_cli_index_convert_stage(layouts, tmp_path):
     assert r.returncode == 0 and "copied" in r.stdout, r.stderr
     r = cli("convert", str(tmp_path / "missing.jsonl"), str(tmp_path / "d"))
     assert r.returncode != 0 and "missing.jsonl" in r.stderr
+
+
+def test_each_rank_resumes_its_own_share(layouts):
+    def make(r):
+        return ls.Loader(ls.WebDataset(layouts["indexed"]), fields={"cls": ls.Int()}, batch_size=4, shuffle=True,
+                         seed=9, rank=r, world_size=3)
+
+    for r in range(3):
+        whole = [list(b["__key__"]) for b in make(r)]
+        a = make(r)
+        it = iter(a)
+        head = [list(next(it)["__key__"]) for _ in range(4)]
+        b = make(r)
+        b.load_state_dict(a.state_dict())
+        assert head + [list(x["__key__"]) for x in b] == whole
+
+
+def test_padded_samples_are_marked_by_their_index(layouts):
+    world = 7  # 120 = 17 * 7 + 1: DistributedSampler would pad 6
+    idx = [i for r in range(world) for b in ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()},
+                                                      batch_size=8, rank=r, world_size=world)
+           for i in b["__index__"].tolist()]
+    assert sorted(i for i in idx if i >= 120) == list(range(120, 126)) and padding(120, world) == 6
+    assert sorted(i for i in idx if i < 120) == list(range(120))

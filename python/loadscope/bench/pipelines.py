@@ -13,8 +13,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import shutil
-import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -45,18 +43,14 @@ def layout_files(root: str, layout: str) -> List[str]:
 
 
 def stage(root: str, layout: str, dest: str) -> Dict[str, Any]:
-    """Copies what `layout` reads under `dest` (same relative paths), timed; returns the new
-    root, the seconds and the bytes. The copy is flushed (fsync) so that its cost is counted."""
-    files = layout_files(root, layout)
-    t0 = time.perf_counter()
-    nbytes = 0
-    for src in files:
-        dst = os.path.join(dest, os.path.relpath(src, root))
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copyfile(src, dst)
-        nbytes += os.path.getsize(dst)
-    os.sync()
-    return {"root": dest, "seconds": time.perf_counter() - t0, "bytes": nbytes, "files": len(files)}
+    """Copies what `layout` reads under `dest` (same relative paths) with ``loadscope stage``
+    (parallel, fsynced, read back and compared); returns the new root, seconds and bytes."""
+    from ..stage import stage as stage_files
+
+    files = [os.path.relpath(f, root) for f in layout_files(root, layout)]
+    r = stage_files(root, dest, files=files)
+    return {"root": dest, "seconds": r["seconds"], "bytes": r["bytes"], "files": r["files"],
+            "mb_per_s": r["mb_per_s"]}
 
 
 class Pipeline:
@@ -93,7 +87,7 @@ class LoadscopePipeline(Pipeline):
         image = Bytes() if c["decode"] == "gpu" else Image(c["size"], crop=c["crop"], flip=c["flip"])
         self.loader = Loader(source, fields={"jpg": image, "cls": Int()}, batch_size=c["batch_size"],
                              threads=c["threads"], prefetch=c["prefetch"], shuffle=c["shuffle"], seed=c["seed"],
-                             device=self.device if c["pin_memory"] else "cpu")
+                             device=self.device if c["pin_memory"] else "cpu", rank=self.rank, world_size=self.world)
         self._gpu = None
         if c["decode"] == "gpu":  # loadscope reads the bytes; nvJPEG decodes them (loadscope.gpu)
             from ..gpu import JpegDecoder
@@ -103,7 +97,7 @@ class LoadscopePipeline(Pipeline):
 
     def epoch(self, e: int) -> Iterator[BatchT]:
         self.loader.set_epoch(e)
-        for b in self.loader._iterate(self.rank, self.world):  # rank r: batches r, r+W, ... (as DataLoader workers)
+        for b in self.loader:  # rank r of W: batches r, r+W, ...
             images = b["jpg"] if self._gpu is None else self._gpu(b["jpg"], b["__index__"], e, b["__key__"])
             yield images, b["cls"], b["__key__"]
 
