@@ -270,3 +270,31 @@ TEST_CASE("mixing sources follows the weights and repeats a source only after al
   CHECK(draw(1) != keys);
   CHECK_THROWS_AS(io::MixSource({small}, {0}, 10), ConfigError);
 }
+
+TEST_CASE("epoch geometry: equal batch counts per rank, padding as DistributedSampler", "[engine][ranks]") {
+  for (int64_t world : {1, 2, 3, 8}) {
+    for (int64_t batch : {1, 4, 7}) {
+      for (int64_t n : {0, 1, 5, 31, 32, 33, 100, 1001}) {
+        INFO("n=" << n << " batch=" << batch << " world=" << world);
+        EpochGeometry g(n, batch, world, false);
+        CHECK(g.batches() % world == 0);
+        CHECK(g.padding() == (world - n % world) % world);  // DistributedSampler's total_size - n
+        int64_t pos = 0;
+        for (int64_t k = 0; k < g.batches(); ++k) {  // contiguous, and each step's batches equal
+          CHECK(g.start(k) == pos);
+          CHECK(g.size(k) >= 1);
+          CHECK(g.size(k) == g.size(k / world * world));
+          pos += g.size(k);
+        }
+        CHECK(pos == g.length());
+        CHECK(g.size(g.batches()) == 0);
+        EpochGeometry d(n, batch, world, true);
+        CHECK(d.length() == n / (batch * world) * batch * world);
+      }
+    }
+  }
+  CHECK_THROWS_AS(EpochGeometry(-1, 4, 2, false), ConfigError);
+  EpochGeometry stream(-1, 4, 1, false);
+  CHECK(stream.batches() == -1);
+  CHECK(stream.size(1000) == 4);
+}

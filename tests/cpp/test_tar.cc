@@ -9,7 +9,9 @@
 #include "helpers.h"
 #include "loadscope/core/error.h"
 #include "loadscope/io/sources.h"
+#include "loadscope/io/file.h"
 #include "loadscope/io/tar.h"
+#include "loadscope/io/tar_index.h"
 
 using namespace loadscope;
 using namespace testing;
@@ -182,4 +184,99 @@ TEST_CASE("member names split into key and extension like WebDataset", "[wds]") 
   CHECK(ext == "b.jpg");
   CHECK_FALSE(io::split_member_name("dir.x/README", key, ext));
   CHECK_FALSE(io::split_member_name("dir/.hidden", key, ext));
+}
+
+// --- indexes: header scans, index files, IndexedTarSource ------------------------------------
+
+namespace {
+
+std::vector<std::string> keys_in_order(Source& src, EpochOrder order) {
+  src.start_epoch(order);
+  std::vector<std::string> out;
+  Sample s;
+  while (src.next(s)) out.push_back(s.key);
+  return out;
+}
+
+std::string member_bytes(const Member& m) {
+  if (!m.is_path) return m.data;
+  std::string out;
+  io::read_range(m.path, m.offset, static_cast<uint64_t>(m.length), out);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the header scan finds what the sequential reader reads, long names included", "[tar][index]") {
+  if (!have_tool("tar")) return;
+  TempDir d;
+  const std::string long_dir(120, 'd');
+  d.write("in/a.jpg", std::string(1000, 'a'));
+  d.write("in/a.cls", "3");
+  d.write("in/" + long_dir + "/b.jpg", std::string(70000, 'b'));
+  d.write("in/empty.cls", "");
+  for (const char* fmt : {"gnu", "pax"}) {
+    INFO(fmt);
+    const std::string archive = (d.path / (std::string(fmt) + ".tar")).string();
+    int rc = 0;
+    run("cd " + quote(d.path.string()) + " && tar --format=" + fmt + " -cf " + quote(archive) + " in", &rc);
+    REQUIRE(rc == 0);
+    auto seq = read_tar(archive);
+    auto scanned = io::scan_tar(archive);
+    REQUIRE(scanned.size() == seq.size());
+    for (const auto& m : scanned) {
+      std::string bytes;
+      io::read_range(archive, m.offset, m.size, bytes);
+      CHECK(seq.at(m.name) == bytes);
+    }
+  }
+  run("cd " + quote(d.path.string()) + " && tar -czf g.tgz in");
+  CHECK_THROWS_WITH(io::scan_tar((d.path / "g.tgz").string()), Catch::Contains("gzip-compressed"));
+  const std::string tar = read_all((d.path / "gnu.tar").string());
+  d.write("cut.tar", tar.substr(0, 512 * 3 + 100));  // a partial header block
+  CHECK_THROWS_WITH(io::scan_tar((d.path / "cut.tar").string()), Catch::Contains("truncated"));
+  d.write("cut2.tar", tar.substr(0, 512 * 6 + 100));  // inside a member's data
+  CHECK_THROWS_AS(io::scan_tar((d.path / "cut2.tar").string()), ReadFailure);
+}
+
+TEST_CASE("an indexed shard gives the stream's samples in the stream's order", "[tar][index]") {
+  REQUIRE_SHARED_DATA();
+  // mpdata.tar: 100 samples 000000..000099, one 7-byte .mp member each (README of the data).
+  const std::string shard = real("webdataset/testdata/mpdata.tar");
+  TempDir d;
+  auto index = std::make_shared<io::ShardIndex>(io::index_shard(shard));
+  REQUIRE(index->samples.size() == 100);
+  CHECK(index->samples[0].key == "000000");
+  uint64_t sequential_bytes = 0;
+  for (const auto& [name, data] : read_tar(shard)) sequential_bytes += data.size();
+  const std::string idx = (d.path / "mpdata.tar.idx").string();
+  io::write_index(*index, idx);
+  auto back = std::make_shared<io::ShardIndex>(io::read_index(idx, shard));
+  CHECK(back->member_bytes() == sequential_bytes);
+  for (bool shuffle : {false, true}) {
+    io::TarSource stream({shard}, 16);
+    io::IndexedTarSource indexed({back}, 16);
+    const EpochOrder order{7, 2, shuffle};
+    CHECK(keys_in_order(indexed, order) == keys_in_order(stream, order));
+    CHECK(indexed.size() == 100);
+    // Bytes through the ranges equal the stream's members.
+    stream.start_epoch(order);
+    indexed.start_epoch(order);
+    Sample a, b;
+    while (stream.next(a)) {
+      REQUIRE(indexed.next(b));
+      REQUIRE(b.members.size() == a.members.size());
+      CHECK(member_bytes(b.members[0]) == a.members[0].data);
+    }
+    // Skipping moves through the same order without reading.
+    indexed.start_epoch(order);
+    CHECK(indexed.skip(40) == 40);
+    REQUIRE(indexed.next(b));
+    CHECK(b.key == keys_in_order(stream, order)[40]);
+  }
+  // A shard that changed after indexing: the index is stale.
+  d.write("copy.tar", read_all(shard) + std::string(512, '\0'));
+  CHECK_THROWS_AS(io::read_index(idx, (d.path / "copy.tar").string()), ConfigError);
+  d.write("bad.idx", "loadscope-tar-index 1\ntar_bytes 112640\nsamples 2\n000000\tmp\t512\t7\n");
+  CHECK_THROWS_WITH(io::read_index((d.path / "bad.idx").string(), shard), Catch::Contains("says 2 samples"));
 }

@@ -110,14 +110,16 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
   std::vector<TarMemberInfo> out;
   std::string long_name;
   char header[kBlock];
-  uint64_t offset = 0;
-  while (offset + kBlock <= file_size) {
-    pread_exact(f.fd, header, kBlock, offset, "header");
-    if (offset == 0 && static_cast<unsigned char>(header[0]) == 0x1f &&
-        static_cast<unsigned char>(header[1]) == 0x8b) {
+  if (file_size >= 2) {
+    pread_exact(f.fd, header, 2, 0, "header");
+    if (static_cast<unsigned char>(header[0]) == 0x1f && static_cast<unsigned char>(header[1]) == 0x8b) {
       throw ReadFailure("gzip-compressed: an index needs an uncompressed tar (its offsets would need the "
                         "whole stream decompressed)");
     }
+  }
+  uint64_t offset = 0;
+  while (offset + kBlock <= file_size) {
+    pread_exact(f.fd, header, kBlock, offset, "header");
     bool zero = true;
     for (char c : header) {
       if (c != 0) {
