@@ -50,6 +50,22 @@ bool split_member_name(const std::string& name, std::string& key, std::string& e
   return true;
 }
 
+namespace {
+
+// The shards' order in an epoch: permuted from (seed, epoch) when shuffling. TarSource and
+// IndexedTarSource share it, so that an index changes nothing but the I/O.
+std::vector<size_t> shard_order(size_t shards, const EpochOrder& order) {
+  std::vector<size_t> out(shards);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = i;
+  if (order.shuffle) {
+    Rng rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShardOrder);
+    for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[rng.below(i)]);
+  }
+  return out;
+}
+
+}  // namespace
+
 TarSource::TarSource(std::vector<std::string> shards, size_t shuffle_buffer)
     : shards_(std::move(shards)), shuffle_buffer_(std::max<size_t>(shuffle_buffer, 1)) {
   if (shards_.empty()) throw ConfigError("TarSource needs at least one shard");
@@ -57,14 +73,7 @@ TarSource::TarSource(std::vector<std::string> shards, size_t shuffle_buffer)
 
 void TarSource::start_epoch(const EpochOrder& order) {
   shuffle_ = order.shuffle;
-  shard_order_.resize(shards_.size());
-  for (size_t i = 0; i < shard_order_.size(); ++i) shard_order_[i] = i;
-  if (shuffle_) {
-    Rng shard_rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShardOrder);
-    for (size_t i = shard_order_.size(); i > 1; --i) {
-      std::swap(shard_order_[i - 1], shard_order_[shard_rng.below(i)]);
-    }
-  }
+  shard_order_ = shard_order(shards_.size(), order);
   rng_ = Rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShuffleBuffer);
   bytes_read_.store(0, std::memory_order_relaxed);
   shard_cursor_ = 0;
@@ -163,16 +172,9 @@ IndexedTarSource::IndexedTarSource(std::vector<std::shared_ptr<const ShardIndex>
 }
 
 void IndexedTarSource::start_epoch(const EpochOrder& order) {
-  // Drawn exactly as TarSource draws them, so that an index changes nothing but the I/O.
+  // The shard order and the buffer's draws are TarSource's (tested: the same keys in order).
   shuffle_ = order.shuffle;
-  shard_order_.resize(shards_.size());
-  for (size_t i = 0; i < shard_order_.size(); ++i) shard_order_[i] = i;
-  if (shuffle_) {
-    Rng shard_rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShardOrder);
-    for (size_t i = shard_order_.size(); i > 1; --i) {
-      std::swap(shard_order_[i - 1], shard_order_[shard_rng.below(i)]);
-    }
-  }
+  shard_order_ = shard_order(shards_.size(), order);
   rng_ = Rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kShuffleBuffer);
   shard_cursor_ = 0;
   sample_cursor_ = 0;
