@@ -4,7 +4,7 @@ PY     := $(abspath $(VENV))/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build test test-cpp test-python test-bench demo data bench check-install format clean
+.PHONY: all deps build test test-cpp test-python test-bench demo data bench check-install format clean fuzz asan tsan
 
 all: build
 
@@ -45,6 +45,18 @@ bench: build
 # A real `pip install --no-build-isolation .` into a throwaway venv, then an import.
 check-install: deps
 	@scripts/check-install.sh
+
+# libFuzzer targets (clang, ASan + UBSan), each run FUZZ_SECONDS (tests/fuzz/README.md).
+fuzz: deps
+	@scripts/fuzz.sh
+
+# The C++ tests and a Python smoke run under AddressSanitizer + UndefinedBehaviorSanitizer, and
+# the engine's tests under ThreadSanitizer (docs/reliability.md).
+asan: deps
+	@scripts/sanitize.sh address,undefined
+
+tsan: deps
+	@scripts/sanitize.sh thread
 
 format:
 	@clang-format -i $$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc')
