@@ -34,7 +34,7 @@ status=0
 for t in $TARGETS; do
   echo "== fuzz_$t for ${SECONDS_EACH}s ($(ls $B/corpus/$t | wc -l) seeds)"
   # -max_len: inputs up to 1 MiB (the seeds' size); -timeout: a hang is a finding too.
-  if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
        $B/fuzz_$t -max_total_time="$SECONDS_EACH" -max_len=1048576 -timeout=20 -rss_limit_mb=4096 \
        -artifact_prefix=$B/artifacts/$t/ -print_final_stats=1 $B/corpus/$t 2>&1 | tee $B/fuzz_$t.log | \
        grep -E "^#[0-9]+ +(DONE|pulse)|stat::|ERROR|SUMMARY|Test unit written"; then :; fi

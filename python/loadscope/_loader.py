@@ -178,6 +178,7 @@ class Loader:
         self._epoch = 0
         self._epoch_set = False
         self._resume_batches = 0  # load_state_dict: batches of self._epoch already consumed
+        self._progress: Optional[Dict[str, Any]] = None  # {epoch, batches, finished} of the last iteration
         self._active: Optional[weakref.ref] = None
         self._last_stats: Dict[str, Any] = {}
 
@@ -231,6 +232,7 @@ class Loader:
         self._epoch = state["epoch"]
         self._epoch_set = state["epoch_set"]
         self._resume_batches = state.get("resume_batches", 0)
+        self._progress = None
         self._active = None
         self._last_stats = {}
 
@@ -244,9 +246,12 @@ class Loader:
         count) continues with exactly the batches an uninterrupted run would give next.
         Small and versioned (docs/distributed.md); it holds no sample lists, so the new loader
         must be made with the same source, fields, batch size, seed, shuffle and world size."""
-        it = self._active() if self._active is not None else None
-        if it is not None and not it.finished:
-            epoch, batches = it.epoch, it.delivered
+        # The consumer's position: the last epoch iterated and the batches it was given, kept by
+        # the loader so that it survives the iterator (a `break` drops it); once that epoch has
+        # ended, or before any, the next epoch from its start (or a loaded, unused resume point).
+        p = self._progress
+        if p is not None and not p["finished"]:
+            epoch, batches = p["epoch"], p["batches"]
         else:
             epoch, batches = self._epoch, self._resume_batches
         return {"format": "loadscope.Loader", "version": self.STATE_VERSION, "epoch": epoch, "batches": batches,
@@ -268,18 +273,30 @@ class Loader:
             mine["world_size"] = self.world_size
         differ = [f"{k}: saved {state.get(k)!r}, here {v!r}" for k, v in mine.items() if state.get(k) != v]
         if differ:
+            world = "world_size" in mine and state.get("world_size") != self.world_size
             raise ConfigError("load_state_dict: this loader differs from the one that saved the state ("
                               + "; ".join(differ) + "). Make it with the same arguments"
-                              + ("; a different world size can resume only at an epoch boundary" if batches else ""))
+                              + ("; a different world size can resume only at an epoch boundary" if world else ""))
+        if self.samples is not None and batches > len(self):
+            raise ConfigError(f"load_state_dict: state['batches'] = {batches}, but an epoch has {len(self)} batches "
+                              "for this rank")
         self._epoch = _int_arg("state['epoch']", state["epoch"], 0)
         self._epoch_set = bool(state.get("epoch_set", False))
         self._resume_batches = batches
+        self._progress = None
         if self._active is not None and self._active() is not None:
             self._active()._supersede()
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch of the next iteration (order and augmentation depend on it)."""
-        self._epoch = _int_arg("epoch", epoch, 0)
+        """Sets the epoch of the next iteration (order and augmentation depend on it). After
+        ``load_state_dict``, setting the saved epoch keeps the resume point; another epoch
+        drops it (that epoch starts from its beginning)."""
+        epoch = _int_arg("epoch", epoch, 0)
+        if self._resume_batches and epoch != self._epoch:
+            log.warning("set_epoch(%d) after load_state_dict of epoch %d: the resume point (batch %d) is dropped",
+                        epoch, self._epoch, self._resume_batches)
+            self._resume_batches = 0
+        self._epoch = epoch
         self._epoch_set = True
 
     @property
@@ -329,6 +346,7 @@ class Loader:
         if self._telemetry_on:
             self._loop.epoch_started(epoch_start_ns)
         self._epoch = epoch + 1
+        self._progress = {"epoch": epoch, "batches": resume, "finished": False}
         it = _EpochIterator(self, run, epoch, delivered=resume)
         self._active = weakref.ref(it)
         return it
@@ -510,11 +528,15 @@ class _EpochIterator:
             raise
         if b is None:
             self.finished = True
+            if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
+                self._loader._progress["finished"] = True
             self.close()
             raise StopIteration
         if b.skipped:
             self._log_skips(b.skipped)
         self.delivered += 1
+        if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
+            self._loader._progress["batches"] = self.delivered
         return self._loader._deliver(b, enter)
 
     def _log_skips(self, skipped) -> None:

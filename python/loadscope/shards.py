@@ -47,12 +47,12 @@ def index(shards: Sequence[str], *, force: bool = False) -> List[Dict[str, Any]]
 
 
 def _parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*", str(text).lower())
+    """'256MB' (10^6), '1GiB' (2^30), '1000000' (bytes)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?)b?|b)?\s*", str(text).lower())
     if not m:
-        raise ConfigError(f"--shard-size {text!r}: a size like 256MB, 1GiB or 1000000")
-    unit = (m.group(2) or "b").rstrip("b").rstrip("i")
-    scale = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}[unit]
-    return int(float(m.group(1)) * scale)
+        raise ConfigError(f"--shard-size {text!r}: a size like 256MB, 1GiB or 1000000 (bytes)")
+    power = " kmgt".index(m.group(2)) if m.group(2) else 0
+    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
 
 
 def _member_bytes(value: Any, is_path: bool) -> bytes:
@@ -72,6 +72,12 @@ def convert(source: Source, out_dir: str, *, shard_bytes: int = 256 << 20, prefi
         raise ConfigError(f"convert reads a Folder or FileList, got {type(source).__name__}")
     if shard_bytes < 1:
         raise ConfigError("shard size must be >= 1 byte")
+    root = source.root if isinstance(source, Folder) else None
+    if root is not None:
+        r, o = os.path.realpath(root), os.path.realpath(out_dir)
+        if o == r or o.startswith(r + os.sep):
+            raise ConfigError(f"convert: the output {out_dir} lies inside the folder it converts ({root}): "
+                              "the next scan would take it for a class")
     os.makedirs(out_dir, exist_ok=True)
     stale = [n for n in os.listdir(out_dir) if n.startswith(prefix + "-") and n.endswith((".tar", ".tar.idx"))]
     if stale:
@@ -117,7 +123,8 @@ def main_index(argv: Optional[List[str]] = None) -> int:
     try:
         rows = index(shards, force=a.force)
     except LoadscopeError as e:
-        print(f"loadscope index: {e}", file=sys.stderr)
+        where = getattr(e, "key", None)
+        print(f"loadscope index: {where}: {e.reason}" if where else f"loadscope index: {e}", file=sys.stderr)
         return 1
     for r in rows:
         print(f"{r['shard']}: {r['samples']} samples, {'indexed' if r['written'] else 'index current'} "
@@ -129,15 +136,17 @@ def main_convert(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="loadscope convert", description="Folder or file list -> indexed tar shards.")
     p.add_argument("source", help="an image folder (ImageFolder layout) or a .jsonl/.csv file list")
     p.add_argument("out", help="output directory (empty or new)")
-    p.add_argument("--shard-size", default="256MB", help="target shard size (default 256MB)")
+    p.add_argument("--shard-size", default="256MB", help="target shard size: 256MB (10^6), 1GiB (2^30), bytes (default 256MB)")
     p.add_argument("--prefix", default="shard", help="shard file names: PREFIX-000000.tar (default shard)")
     p.add_argument("--labels", default="auto", choices=("auto", "subfolders", "none"), help="folders: class labels (as ls.Folder)")
     a = p.parse_args(argv)
     try:
         if os.path.isdir(a.source):
             src: Source = Folder(a.source, labels=a.labels)
-        else:
+        elif os.path.isfile(a.source) and a.source.lower().endswith((".jsonl", ".csv")):
             src = FileList(a.source)
+        else:
+            raise ConfigError(f"{a.source!r} is not a folder or a .jsonl/.csv file list")
         r = convert(src, a.out, shard_bytes=_parse_size(a.shard_size), prefix=a.prefix)
     except LoadscopeError as e:
         print(f"loadscope convert: {e}", file=sys.stderr)

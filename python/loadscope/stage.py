@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 from ._errors import ConfigError
 
 JOURNAL = ".loadscope-stage.jsonl"
+PARTIAL = ".loadscope-partial"  # a file being copied (a name no dataset uses)
 CHUNK = 1 << 20
 
 
@@ -37,10 +38,10 @@ def _hash_file(path: str) -> str:
 
 
 def _copy_one(src: str, dst: str) -> Dict[str, Any]:
-    """Copies src to dst through dst.partial, hashing on the way; reads the copy back and
+    """Copies src to dst through dst + PARTIAL, hashing on the way; reads the copy back and
     compares before renaming it into place. Returns size and digest."""
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
-    tmp = dst + ".partial"
+    tmp = dst + PARTIAL
     h = hashlib.blake2b(digest_size=16)
     n = 0
     with open(src, "rb") as fi, open(tmp, "wb") as fo:
@@ -67,7 +68,7 @@ def _list_files(src: str) -> List[str]:
     for dirpath, dirnames, filenames in os.walk(src):
         dirnames.sort()
         for name in sorted(filenames):
-            if name == JOURNAL or name.endswith(".partial"):
+            if name == JOURNAL or name.endswith(PARTIAL):
                 continue
             out.append(os.path.relpath(os.path.join(dirpath, name), src))
     return out
@@ -78,17 +79,18 @@ def stage(src: str, dst: str, *, files: Optional[Sequence[str]] = None, threads:
     """Copies ``files`` (paths relative to src; default: every file under it) to dst. Returns
     {files, copied, skipped, bytes, bytes_copied, seconds, mb_per_s, root}. ``progress`` is
     called after each file with its record (raising there interrupts the staging)."""
-    src, dst = os.path.abspath(src), os.path.abspath(dst)
+    src, dst = os.path.realpath(src), os.path.realpath(dst)  # links resolved: no copying into the source
     if not os.path.isdir(src):
-        raise ConfigError(f"stage: {src} is not a directory")
+        raise ConfigError(f"{src} is not a directory")
     if dst == src or dst.startswith(src + os.sep):
-        raise ConfigError(f"stage: the destination {dst} lies inside the source {src}")
+        raise ConfigError(f"the destination {dst} lies inside the source {src}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ConfigError(f"stage: threads must be an int >= 1, got {threads!r}")
+        raise ConfigError(f"threads must be an int >= 1, got {threads!r}")
     rel = list(files) if files is not None else _list_files(src)
     for r in rel:
-        if os.path.isabs(r) or r.startswith(".."):
-            raise ConfigError(f"stage: {r!r} is not a path relative to {src}")
+        norm = os.path.normpath(r)
+        if os.path.isabs(r) or norm == ".." or norm.startswith(".." + os.sep):
+            raise ConfigError(f"{r!r} is not a path inside {src}")
     os.makedirs(dst, exist_ok=True)
     journal_path = os.path.join(dst, JOURNAL)
     done: Dict[str, Dict[str, Any]] = {}

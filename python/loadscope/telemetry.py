@@ -736,6 +736,7 @@ def rank_summary(loader: Any) -> Dict[str, Any]:
     loop = s["loop"]
     active = s.get("active_seconds") or 0.0
     return {"rank": loader.rank, "world_size": loader.world_size, "host": socket.gethostname(), "pid": os.getpid(),
+            "telemetry": bool(loader._telemetry_on),
             "batches": loop["batches"], "samples": s["samples"], "active_seconds": active,
             "samples_per_s": s["samples"] / active if active else None,
             "wait_seconds": loop["wait_seconds"], "data_wait_share": loop["data_wait_share"],
@@ -761,8 +762,12 @@ def gather(loader: Any, group: Any = None) -> Dict[str, Any]:
 
 
 def _straggler(ranks: List[Dict[str, Any]]) -> Dict[str, Any]:
-    waits = sorted(r["wait_seconds"] for r in ranks)
-    median = waits[len(waits) // 2]
+    import statistics
+
+    if not all(r.get("telemetry", True) for r in ranks):
+        return {"rank": None, "wait_seconds": None, "vs_median": None,
+                "note": "telemetry is off on some rank (Loader(telemetry=False)): no straggler can be named"}
+    median = statistics.median(r["wait_seconds"] for r in ranks)
     slow = max(ranks, key=lambda r: r["wait_seconds"])
     return {"rank": slow["rank"], "wait_seconds": slow["wait_seconds"],
             "vs_median": slow["wait_seconds"] / median if median > 0 else None}
@@ -775,6 +780,9 @@ def format_ranks(ranks: List[Dict[str, Any]], straggler: Dict[str, Any]) -> str:
         share = "n/a" if r["data_wait_share"] is None else f"{r['data_wait_share']:.0%}"
         lines.append(f"{r['rank']:>4}  {r['host'][:15]:<15}  {sps:>9}  {_t(r['wait_seconds']):>9}  {share:>10}  "
                      f"{_t(r['wait_p99']):>8}  {_t(r['first_batch_last_epoch']):>11}")
-    ratio = f", {straggler['vs_median']:.1f}x the median" if straggler.get("vs_median") else ""
-    lines.append(f"straggler: rank {straggler['rank']} (waited {_t(straggler['wait_seconds'])} for data{ratio})")
+    if straggler.get("rank") is None:
+        lines.append(f"straggler: none named ({straggler.get('note')})")
+    else:
+        ratio = f", {straggler['vs_median']:.1f}x the median" if straggler.get("vs_median") else ""
+        lines.append(f"straggler: rank {straggler['rank']} (waited {_t(straggler['wait_seconds'])} for data{ratio})")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ TEST_CASE("inputs that once broke a fuzz target are handled", "[fuzz]") {
     if (!fs::is_directory(root / name)) continue;
     for (const auto& entry : fs::directory_iterator(root / name)) {
       INFO(entry.path().string());
-      const std::string bytes = read_all(entry.path().string());
+      const std::string bytes = testing::read_all(entry.path().string());
       CHECK(fn(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()) == 0);
       ++replayed;
     }

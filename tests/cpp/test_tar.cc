@@ -274,9 +274,16 @@ TEST_CASE("an indexed shard gives the stream's samples in the stream's order", "
     REQUIRE(indexed.next(b));
     CHECK(b.key == keys_in_order(stream, order)[40]);
   }
-  // A shard that changed after indexing: the index is stale.
+  // A shard that changed after indexing: the index is stale, whether its size changed or not.
   d.write("copy.tar", read_all(shard) + std::string(512, '\0'));
   CHECK_THROWS_AS(io::read_index(idx, (d.path / "copy.tar").string()), ConfigError);
-  d.write("bad.idx", "loadscope-tar-index 1\ntar_bytes 112640\nsamples 2\n000000\tmp\t512\t7\n");
+  std::string same_size = read_all(shard);
+  same_size[same_size.size() - 2048] ^= 1;  // in the zero blocks that tar's record padding leaves
+  d.write("edited.tar", same_size);
+  CHECK_THROWS_WITH(io::read_index(idx, (d.path / "edited.tar").string()), Catch::Contains("same size, other contents"));
+  char fp[16];
+  std::snprintf(fp, sizeof fp, "%08x", io::shard_fingerprint(shard));
+  d.write("bad.idx", "loadscope-tar-index 1\ntar_bytes 112640\nfingerprint " + std::string(fp) +
+                         "\nsamples 2\n000000\tmp\t512\t7\n");
   CHECK_THROWS_WITH(io::read_index((d.path / "bad.idx").string(), shard), Catch::Contains("says 2 samples"));
 }

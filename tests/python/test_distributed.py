@@ -311,7 +311,7 @@ def test_bad_indexes_and_gzip_shards_fail_clearly(layouts, tmp_path):
     with pytest.raises(ls.ConfigError, match="is stale"):
         ls.Loader(ls.WebDataset([str(shard)]), fields={"cls": ls.Int()}, batch_size=4)
     Path(str(shard) + ".idx").write_text("loadscope-tar-index 1\ntar_bytes 5\n")
-    with pytest.raises(ls.ReadError, match="expected 'samples N'"):
+    with pytest.raises(ls.ConfigError, match="s.tar.idx line 3: expected 'fingerprint HEX'"):
         ls.Loader(ls.WebDataset([str(shard)]), fields={"cls": ls.Int()}, batch_size=4)
     gz = tmp_path / "g.tar.gz"
     import gzip
@@ -353,7 +353,7 @@ def test_staging_interrupted_and_restarted_ends_verified(layouts, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         stage.stage(str(src), str(dst), threads=1, progress=stop_after_three)
-    (dst / "part-4.tar.partial").write_bytes(b"half a copy")  # what a kill mid-file leaves
+    (dst / ("part-4.tar" + stage.PARTIAL)).write_bytes(b"half a copy")  # what a kill mid-file leaves
     again = stage.stage(str(src), str(dst), threads=2)
     # the interrupted run recorded what it finished (3, or 4 if the pool had started the next)
     assert 3 <= again["skipped"] <= 4 and again["copied"] == again["files"] - again["skipped"] and again["files"] == 10
@@ -407,3 +407,88 @@ def test_padded_samples_are_marked_by_their_index(layouts):
            for i in b["__index__"].tolist()]
     assert sorted(i for i in idx if i >= 120) == list(range(120, 126)) and padding(120, world) == 6
     assert sorted(i for i in idx if i < 120) == list(range(120))
+
+
+# --- found by review ------------------------------------------------------------------------------
+
+def test_state_after_break_keeps_the_rest_of_the_epoch(layouts):
+    def make():
+        return ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()}, batch_size=8, shuffle=True, seed=4)
+
+    whole = [list(b["__key__"]) for b in make()]
+    a = make()
+    for i, b in enumerate(a):
+        if i == 4:
+            break  # the loop drops its iterator
+    state = a.state_dict()
+    assert (state["epoch"], state["batches"]) == (0, 5)
+    b = make()
+    b.load_state_dict(state)
+    assert [list(x["__key__"]) for x in b] == whole[5:]
+    for _ in a:  # a new loop is the next epoch; once it ends, the state points past it
+        pass
+    assert (a.state_dict()["epoch"], a.state_dict()["batches"]) == (2, 0)
+
+
+@pytest.mark.parametrize("n,world,batch", [(3, 8, 4), (5, 16, 2), (1, 3, 1)])
+def test_fewer_samples_than_ranks_still_gives_every_rank_its_batches(tmp_path, n, world, batch):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"path": f"x{i}.jpg", "cls": i}) + "\n" for i in range(n)))
+    counts, seen = set(), collections.Counter()
+    for r in range(world):
+        loader = ls.Loader(ls.FileList(manifest), fields={"cls": ls.Int()}, batch_size=batch, rank=r, world_size=world)
+        got = [b["cls"].tolist() for b in loader]
+        counts.add(len(got))
+        assert len(got) == len(loader)
+        seen.update(c for b in got for c in b)
+    assert counts == {1} and set(seen) == set(range(n)) and sum(seen.values()) == n + padding(n, world)
+
+
+def test_resume_arguments_that_cannot_apply_are_refused_or_dropped(layouts, caplog):
+    src = ls.FileList(layouts["manifest"])
+    a = ls.Loader(src, fields={"cls": ls.Int()}, batch_size=8)
+    with pytest.raises(ls.ConfigError, match=r"state\['batches'\] = 1000000, but an epoch has 15 batches"):
+        a.load_state_dict(dict(a.state_dict(), batches=10**6))
+    with pytest.raises(ls.ConfigError) as e:
+        a.load_state_dict(dict(a.state_dict(), batches=3, seed=9))
+    assert "world size" not in str(e.value)  # only the seed differs
+    a.load_state_dict(dict(a.state_dict(), epoch=2, batches=3))
+    a.set_epoch(2)  # the saved epoch: the resume point stays
+    assert len(list(a)) == 12
+    a.load_state_dict(dict(a.state_dict(), epoch=2, batches=3))
+    a.set_epoch(5)  # another epoch: it starts from its beginning, and the log says why
+    assert "resume point (batch 3) is dropped" in caplog.text
+    assert len(list(a)) == 15
+
+
+def test_straggler_with_two_ranks_and_without_telemetry():
+    from loadscope.telemetry import _straggler, format_ranks
+
+    two = [{"rank": 0, "wait_seconds": 1.0}, {"rank": 1, "wait_seconds": 3.0}]
+    assert _straggler(two)["rank"] == 1 and _straggler(two)["vs_median"] == pytest.approx(1.5)
+    off = [dict(r, telemetry=False, host="h", samples_per_s=None, data_wait_share=None, wait_p99=None,
+                first_batch_last_epoch=None) for r in two]
+    s = _straggler(off)
+    assert s["rank"] is None and "none named (telemetry is off" in format_ranks(off, s)
+
+
+def test_convert_and_stage_refuse_paths_that_would_corrupt_their_input(layouts, tmp_path):
+    import shutil as sh
+
+    folder = tmp_path / "f"
+    sh.copytree(Path(layouts["folder"]), folder)
+    with pytest.raises(ls.ConfigError, match="lies inside the folder it converts"):
+        shards.convert(ls.Folder(folder), str(folder / "out"), quiet=True)
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    with pytest.raises(ls.ConfigError, match="inside the source"):
+        stage.stage(str(link), str(folder / "copy"))
+    with pytest.raises(ls.ConfigError, match="is not a path inside"):
+        stage.stage(str(folder), str(tmp_path / "s"), files=["cat/../../secret"])
+    (folder / "notes.partial").write_text("a dataset file that happens to end in .partial")
+    staged = stage.stage(str(folder), str(tmp_path / "s2"))
+    assert (tmp_path / "s2" / "notes.partial").read_text().startswith("a dataset file")
+    assert staged["files"] == sum(1 for p in folder.rglob("*") if p.is_file())
+    r = subprocess.run([sys.executable, "-m", "loadscope", "convert", str(tmp_path / "nope"), str(tmp_path / "o")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "is not a folder or a .jsonl/.csv file list" in r.stderr

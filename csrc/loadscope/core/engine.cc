@@ -161,21 +161,23 @@ void EpochRun::plan() {
     const EpochGeometry geo(n, options_.batch_size, options_.row, options_.drop_last);
     int64_t position = 0;
     // Padding (see EpochGeometry) draws the epoch's first samples again: the source starts
-    // the same epoch over once. Positions keep counting, so padded samples have position >= n.
-    bool wrapped = false;
+    // the same epoch over, as often as needed (with fewer samples than ranks, more than once).
+    // Positions keep counting, so padded samples have position >= n.
+    auto restart = [&](int64_t at) {
+      if (n <= 0 || at >= geo.length()) return false;
+      source_->start_epoch(options_.order);
+      return true;
+    };
     auto draw = [&](Sample& s) {
       if (source_->next(s)) return true;
-      if (n < 0 || wrapped || position >= geo.length()) return false;
-      wrapped = true;
-      source_->start_epoch(options_.order);
-      return source_->next(s);
+      return restart(position) && source_->next(s);
     };
     auto skip = [&](int64_t count) {
       int64_t done = source_->skip(count);
-      if (done < count && n >= 0 && !wrapped && position + done < geo.length()) {
-        wrapped = true;
-        source_->start_epoch(options_.order);
-        done += source_->skip(count - done);
+      while (done < count && restart(position + done)) {
+        const int64_t more = source_->skip(count - done);
+        if (more == 0) break;
+        done += more;
       }
       position += done;
       return done;

@@ -1,7 +1,11 @@
 #include "loadscope/io/tar_index.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +13,7 @@
 #include <sstream>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/file.h"
 #include "loadscope/io/sources.h"
 #include "loadscope/io/tar.h"
 
@@ -35,7 +40,33 @@ bool parse_u64(const std::string& s, uint64_t& out) {
   return true;
 }
 
+bool parse_hex32(const std::string& s, uint32_t& out) {
+  if (s.empty() || s.size() > 8) return false;
+  uint32_t v = 0;
+  for (char c : s) {
+    int d = (c >= '0' && c <= '9') ? c - '0' : (c >= 'a' && c <= 'f') ? c - 'a' + 10 : -1;
+    if (d < 0) return false;
+    v = v * 16 + static_cast<uint32_t>(d);
+  }
+  out = v;
+  return true;
+}
+
 }  // namespace
+
+uint32_t shard_fingerprint(const std::string& tar_path) {
+  constexpr uint64_t kEdge = 8192;
+  const uint64_t size = file_size(tar_path);
+  std::string head, tail;
+  read_range(tar_path, 0, std::min(size, kEdge), head);
+  read_range(tar_path, size - std::min(size, kEdge), std::min(size, kEdge), tail);
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const std::string sz = std::to_string(size);
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(sz.data()), static_cast<uInt>(sz.size()));
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(head.data()), static_cast<uInt>(head.size()));
+  crc = crc32(crc, reinterpret_cast<const Bytef*>(tail.data()), static_cast<uInt>(tail.size()));
+  return static_cast<uint32_t>(crc);
+}
 
 uint64_t ShardIndex::member_bytes() const {
   uint64_t total = 0;
@@ -48,6 +79,7 @@ ShardIndex index_shard(const std::string& tar_path) {
   ShardIndex index;
   index.path = tar_path;
   index.tar_bytes = file_size(tar_path);
+  index.fingerprint = shard_fingerprint(tar_path);
   std::string key, ext;
   for (auto& m : scan_tar(tar_path)) {
     if (!split_member_name(m.name, key, ext)) continue;  // no extension: in no sample (as WebDataset)
@@ -73,7 +105,10 @@ void write_index(const ShardIndex& index, const std::string& idx_path) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw ReadFailure(tmp + ": cannot write: " + std::strerror(errno));
-    out << kMagic << "\ntar_bytes " << index.tar_bytes << "\nsamples " << index.samples.size() << "\n";
+    char fp[16];
+    std::snprintf(fp, sizeof fp, "%08x", index.fingerprint);
+    out << kMagic << "\ntar_bytes " << index.tar_bytes << "\nfingerprint " << fp << "\nsamples "
+        << index.samples.size() << "\n";
     for (const auto& s : index.samples) {
       out << s.key;
       for (const auto& m : s.members) out << '\t' << m.name << '\t' << m.offset << '\t' << m.size;
@@ -97,20 +132,30 @@ ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) 
   ShardIndex index;
   index.path = tar_path;
   uint64_t count = 0;
-  if (!std::getline(in, line) || line != kMagic) throw bad(1, "not a loadscope tar index (expected '" + std::string(kMagic) + "')");
+  if (!std::getline(in, line) || line.rfind("loadscope-tar-index ", 0) != 0) {
+    throw bad(1, "not a loadscope tar index (expected '" + std::string(kMagic) + "')");
+  }
+  if (line != kMagic) {
+    throw bad(1, "unsupported index version '" + line.substr(20) + "' (this loadscope reads version 1; re-run `loadscope index`)");
+  }
   if (!std::getline(in, line) || line.rfind("tar_bytes ", 0) != 0 || !parse_u64(line.substr(10), index.tar_bytes)) {
     throw bad(2, "expected 'tar_bytes N'");
   }
+  if (!std::getline(in, line) || line.rfind("fingerprint ", 0) != 0 || !parse_hex32(line.substr(12), index.fingerprint)) {
+    throw bad(3, "expected 'fingerprint HEX'");
+  }
   if (!std::getline(in, line) || line.rfind("samples ", 0) != 0 || !parse_u64(line.substr(8), count)) {
-    throw bad(3, "expected 'samples N'");
+    throw bad(4, "expected 'samples N'");
   }
   const uint64_t actual = file_size(tar_path);
-  if (actual != index.tar_bytes) {
-    throw ConfigError(idx_path + " is stale: it indexes " + std::to_string(index.tar_bytes) + " bytes, " +
-                      tar_path + " has " + std::to_string(actual) + " (re-run `loadscope index`)");
+  if (actual != index.tar_bytes || shard_fingerprint(tar_path) != index.fingerprint) {
+    throw ConfigError(idx_path + " is stale: " + tar_path + " changed after it was indexed (" +
+                      (actual != index.tar_bytes ? "size " + std::to_string(index.tar_bytes) + " then, " + std::to_string(actual) + " now"
+                                                 : "same size, other contents") +
+                      "); re-run `loadscope index`");
   }
   index.samples.reserve(static_cast<size_t>(count));
-  size_t lineno = 3;
+  size_t lineno = 4;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty()) continue;

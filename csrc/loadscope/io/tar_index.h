@@ -8,6 +8,7 @@
 //
 //   loadscope-tar-index 1
 //   tar_bytes <size of the shard in bytes>
+//   fingerprint <CRC-32 of the shard's first and last 8 KiB, hex>
 //   samples <count>
 //   <key> TAB <member> TAB <offset> TAB <size> [TAB <member> TAB <offset> TAB <size> ...]
 //
@@ -33,10 +34,17 @@ struct IndexedSample {
 
 struct ShardIndex {
   std::string path;        // the tar shard
-  uint64_t tar_bytes = 0;  // its size when indexed: a different size means a stale index
+  uint64_t tar_bytes = 0;    // its size when indexed
+  uint32_t fingerprint = 0;  // shard_fingerprint() when indexed
+  // A different size or fingerprint means a stale index: the shard changed after indexing (an
+  // append, a rewrite). Head and tail only, so that checking costs 16 KiB of reading per shard;
+  // an in-place edit that keeps both and the size goes unnoticed.
   std::vector<IndexedSample> samples;
   uint64_t member_bytes() const;
 };
+
+// CRC-32 of the shard's size, first 8 KiB and last 8 KiB. Throws ReadFailure.
+uint32_t shard_fingerprint(const std::string& tar_path);
 
 // Indexes a shard by reading its headers only (scan_tar), grouping consecutive members with the
 // same key into samples as WebDataset does. Throws ReadFailure naming what is wrong (gzip,
@@ -46,8 +54,8 @@ ShardIndex index_shard(const std::string& tar_path);
 // Writes `index` to `idx_path` atomically (a temporary file renamed into place).
 void write_index(const ShardIndex& index, const std::string& idx_path);
 
-// Reads an index and checks it against its shard's current size. Throws ReadFailure for a
-// malformed file and ConfigError for a stale one (the shard changed after indexing).
+// Reads an index and checks it against its shard's current size and fingerprint. Throws
+// ReadFailure for a malformed file and ConfigError for a stale one.
 ShardIndex read_index(const std::string& idx_path, const std::string& tar_path);
 
 }  // namespace loadscope::io

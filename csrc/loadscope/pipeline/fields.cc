@@ -114,10 +114,11 @@ int choose_scale(const Box& box, const ImageSpec& spec) {
 }
 
 void check_pixels(int64_t w, int64_t h, const ImageSpec& spec) {
-  if (w * h > spec.max_pixels) {
-    throw DecodeFailure("image too large: " + std::to_string(w) + "x" + std::to_string(h) + " is " +
-                        std::to_string(w * h) + " pixels, over max_pixels=" +
-                        std::to_string(spec.max_pixels));
+  // Each side first: a PNG header can claim 2^32-1 pixels a side, and that product overflows
+  // (found by fuzzing: tests/fuzz/regressions/png/png-size-product-overflow).
+  if (w > spec.max_pixels || h > spec.max_pixels || w * h > spec.max_pixels) {
+    throw DecodeFailure("image too large: " + std::to_string(w) + "x" + std::to_string(h) +
+                        " pixels, over max_pixels=" + std::to_string(spec.max_pixels));
   }
 }
 

@@ -453,12 +453,12 @@ PYBIND11_MODULE(_native, m) {
       [](const std::string& idx_path, const std::string& tar_path) {
         try {
           return std::make_shared<io::ShardIndex>(io::read_index(idx_path, tar_path));
-        } catch (const ReadFailure& e) {
-          throw SampleError(idx_path, e.what(), FailureKind::kRead);
+        } catch (const ReadFailure& e) {  // a damaged index is a bad data layout: the message names it
+          throw ConfigError(e.what());
         }
       },
       py::arg("idx_path"), py::arg("tar_path"), py::call_guard<py::gil_scoped_release>(),
-      "Reads `<shard>.idx`, checked against the shard's size.");
+      "Reads `<shard>.idx`, checked against the shard's size and fingerprint (ConfigError if stale or damaged).");
 
   py::class_<io::IndexedTarSource, Source, std::shared_ptr<io::IndexedTarSource>>(m, "IndexedTarSource")
       .def(py::init([](const std::vector<std::shared_ptr<io::ShardIndex>>& shards, size_t shuffle_buffer) {
