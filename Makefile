@@ -4,7 +4,7 @@ PY     := $(abspath $(VENV))/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build test test-cpp test-python test-bench demo data bench check-install format clean fuzz asan tsan
+.PHONY: all deps build test test-cpp test-python test-bench demo data bench check-install format clean fuzz asan tsan test-sanitizers
 
 all: build
 
@@ -19,7 +19,10 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"
 
-test: test-cpp test-python test-bench check-install
+test: test-cpp test-python test-bench check-install test-sanitizers
+
+# ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
+test-sanitizers: asan tsan
 
 test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -47,7 +50,8 @@ check-install: deps
 	@scripts/check-install.sh
 
 # libFuzzer targets (clang, ASan + UBSan), each run FUZZ_SECONDS (tests/fuzz/README.md).
-fuzz: deps
+fuzz:
+	@scripts/bootstrap.sh --fuzz
 	@scripts/fuzz.sh
 
 # The C++ tests and a Python smoke run under AddressSanitizer + UndefinedBehaviorSanitizer, and

@@ -2,6 +2,7 @@
 # Installs what loadscope needs on Debian 12 (idempotent, fast when everything is there)
 # and makes .venv from Debian's Python with system site packages.
 # Usage: scripts/bootstrap.sh            (packages + venv)
+#        scripts/bootstrap.sh --fuzz     (also clang with libFuzzer, for `make fuzz`)
 #        scripts/bootstrap.sh --check    (exit 1 if anything is missing, install nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +21,9 @@ PACKAGES=(
   python3-pytest python3-pytest-timeout python3-skimage python3-scipy python3-matplotlib python3-av
   ffmpeg libjpeg-turbo-progs
 )
+
+# `make fuzz` only: clang, its libFuzzer and sanitizer runtimes, llvm-symbolizer for reports.
+[ "${1:-}" = "--fuzz" ] && PACKAGES+=(clang libclang-rt-14-dev llvm)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

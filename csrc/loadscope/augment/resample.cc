@@ -16,7 +16,17 @@ constexpr int kBlock = 8;  // rows (pass 1) or columns (pass 2) finished togethe
 
 // x86-64 builds also carry AVX2 versions of the hot loops, picked at load time (GCC/Clang
 // function multi-versioning); other targets use their baseline vector units.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__SANITIZE_ADDRESS__)
+// Not under sanitizers: their instrumented ifunc resolvers run during relocation, before the
+// sanitizer runtime is up (ThreadSanitizer crashes there).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LOADSCOPE_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LOADSCOPE_SANITIZED 1
+#endif
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(LOADSCOPE_SANITIZED)
 #define LOADSCOPE_HOT __attribute__((target_clones("avx2", "default")))
 #else
 #define LOADSCOPE_HOT
