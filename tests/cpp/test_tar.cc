@@ -286,4 +286,5 @@ TEST_CASE("an indexed shard gives the stream's samples in the stream's order", "
   d.write("bad.idx", "loadscope-tar-index 1\ntar_bytes 112640\nfingerprint " + std::string(fp) +
                          "\nsamples 2\n000000\tmp\t512\t7\n");
   CHECK_THROWS_WITH(io::read_index((d.path / "bad.idx").string(), shard), Catch::Contains("says 2 samples"));
+  CHECK_THROWS_AS(io::read_index((d.path / "bad.idx").string(), shard), ConfigError);
 }

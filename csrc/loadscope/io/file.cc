@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/faults.h"
 
 namespace loadscope::io {
 
@@ -21,6 +22,7 @@ struct Fd {
 }  // namespace
 
 uint64_t read_file(const std::string& path, std::string& out) {
+  check_read_fault(path);
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
@@ -45,6 +47,7 @@ uint64_t read_file(const std::string& path, std::string& out) {
 }
 
 uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, std::string& out) {
+  check_read_fault(path);
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
   out.resize(static_cast<size_t>(length));

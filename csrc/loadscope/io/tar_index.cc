@@ -125,8 +125,9 @@ void write_index(const ShardIndex& index, const std::string& idx_path) {
 ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) {
   std::ifstream in(idx_path, std::ios::binary);
   if (!in) throw ReadFailure(idx_path + ": cannot open: " + std::strerror(errno));
+  // Malformed content is a bad data layout (ConfigError); failing I/O stays a ReadFailure.
   auto bad = [&](size_t line, const std::string& why) {
-    return ReadFailure(idx_path + " line " + std::to_string(line) + ": " + why);
+    return ConfigError(idx_path + " line " + std::to_string(line) + ": " + why);
   };
   std::string line;
   ShardIndex index;
@@ -148,7 +149,13 @@ ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) 
     throw bad(4, "expected 'samples N'");
   }
   const uint64_t actual = file_size(tar_path);
-  if (actual != index.tar_bytes || shard_fingerprint(tar_path) != index.fingerprint) {
+  uint32_t fingerprint = 0;
+  try {
+    fingerprint = shard_fingerprint(tar_path);
+  } catch (const ReadFailure& e) {
+    throw ReadFailure(tar_path + ": " + e.what());
+  }
+  if (actual != index.tar_bytes || fingerprint != index.fingerprint) {
     throw ConfigError(idx_path + " is stale: " + tar_path + " changed after it was indexed (" +
                       (actual != index.tar_bytes ? "size " + std::to_string(index.tar_bytes) + " then, " + std::to_string(actual) + " now"
                                                  : "same size, other contents") +

@@ -55,7 +55,7 @@ ShardIndex index_shard(const std::string& tar_path);
 void write_index(const ShardIndex& index, const std::string& idx_path);
 
 // Reads an index and checks it against its shard's current size and fingerprint. Throws
-// ReadFailure for a malformed file and ConfigError for a stale one.
+// ConfigError for a malformed, unknown-version or stale index, ReadFailure when reading fails.
 ShardIndex read_index(const std::string& idx_path, const std::string& tar_path);
 
 }  // namespace loadscope::io

@@ -20,6 +20,7 @@
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/sources.h"
+#include "loadscope/io/faults.h"
 #include "loadscope/io/tar_index.h"
 #include "loadscope/pipeline/fields.h"
 
@@ -453,8 +454,8 @@ PYBIND11_MODULE(_native, m) {
       [](const std::string& idx_path, const std::string& tar_path) {
         try {
           return std::make_shared<io::ShardIndex>(io::read_index(idx_path, tar_path));
-        } catch (const ReadFailure& e) {  // a damaged index is a bad data layout: the message names it
-          throw ConfigError(e.what());
+        } catch (const ReadFailure& e) {
+          throw SampleError(idx_path, e.what(), FailureKind::kRead);
         }
       },
       py::arg("idx_path"), py::arg("tar_path"), py::call_guard<py::gil_scoped_release>(),
@@ -466,6 +467,30 @@ PYBIND11_MODULE(_native, m) {
                  std::vector<std::shared_ptr<const io::ShardIndex>>(shards.begin(), shards.end()), shuffle_buffer);
            }),
            py::arg("shards"), py::arg("shuffle_buffer"));
+
+  // Test hook (tests/python/test_faults.py): [(path substring, "eio"|"short"|"vanished", times)].
+  m.def(
+      "_set_read_faults",
+      [](const std::vector<std::tuple<std::string, std::string, int64_t>>& faults) {
+        std::vector<io::ReadFault> out;
+        for (const auto& [match, kind, times] : faults) {
+          io::ReadFault f;
+          f.match = match;
+          f.times = times;
+          if (kind == "eio") {
+            f.kind = io::FaultKind::kIoError;
+          } else if (kind == "short") {
+            f.kind = io::FaultKind::kShortRead;
+          } else if (kind == "vanished") {
+            f.kind = io::FaultKind::kVanished;
+          } else {
+            throw ConfigError("fault kind '" + kind + "': allowed are 'eio', 'short', 'vanished'");
+          }
+          out.push_back(std::move(f));
+        }
+        io::set_read_faults(std::move(out));
+      },
+      py::arg("faults"));
 
   m.def(
       "epoch_geometry",

@@ -1,0 +1,29 @@
+#pragma once
+// Injected read faults, for the reliability tests (tests/python/test_faults.py): an I/O error,
+// a short read, or a file that vanished, on reads whose path contains a given text. Real
+// faults of these kinds are rare and hard to produce on demand (no failing disk in CI); the
+// injection sits where the real ones surface, in read_file and read_range, so the rest of the
+// path — error kinds, sample keys, skip and raise policies, shutdown — is the real one.
+// Off by default: one relaxed atomic load per read.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loadscope::io {
+
+enum class FaultKind { kIoError, kShortRead, kVanished };
+
+struct ReadFault {
+  std::string match;    // the fault applies to reads whose path contains this
+  FaultKind kind = FaultKind::kIoError;
+  int64_t times = -1;   // how many reads fail (-1: every one)
+};
+
+// Replaces the active faults (an empty list turns injection off). Thread-safe.
+void set_read_faults(std::vector<ReadFault> faults);
+
+// Throws the injected ReadFailure for `path`, if a fault matches. Called by the readers.
+void check_read_fault(const std::string& path);
+
+}  // namespace loadscope::io
