@@ -153,3 +153,24 @@ def test_an_unreadable_index_names_the_file(data):
 def test_fault_injection_arguments():
     with pytest.raises(ls.ConfigError, match="allowed are 'eio', 'short', 'vanished'"):
         _native._set_read_faults([("x", "flaky", 1)])
+
+
+def test_bad_layouts_name_the_sample_and_what_it_has(data, tmp_path):
+    import io
+    import tarfile
+
+    shard = tmp_path / "nocls.tar"
+    jpg = data["files"][0].read_bytes()
+    with tarfile.open(shard, "w") as tf:
+        for key in ("a", "b"):
+            info = tarfile.TarInfo(f"{key}.jpg")
+            info.size = len(jpg)
+            tf.addfile(info, io.BytesIO(jpg))
+    for index in ("off", "scan"):
+        with pytest.raises(ls.FieldError, match=r"nocls.tar:a': no member 'cls' .*sample has: jpg"):
+            drain(loader(ls.WebDataset([str(shard)], index=index)))
+    (tmp_path / "adir.jpg").mkdir()
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"path": str(tmp_path / "adir.jpg"), "cls": 1}) + "\n")
+    with pytest.raises(ls.ReadError, match="adir.jpg': is a directory"):
+        drain(loader(ls.FileList(manifest)))
