@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import math
 import operator
 import os
 import threading

@@ -178,7 +178,6 @@ class Snapshot:
                      f"engine-owned {_mb(e['total'])} (batches {_mb(e['pool_bytes'])}, scratch {_mb(e['scratch_bytes'])}, "
                      f"shuffle buffer {_mb(e['source_buffer_bytes'])}, pinned {_mb(e['pinned_bytes'])})")
         c = d["cpu"]
-        workers = [th for th in d["threads"] if th["role"].startswith("worker")]
         lines.append(f"cpu: process {c['cores']:.2f} cores busy since the loader was made; engine threads "
                      + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
         io = d["io"]

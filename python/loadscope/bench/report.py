@@ -5,7 +5,6 @@ hypotheses about why)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 from typing import Any, Dict, List, Optional
 
@@ -349,7 +348,7 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
         L += [f"  - {r}" for r in v["reasons"]]
     L += ["", "## Setup", "",
           f"- factor: `{summary['factor']}`; arms: " + ", ".join(f"`{a['name']}`" for a in exp["arms"])
-          + f" (the first is the baseline)",
+          + " (the first is the baseline)",
           "- baseline pipeline: " + ", ".join(f"{k}={v}" for k, v in exp["arms"][0]["config"].items()),
           f"- step: compute={summary['step']['compute']}"
           + (f" ({summary['step']['compute_ms']:g} ms)" if summary['step']['compute'] == 'sleep' else "")
