@@ -56,7 +56,7 @@ def main() -> None:
         if epoch % 10 == 0 or epoch == a.epochs - 1:
             r = rows[-1]
             print(f"epoch {epoch:4d}: {r['samples_per_s']:6.0f} samples/s, RSS {r['rss_mib']:6.1f} MiB, "
-                  f"engine {r['engine_mib']:.2f} MiB", flush=True)
+                  f"engine after the epoch {r['engine_mib']:.2f} MiB (its blocks are freed between epochs)", flush=True)
     later = rows[10:] or rows
     sps = [r["samples_per_s"] for r in rows]
     summary = {

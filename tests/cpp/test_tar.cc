@@ -1,5 +1,6 @@
 // The tar reader and the WebDataset source against archives written by GNU tar and the
 // WebDataset project's own test shards.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -287,4 +288,18 @@ TEST_CASE("an indexed shard gives the stream's samples in the stream's order", "
                          "\nsamples 2\n000000\tmp\t512\t7\n");
   CHECK_THROWS_WITH(io::read_index((d.path / "bad.idx").string(), shard), Catch::Contains("says 2 samples"));
   CHECK_THROWS_AS(io::read_index((d.path / "bad.idx").string(), shard), ConfigError);
+}
+
+TEST_CASE("a header claiming more than the file holds fails without allocating it", "[tar]") {
+  // Found by fuzzing (tests/fuzz/regressions/tar/size-8gib-in-1kib): the reader once sized the
+  // member from the header, an 8 GiB allocation for a 1 KiB file.
+  const std::string input = testing::read_all(std::string(LOADSCOPE_FUZZ_REGRESSIONS) + "/tar/size-8gib-in-1kib");
+  TempDir d;
+  d.write("claim.tar", input);
+  struct rusage before {}, after {};
+  getrusage(RUSAGE_SELF, &before);
+  CHECK_THROWS_WITH(read_tar((d.path / "claim.tar").string()), Catch::Contains("truncated"));
+  CHECK_THROWS_WITH(io::scan_tar((d.path / "claim.tar").string()), Catch::Contains("truncated"));
+  getrusage(RUSAGE_SELF, &after);
+  CHECK(after.ru_maxrss - before.ru_maxrss < 64 * 1024);  // KiB: far below the claimed 8 GiB
 }
