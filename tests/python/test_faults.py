@@ -174,3 +174,22 @@ def test_bad_layouts_name_the_sample_and_what_it_has(data, tmp_path):
     manifest.write_text(json.dumps({"path": str(tmp_path / "adir.jpg"), "cls": 1}) + "\n")
     with pytest.raises(ls.ReadError, match="adir.jpg': is a directory"):
         drain(loader(ls.FileList(manifest)))
+
+
+def test_pipes_and_devices_where_files_should_be_fail_instead_of_blocking(data, tmp_path):
+    fifo = tmp_path / "pipe.jpg"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    device = tmp_path / "zero.jpg"
+    device.symlink_to("/dev/zero")  # endless zeros: reading "to the end" never ends
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("".join(json.dumps({"path": p, "cls": 0}) + "\n"
+                                for p in (str(data["files"][0]), str(fifo), str(device))))
+    L = loader(ls.FileList(manifest), on_error="skip")
+    assert sum(len(b["cls"]) for b in drain(L, timeout=30)) == 1
+    reasons = {s["key"]: s["reason"] for s in L.stats()["skipped"]}
+    assert "not a regular file" in reasons[str(fifo)] and "not a regular file" in reasons[str(device)]
+    video = tmp_path / "v.jsonl"
+    video.write_text(json.dumps({"path": str(tmp_path / "pipe.mp4")}) + "\n")
+    os.mkfifo(tmp_path / "pipe.mp4")
+    with pytest.raises(ls.ReadError, match="not a regular file"):
+        drain(ls.Loader(ls.FileList(video), fields={"mp4": ls.VideoClip(32, frames=2)}, batch_size=1), timeout=30)

@@ -19,15 +19,31 @@ struct Fd {
     if (fd >= 0) ::close(fd);
   }
 };
+
+// Opens a regular file for reading. O_NONBLOCK: opening a FIFO (a named pipe where an image
+// should be) would otherwise wait for a writer forever, in a worker thread.
+int open_regular(const std::string& path, struct stat& st) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
+  Fd guard{fd};
+  if (::fstat(fd, &st) != 0) throw ReadFailure(std::string("cannot stat: ") + std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) throw ReadFailure("is a directory");
+  if (!S_ISREG(st.st_mode)) throw ReadFailure("not a regular file (a device, pipe or socket)");
+  guard.fd = -1;
+  return fd;
+}
+
 }  // namespace
+
+void check_regular_file(const std::string& path) {
+  struct stat st {};
+  Fd f{open_regular(path, st)};
+}
 
 uint64_t read_file(const std::string& path, std::string& out) {
   check_read_fault(path);
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw ReadFailure(std::string("cannot stat: ") + std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) throw ReadFailure("is a directory");
+  Fd f{open_regular(path, st)};
   out.resize(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < out.size()) {
@@ -48,8 +64,8 @@ uint64_t read_file(const std::string& path, std::string& out) {
 
 uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, std::string& out) {
   check_read_fault(path);
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
+  struct stat st {};
+  Fd f{open_regular(path, st)};
   out.resize(static_cast<size_t>(length));
   size_t done = 0;
   while (done < out.size()) {

@@ -4,6 +4,10 @@
 
 namespace loadscope::io {
 
+// Throws ReadFailure unless `path` is a regular file (what FFmpeg is about to open by path:
+// a FIFO there would block the thread forever).
+void check_regular_file(const std::string& path);
+
 // Reads a whole file into `out` (reusing its capacity). Throws ReadFailure with the OS reason.
 uint64_t read_file(const std::string& path, std::string& out);
 

@@ -486,6 +486,13 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
   const FieldSlots& out = slots_[index];
   const std::string& where = m.whole_file() ? m.path : sample.key;
   const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
+  if (m.whole_file()) {
+    try {
+      io::check_regular_file(m.path);  // before FFmpeg opens it: a FIFO would block it forever
+    } catch (const ReadFailure& e) {
+      throw SampleError(m.path, e.what(), FailureKind::kRead);
+    }
+  }
   try {
     const decode::VideoInfo& info =
         m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
