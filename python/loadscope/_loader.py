@@ -329,6 +329,13 @@ class Loader:
         pin = self._transfer.pin if self._transfer else 0
         unpin = self._transfer.unpin if self._transfer else 0
         W = self.world_size
+        global _warned_fork
+        if self.threads > 1 and not _warned_fork and _native._is_forked_during_epoch():
+            _warned_fork = True
+            log.warning("loadscope: this process was forked while an epoch was running in its parent, so its "
+                        "loaders decode on one thread (oneTBB cannot start workers after such a fork). Finish or "
+                        "close the parent's epoch before forking, e.g. make DataLoader workers before iterating "
+                        "in the main process.")
         resume, self._resume_batches = self._resume_batches, 0
         if resume and workers > 1:
             raise ConfigError("resuming mid-epoch inside DataLoader workers is not supported: resume with "
@@ -580,15 +587,22 @@ def _close_all() -> None:
         it.close()
 
 
+_warned_fork = False
+
+
 def _after_fork_in_child() -> None:
     # A forked child has copies of the parent's native runs but none of their threads;
     # stopping them would wait for threads that do not exist, so they are kept, unused.
+    live = False
     for it in list(_live):
         if it._run is not None:
+            live = True
             _orphans.append(it._run)
             it._run = None
             it._ended_because = "was started before this process was forked; start a new iteration here"
     _live.clear()
+    if live:  # oneTBB is unusable here: Note [fork during an epoch] in engine.cc
+        _native._forked_during_epoch(True)
 
 
 atexit.register(_close_all)

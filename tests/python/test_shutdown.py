@@ -117,13 +117,19 @@ def test_interpreter_exit_with_a_live_epoch_is_prompt(demo):
     assert time.time() - t0 < 30
 
 
-def test_fork_child_inherits_no_running_epoch(demo):
+@pytest.mark.parametrize("settle", [0.0, 1.0])
+def test_fork_child_inherits_no_running_epoch(demo, settle):
+    """A child forked during an epoch: the parent's epoch is unusable there, a new one works
+    (on one thread: Note [fork during an epoch]). settle=1: the parent's workers are idle at
+    the fork (prefetch full), the case that used to hang the child's new epoch."""
     loader = make(demo, threads=2)
     it = iter(loader)
     next(it)
+    time.sleep(settle)
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child: the parent's epoch is unusable here, a new one works
+    if pid == 0:
+        signal.alarm(60)  # a hang kills the child; the parent sees no result
         try:
             ok = native_threads() == 1
             try:
@@ -136,7 +142,13 @@ def test_fork_child_inherits_no_running_epoch(demo):
         finally:
             os._exit(0)
     os.close(w)
-    os.waitpid(pid, 0)
+    deadline = time.time() + 90
+    while time.time() < deadline and os.waitpid(pid, os.WNOHANG) == (0, 0):
+        time.sleep(0.1)
+    else:
+        if time.time() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     msg = os.read(r, 100).decode()
-    assert msg == "1 120"
+    assert msg == "1 120", "the child's new epoch did not finish" if not msg else msg
     assert len(next(it)["__key__"]) == 4  # the parent's epoch is unaffected

@@ -48,6 +48,17 @@ SampleNote note_from(const SampleError& e, int64_t position) {
 
 }  // namespace
 
+// Note [fork during an epoch]
+// A process forked while an epoch runs in its parent inherits oneTBB's state with workers that
+// do not exist in it: tasks enqueued there never run, and oneTBB has no way to start over. So
+// such a child (Python marks it, see _loader.py's fork hook) runs every sample on the planner
+// thread instead: one thread, but batches identical to any other thread count, and no hang.
+// A child forked while no epoch runs (TBB finalized) uses threads as usual.
+std::atomic<bool>& forked_during_epoch() {
+  static std::atomic<bool> flag{false};
+  return flag;
+}
+
 struct EpochRun::Arena {
   explicit Arena(int threads) : threads(threads), handle(tbb::attach{}), arena(threads, 0) {
     WorkerBudget::instance().add(threads);
@@ -115,7 +126,8 @@ void EpochRun::start() {
     t_->set_prefetch(options_.prefetch);
     t_->epoch_started(telemetry::now_ns());
   }
-  arena_ = std::make_unique<Arena>(options_.threads);
+  // See Note [fork during an epoch]: then there is no arena, and samples run on the planner.
+  if (!forked_during_epoch().load()) arena_ = std::make_unique<Arena>(options_.threads);
   planner_ = std::thread([this] { plan(); });
 }
 
@@ -279,7 +291,11 @@ void EpochRun::submit(std::unique_ptr<Job> job) {
     if (n == 0) ready_cv_.notify_all();
   }
   for (int i = 0; i < n; ++i) {
-    arena_->arena.enqueue([this, raw, i] { run_sample(raw, i); });
+    if (arena_) {
+      arena_->arena.enqueue([this, raw, i] { run_sample(raw, i); });
+    } else {
+      run_sample(raw, i);
+    }
   }
 }
 

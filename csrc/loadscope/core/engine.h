@@ -108,6 +108,9 @@ struct EpochStats {
   std::vector<SampleNote> warning_notes; // first kMaxNotes
 };
 
+// Set in a process forked while an epoch was running: see Note [fork during an epoch].
+std::atomic<bool>& forked_during_epoch();
+
 class EpochRun {
  public:
   static constexpr size_t kMaxNotes = 1000;

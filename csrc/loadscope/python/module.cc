@@ -468,6 +468,10 @@ PYBIND11_MODULE(_native, m) {
            }),
            py::arg("shards"), py::arg("shuffle_buffer"));
 
+  m.def("_forked_during_epoch", [](bool value) { forked_during_epoch().store(value); }, py::arg("value") = true,
+        "Marks this process as forked while an epoch ran: samples run on the planner thread.");
+  m.def("_is_forked_during_epoch", [] { return forked_during_epoch().load(); });
+
   // Test hook (tests/python/test_faults.py): [(path substring, "eio"|"short"|"vanished", times)].
   m.def(
       "_set_read_faults",
