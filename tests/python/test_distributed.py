@@ -313,6 +313,14 @@ def test_bad_indexes_and_gzip_shards_fail_clearly(layouts, tmp_path):
     Path(str(shard) + ".idx").write_text("loadscope-tar-index 1\ntar_bytes 5\n")
     with pytest.raises(ls.ConfigError, match="s.tar.idx line 3: expected 'fingerprint HEX'"):
         ls.Loader(ls.WebDataset([str(shard)]), fields={"cls": ls.Int()}, batch_size=4)
+    good = Path(str(shard) + ".idx")
+    shards.index([str(shard)], force=True)
+    head = good.read_text().splitlines()[:3]
+    for body, words in ((["samples 1000000000000000", "a\tjpg\t0\t10"], "says 1000000000000000 samples, holds 1"),
+                        (["samples 1", "a\tjpg\t200\t18446744073709551516"], "lies past the end")):
+        good.write_text("\n".join(head + body) + "\n")
+        with pytest.raises(ls.ConfigError, match=words):  # found by review: an allocation failure, an overflow
+            ls.Loader(ls.WebDataset([str(shard)]), fields={"cls": ls.Int()}, batch_size=4)
     gz = tmp_path / "g.tar.gz"
     import gzip
     gz.write_bytes(gzip.compress(Path(layouts["tars"][0]).read_bytes()))

@@ -193,3 +193,13 @@ def test_pipes_and_devices_where_files_should_be_fail_instead_of_blocking(data, 
     os.mkfifo(tmp_path / "pipe.mp4")
     with pytest.raises(ls.ReadError, match="not a regular file"):
         drain(ls.Loader(ls.FileList(video), fields={"mp4": ls.VideoClip(32, frames=2)}, batch_size=1), timeout=30)
+
+
+def test_a_huge_file_is_refused_before_it_is_read(data, tmp_path):
+    sparse = tmp_path / "huge.jpg"
+    with open(sparse, "wb") as f:
+        f.truncate(3 << 30)  # 3 GiB of nothing (sparse): reading it whole took 3.3 GB and 12 s
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"path": str(sparse), "cls": 0}) + "\n")
+    with pytest.raises(ls.ReadError, match="over the 1 GiB a sample member may have"):  # checked before reading
+        drain(loader(ls.FileList(manifest)), timeout=30)

@@ -35,6 +35,14 @@ int open_regular(const std::string& path, struct stat& st) {
 
 }  // namespace
 
+void check_member_size(uint64_t bytes) {
+  if (bytes > kMaxMemberBytes) {
+    throw ReadFailure(std::to_string(bytes) + " bytes: over the " + std::to_string(kMaxMemberBytes >> 30) +
+                      " GiB a sample member may have (each is read whole into memory; videos named by path "
+                      "are read by FFmpeg as needed instead)");
+  }
+}
+
 void check_regular_file(const std::string& path) {
   struct stat st {};
   Fd f{open_regular(path, st)};
@@ -44,6 +52,7 @@ uint64_t read_file(const std::string& path, std::string& out) {
   check_read_fault(path);
   struct stat st {};
   Fd f{open_regular(path, st)};
+  check_member_size(static_cast<uint64_t>(st.st_size));
   out.resize(static_cast<size_t>(st.st_size));
   size_t done = 0;
   while (done < out.size()) {
@@ -64,6 +73,7 @@ uint64_t read_file(const std::string& path, std::string& out) {
 
 uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, std::string& out) {
   check_read_fault(path);
+  check_member_size(length);
   struct stat st {};
   Fd f{open_regular(path, st)};
   out.resize(static_cast<size_t>(length));

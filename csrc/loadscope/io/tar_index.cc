@@ -122,10 +122,9 @@ void write_index(const ShardIndex& index, const std::string& idx_path) {
   }
 }
 
-ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) {
-  std::ifstream in(idx_path, std::ios::binary);
-  if (!in) throw ReadFailure(idx_path + ": cannot open: " + std::strerror(errno));
-  // Malformed content is a bad data layout (ConfigError); failing I/O stays a ReadFailure.
+ShardIndex parse_index(const std::string& text, const std::string& idx_path, const std::string& tar_path) {
+  std::istringstream in(text);
+  // Malformed content is a bad data layout (ConfigError) naming the file and line.
   auto bad = [&](size_t line, const std::string& why) {
     return ConfigError(idx_path + " line " + std::to_string(line) + ": " + why);
   };
@@ -148,21 +147,11 @@ ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) 
   if (!std::getline(in, line) || line.rfind("samples ", 0) != 0 || !parse_u64(line.substr(8), count)) {
     throw bad(4, "expected 'samples N'");
   }
-  const uint64_t actual = file_size(tar_path);
-  uint32_t fingerprint = 0;
-  try {
-    fingerprint = shard_fingerprint(tar_path);
-  } catch (const ReadFailure& e) {
-    throw ReadFailure(tar_path + ": " + e.what());
-  }
-  if (actual != index.tar_bytes || fingerprint != index.fingerprint) {
-    throw ConfigError(idx_path + " is stale: " + tar_path + " changed after it was indexed (" +
-                      (actual != index.tar_bytes ? "size " + std::to_string(index.tar_bytes) + " then, " + std::to_string(actual) + " now"
-                                                 : "same size, other contents") +
-                      "); re-run `loadscope index`");
-  }
-  index.samples.reserve(static_cast<size_t>(count));
+  // `count` is checked at the end; reserving for it up front would trust the file (a damaged
+  // count of 10^15 was an allocation failure): at most one sample per 4 bytes of index.
+  index.samples.reserve(static_cast<size_t>(std::min<uint64_t>(count, text.size() / 4 + 1)));
   size_t lineno = 4;
+  const uint64_t total = index.tar_bytes;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.empty()) continue;
@@ -175,19 +164,46 @@ ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) 
       start = tab + 1;
     }
     if (cols.size() < 4 || (cols.size() - 1) % 3 != 0) throw bad(lineno, "expected key, then member, offset, size triples");
-    IndexedSample s;
-    s.key = cols[0];
+    IndexedSample smp;
+    smp.key = cols[0];
     for (size_t i = 1; i < cols.size(); i += 3) {
       IndexedMember m;
       m.name = cols[i];
       if (!parse_u64(cols[i + 1], m.offset) || !parse_u64(cols[i + 2], m.size)) throw bad(lineno, "bad offset or size");
-      if (m.offset + m.size > actual) throw bad(lineno, "member '" + m.name + "' lies past the end of " + tar_path);
-      s.members.push_back(std::move(m));
+      if (m.size > total || m.offset > total - m.size) {  // no overflow for sizes near 2^64
+        throw bad(lineno, "member '" + m.name + "' lies past the end of " + tar_path);
+      }
+      smp.members.push_back(std::move(m));
     }
-    index.samples.push_back(std::move(s));
+    index.samples.push_back(std::move(smp));
   }
   if (index.samples.size() != count) {
     throw bad(lineno, "says " + std::to_string(count) + " samples, holds " + std::to_string(index.samples.size()) + " (truncated?)");
+  }
+  return index;
+}
+
+ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) {
+  std::string text;
+  try {
+    read_file(idx_path, text);
+  } catch (const ReadFailure& e) {
+    throw ReadFailure(idx_path + ": " + e.what());
+  }
+  ShardIndex index = parse_index(text, idx_path, tar_path);
+  uint64_t actual = 0;
+  uint32_t fingerprint = 0;
+  try {
+    actual = file_size(tar_path);
+    fingerprint = shard_fingerprint(tar_path);
+  } catch (const ReadFailure& e) {
+    throw ReadFailure(tar_path + ": " + e.what());
+  }
+  if (actual != index.tar_bytes || fingerprint != index.fingerprint) {
+    throw ConfigError(idx_path + " is stale: " + tar_path + " changed after it was indexed (" +
+                      (actual != index.tar_bytes ? "size " + std::to_string(index.tar_bytes) + " then, " + std::to_string(actual) + " now"
+                                                 : "same size, other contents") +
+                      "); re-run `loadscope index`");
   }
   return index;
 }

@@ -54,6 +54,10 @@ ShardIndex index_shard(const std::string& tar_path);
 // Writes `index` to `idx_path` atomically (a temporary file renamed into place).
 void write_index(const ShardIndex& index, const std::string& idx_path);
 
+// Parses an index's text (member ranges checked against its own tar_bytes). Throws
+// ConfigError naming `idx_path` and the line. The part of read_index that the fuzzer reaches.
+ShardIndex parse_index(const std::string& text, const std::string& idx_path, const std::string& tar_path);
+
 // Reads an index and checks it against its shard's current size and fingerprint. Throws
 // ConfigError for a malformed, unknown-version or stale index, ReadFailure when reading fails.
 ShardIndex read_index(const std::string& idx_path, const std::string& tar_path);
