@@ -76,8 +76,9 @@ def test_a_new_epoch_ends_the_old_one(demo):
 
 
 def test_ctrl_c_interrupts_a_waiting_next(demo, real):
-    """SIGINT while __next__ waits in C++ raises KeyboardInterrupt within a wait slice."""
-    slow = [str(p) for p in sorted((demo / "folder").rglob("*.jpg"))]
+    """SIGINT while __next__ waits in C++ raises KeyboardInterrupt within a wait slice, and the
+    epoch's threads are gone after it."""
+    before = native_threads()
     big = real / "exif-orientation-examples/Landscape_1.jpg"  # ~7 ms each: the wait is long
     import json
 
@@ -94,6 +95,10 @@ def test_ctrl_c_interrupts_a_waiting_next(demo, real):
         with pytest.raises(KeyboardInterrupt):
             next(iter(loader))
         assert time.time() - t0 < 1.5
+        deadline = time.time() + 5
+        while native_threads() > before and time.time() < deadline:
+            time.sleep(0.05)
+        assert native_threads() <= before
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
