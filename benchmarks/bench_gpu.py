@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 # Per lane and direction, after line coding (PCIe 3.0+ use 128b/130b): GB/s.
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
@@ -115,14 +115,6 @@ def probe(path: str) -> Dict[str, Any]:
     return res
 
 
-def _raw(exp_dir: str) -> List[Dict[str, Any]]:
-    p = os.path.join(exp_dir, "raw.jsonl")
-    if not os.path.exists(p):
-        return []
-    with open(p) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def _med(v: Dict[str, Any], digits: int = 0, pct: bool = False) -> str:
     if not v or v.get("median") is None:
         return "—"
@@ -132,6 +124,8 @@ def _med(v: Dict[str, Any], digits: int = 0, pct: bool = False) -> str:
 
 
 def summary(root: str) -> str:
+    from loadscope.bench.report import _load_raw  # the harness's reader of raw.jsonl
+
     lines = [f"## GPU check ({root})", ""]
     for name in ("decode", "pin_memory"):
         d = os.path.join(root, name)
@@ -159,7 +153,7 @@ def summary(root: str) -> str:
             extra = (f" (mean |diff| {c['mean_abs_diff']:.2f}, max {c['max_abs_diff']:.0f})"
                      if "mean_abs_diff" in c else "")
             lines.append(f"- correctness {a}: {'ok' if c.get('ok') else 'FAILED'}: {c.get('detail')}{extra}")
-        bw = [r["telemetry"]["transfer"] for r in _raw(d)
+        bw = [r["telemetry"]["transfer"] for r in _load_raw(d)
               if isinstance(r.get("telemetry"), dict) and (r["telemetry"].get("transfer") or {}).get("enabled")]
         if bw:
             g = sorted(t["bandwidth_gbps"] for t in bw)

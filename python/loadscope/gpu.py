@@ -37,7 +37,7 @@ from ._errors import ConfigError, DecodeError
 CROPS = ("random_resized", "center", "resize")
 
 
-def crop_params(crop: str, size: int, seed: int, flip: float, height: int, width: int, epoch: int,
+def crop_params(crop: str, seed: int, flip: float, height: int, width: int, epoch: int,
                 position: int) -> Tuple[int, int, int, int, bool]:
     """(top, left, height, width, flip) of a sample's crop in the source image. random_resized:
     torchvision's RandomResizedCrop.get_params drawn from a generator seeded by (seed, epoch,
@@ -107,7 +107,7 @@ class JpegDecoder:
         out = torch.empty((len(blobs), 3, self.size, self.size), dtype=torch.uint8, device=self.device)
         for i, (img, pos) in enumerate(zip(images, positions)):
             h, w = int(img.shape[1]), int(img.shape[2])
-            top, left, ch, cw, flipped = crop_params(self.crop, self.size, self.seed, self.flip, h, w, epoch, pos)
+            top, left, ch, cw, flipped = crop_params(self.crop, self.seed, self.flip, h, w, epoch, pos)
             x = img[:, top:top + ch, left:left + cw].unsqueeze(0).float()
             if self.crop == "center":  # torchvision: Resize(shorter side) then CenterCrop
                 rh, rw = (self.size, max(self.size, int(self.size * w / h))) if h <= w else \

@@ -293,7 +293,7 @@ def test_seeded_crops_flip_independently_of_the_crop():
 
     flipped, kept = [], []
     for i in range(4000):
-        _, _, h, w, f = crop_params("random_resized", 224, 0, 0.5, 400, 400, 0, i)
+        _, _, h, w, f = crop_params("random_resized", 0, 0.5, 400, 400, 0, i)
         (flipped if f else kept).append(h * w / 160000)
     assert abs(len(flipped) - 2000) < 150  # flip probability 0.5
     assert abs(sum(flipped) / len(flipped) - sum(kept) / len(kept)) < 0.03

@@ -113,7 +113,7 @@ def test_gpu_random_crops_are_torchvisions_seeded_crops(demo):
     flips = 0
     for i, blob in enumerate(blobs):
         im = Image.open(io.BytesIO(blob)).convert("RGB")
-        top, left, h, w, flip = crop_params("random_resized", 64, 7, 0.5, im.height, im.width, 3, i)
+        top, left, h, w, flip = crop_params("random_resized", 7, 0.5, im.height, im.width, 3, i)
         flips += flip
         ref = TF.resized_crop(im, top, left, h, w, [64, 64])
         ref = TF.pil_to_tensor(TF.hflip(ref) if flip else ref).float()

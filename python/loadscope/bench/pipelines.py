@@ -122,7 +122,7 @@ class _TorchImages(torch.utils.data.Dataset):
         with Image.open(self.paths[i]) as im:
             im = im.convert("RGB")
         c = self.c
-        top, left, h, w, flip = crop_params(c["crop"], c["size"], c["seed"], c["flip"], im.height, im.width, epoch, i)
+        top, left, h, w, flip = crop_params(c["crop"], c["seed"], c["flip"], im.height, im.width, epoch, i)
         size = self.c["size"]
         if self.c["crop"] == "center":  # Resize(shorter side) + CenterCrop, as torchvision
             im = TF.center_crop(TF.resize(im, size), size)
