@@ -482,6 +482,7 @@ class ProcessTreeSampler:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._seen: Dict[int, Dict[str, Any]] = {}  # pid -> last sample
+        self._peaks: Dict[int, Dict[str, Any]] = {}  # pid -> largest RSS and PSS seen
         self.latest: Dict[str, Any] = {"processes": [], "total": {}, "workers": 0}
         self.peak_total_pss = 0
         # (monotonic s, total PSS, total RSS, total CPU s) per sample, for plots over time;
@@ -522,6 +523,10 @@ class ProcessTreeSampler:
                 if pid not in alive and old["alive"]:
                     old.update(alive=False, rss=0, pss=0)  # exited: memory gone, CPU stays
             self._seen.update(alive)
+            for p in ([main] if main else []) + list(alive.values()):
+                peak = self._peaks.setdefault(p["pid"], {"role": p["role"], "pid": p["pid"], "rss_peak": 0, "pss_peak": 0})
+                peak.update(rss_peak=max(peak["rss_peak"], p["rss"]), pss_peak=max(peak["pss_peak"], p["pss"]),
+                            cpu_seconds=p["cpu_seconds"])
             workers = list(self._seen.values())
             procs_out = ([main] if main else []) + workers
             total = {k: sum(p[k] for p in procs_out) for k in ("rss", "pss", "cpu_seconds")}
@@ -532,6 +537,12 @@ class ProcessTreeSampler:
                 self.history.append((time.monotonic(), total["pss"], total["rss"], total["cpu_seconds"]))
             self.latest = {"processes": [dict(p) for p in procs_out], "total": total,
                            "workers": sum(p["alive"] for p in workers)}
+
+    def peaks(self) -> List[Dict[str, Any]]:
+        """Every process seen (main first, then workers in order of appearance): its largest RSS
+        and PSS (bytes) and its last CPU seconds."""
+        with self._lock:
+            return [dict(p) for p in self._peaks.values()]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -571,7 +582,9 @@ class Watched:
 
         if not isinstance(self._iterable, torch.utils.data.DataLoader):
             return None
-        workers = getattr(self._iterator, "_workers", None) or []
+        # A persistent DataLoader keeps its iterator (and workers) between epochs.
+        it = self._iterator or getattr(self._iterable, "_iterator", None)
+        workers = getattr(it, "_workers", None) or []
         return [w.pid for w in workers if getattr(w, "pid", None)]
 
     def __iter__(self) -> Iterator[Any]:
@@ -596,6 +609,9 @@ class Watched:
                 yield batch
         finally:
             self._sampler.sample()  # last figures of this epoch's workers
+            # Let go of the iterator: an epoch abandoned with a break then shuts its (non-
+            # persistent) workers down now, not when the next epoch starts new ones beside them.
+            self._iterator = None
 
     def telemetry(self, *, sample: bool = False) -> Dict[str, Any]:
         """The latest figures (no sampling here: cheap to call every step). sample=True takes a

@@ -119,7 +119,7 @@ def test_compare_checks_finds_order_pixel_and_sample_differences(tmp_path):
     assert not r["ok"] and "order differs at position 0" in r["detail"]
     assert runner.compare_checks("same-samples", base, swapped, 0)["ok"]  # order may differ there
     r = runner.compare_checks("identical", base, {"ids": ["a", "b", "c"], "checksums": ["1", "X", "3"]}, 0)
-    assert not r["ok"] and "1 of 3 samples differ in pixels, first ['b']" in r["detail"]
+    assert not r["ok"] and "1 of 3 samples differ in their tensors, first ['b']" in r["detail"]
     r = runner.compare_checks("same-samples", base, {"ids": ["a", "b", "d"], "checksums": ["1", "2", "3"]}, 0)
     assert not r["ok"] and "missing ['c'], extra ['d']" in r["detail"]
     x = torch.full((3, 3, 4, 4), 100, dtype=torch.uint8)
@@ -137,7 +137,7 @@ def test_compare_checks_finds_order_pixel_and_sample_differences(tmp_path):
 def test_a_correctness_mismatch_fails_the_experiment_loudly(demo, tmp_path):
     # seed changes every crop; declaring that the arms must be identical is a lie the check catches
     exp = from_dict(declared(demo, factor={"name": "seed", "values": [0, 1]}, correctness={"mode": "identical"}))
-    with pytest.raises(bench.ExperimentFailed, match=r"correctness check failed: seed=1: \d+ of 32 samples differ in pixels"):
+    with pytest.raises(bench.ExperimentFailed, match=r"correctness check failed: seed=1: \d+ of 32 samples differ in their tensors"):
         bench.run(exp, str(tmp_path / "out"), quiet=True)
     text = (tmp_path / "out" / "report.md").read_text()
     assert "**FAIL**" in text and "seed=1: invalid" in text

@@ -183,7 +183,7 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
     return info
 
 
-def record(data_root: str, layout_files: List[str], training_repo: Optional[str] = None,
+def record(data_root: Optional[str], layout_files: List[str], training_repo: Optional[str] = None,
            stage_dir: Optional[str] = None) -> Dict[str, Any]:
     import PIL
     import torchvision
@@ -201,8 +201,9 @@ def record(data_root: str, layout_files: List[str], training_repo: Optional[str]
                      **_native.library_versions()},
         "cpu": cpu(),
         "gpu": gpus(),
-        "storage": storage(data_root),
+        # A user pipeline's data is known only when its experiment declares [dataset] path.
+        "storage": storage(data_root) if data_root else None,
         "staging_storage": storage(stage_dir) if stage_dir else None,  # where staging arms copy to
-        "dataset": dataset(data_root, layout_files),
+        "dataset": dataset(data_root, layout_files) if data_root else None,
         "torch_threads": torch.get_num_threads(),
     }

@@ -2,7 +2,12 @@
 factor and its values (the arms), the dataset, the step definition, the run plan and the
 rollout/rollback criteria. Everything is validated before anything runs: unknown keys, wrong
 types and values, and arms that differ in more than the declared factor are refused with a
-message that lists what is allowed. See docs/ab-testing.md."""
+message that lists what is allowed. See docs/ab-testing.md.
+
+Two kinds of pipeline: the built-in ones (`loader = "torch" | "loadscope"` over a dataset
+folder, every setting in PIPELINE), and the user's own (`factory = "pkg.module:function"`):
+then every other [pipeline] key is a keyword argument of that function, and any of them, or
+the factory itself, may be the factor (see user.py and docs/ab-testing.md)."""
 
 from __future__ import annotations
 
@@ -55,13 +60,22 @@ METRICS: Dict[str, Tuple[str, bool, str]] = {
     "peak_pss": ("MiB", False, "largest PSS summed over the run's processes (workers included)"),
     "cpu_per_sample": ("ms", False, "CPU time of all the run's processes per sample, pipeline phase"),
     "staging_seconds": ("s", False, "copying the dataset to local disk before loading"),
-    "step_ms": ("ms", False, "GPU time of one synthetic training step (compute='matmul'), CUDA events, mean"),
+    "step_time_p50": ("ms", False, "one training step on the host clock (the call, with any waiting it does), median"),
+    "step_time_p99": ("ms", False, "one training step on the host clock, 99th percentile"),
+    "step_ms": ("ms", False, "GPU time of one training step (compute='matmul', or your step on a GPU), CUDA events, mean"),
     "gpu_idle_share": ("fraction", False, "share of the e2e phase in which the GPU ran no training step "
                                           "(waiting for input, copying, or decoding it)"),
 }
 
-STEP = {"compute": (("none", "sleep", "model", "matmul"), "none"), "compute_ms": ("float>=0", 0.0),
-        "grad_accum": ("int>=1", 1), "matmuls": ("int>=1", 4)}
+STEP = {"compute": (("none", "sleep", "model", "matmul", "user"), "none"), "compute_ms": ("float>=0", 0.0),
+        "grad_accum": ("int>=1", 1), "matmuls": ("int>=1", 4),
+        "setup": ("str", ""), "function": ("str", "")}  # the user's step: compute = "user"
+
+# A user pipeline's [pipeline] keys that the harness reads itself; every other key is passed to
+# the factory. sample_ids and batch_size_of say how to read an arm's batches, so [[arms]] may
+# set them beside the factor (they change no data).
+USER_PIPELINE = {"factory": "str", "sample_ids": "str", "batch_size_of": "str", "world_size": "int>=1"}
+USER_READING = ("sample_ids", "batch_size_of")
 RUN = {"warmup_samples": ("int>=0", 256), "samples": ("int>=1", 1024), "repetitions": ("int>=1", 5),
        "order": (("interleaved", "blocked"), "interleaved"), "warmup_round": ((False, True), True),
        "check_samples": ("int>=0", 32), "trace_batches": ("int>=0", 8), "timeout_s": ("float>0", 900.0)}
@@ -70,9 +84,11 @@ DATASET = {"path": ("str", "data/demo"), "generate": ((False, True), True), "ima
 CRITERIA = {"metric": (tuple(METRICS), "throughput"), "min_gain": ("float", 0.05), "confidence": ("float(0,1)", 0.95),
             "max_regression": ("dict", {"peak_pss": 0.10, "latency_p99": 0.10}),
             "max_break_even_epochs": ("float>0", 10.0)}
-CORRECTNESS = {"mode": (CORRECTNESS_MODES, "auto"), "tolerance": ("float>=0", 1.0)}
+CORRECTNESS = {"mode": (CORRECTNESS_MODES, "auto"), "tolerance": ("float>=0", 1.0),
+               "overrides": ("dict", {})}  # user pipelines: factory arguments for the check pass only
 TOP = ("name", "description", "dataset", "pipeline", "factor", "arms", "step", "run", "criteria", "correctness",
-       "training_repo")
+       "training_repo", "gate", "requires")
+REQUIRES = ("cuda",)
 
 
 def _check(section: str, key: str, value: Any, rule: Any) -> Any:
@@ -138,17 +154,35 @@ class Experiment:
     training_repo: Optional[str] = None
     source: Optional[str] = None  # the TOML file, when loaded from one
     raw: Dict[str, Any] = field(default_factory=dict)
+    user: bool = False            # the pipeline is the user's factory, not a built-in one
+    gate: bool = False            # the pytest plugin fails the item on roll back or invalid
+    requires: List[str] = field(default_factory=list)
 
     @property
     def correctness_mode(self) -> str:
         mode = self.correctness["mode"]
-        return AUTO_CORRECTNESS[self.factor] if mode == "auto" else mode
+        if mode != "auto":
+            return mode
+        if self.user:  # what a user's factor does to the data is unknown; the swap may decode differently
+            return {"factory": "tolerance", "world_size": "same-samples"}.get(self.factor, "identical")
+        return AUTO_CORRECTNESS[self.factor]
 
-    def global_batch(self, config: Dict[str, Any]) -> int:
+    def global_batch(self, config: Dict[str, Any]) -> Optional[int]:
+        """Samples per optimizer step; None for a user pipeline (its batch size is observed)."""
+        if self.user:
+            return None
         return config["batch_size"] * config["world_size"] * self.step["grad_accum"]
+
+    def factory_kwargs(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        """The keyword arguments a user pipeline's factory is called with."""
+        return {k: v for k, v in config.items() if k not in USER_PIPELINE}
 
     def needs_cuda(self) -> List[str]:
         """Arms that cannot run without CUDA, with why."""
+        if "cuda" in self.requires:
+            return ["the experiment declares requires = ['cuda']"]
+        if self.user:
+            return ["the step runs matmuls on a GPU"] if self.step["compute"] == "matmul" else []
         return [f"arm {a.name} {why}" for a in self.arms for why in
                 (["copies pinned batches to a GPU"] if a.config["pin_memory"] else [])
                 + (["decodes JPEGs on a GPU"] if a.config["decode"] == "gpu" else [])
@@ -162,33 +196,89 @@ class Experiment:
 
 
 def _arm_name(factor: str, value: Any, seen: Dict[str, int]) -> str:
+    if factor == "factory":  # "factory=make_loader", not the whole import path
+        value = str(value).rsplit(":", 1)[-1]
     name = f"{factor}={str(value).lower() if isinstance(value, bool) else value}"
     seen[name] = seen.get(name, 0) + 1
     return name if seen[name] == 1 else f"{name} ({chr(ord('A') + seen[name] - 1)})"
 
 
-def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
-    unknown = sorted(set(raw) - set(TOP))
-    if unknown:
-        raise ConfigError(f"experiment: unknown key(s) {', '.join(unknown)}; allowed are {', '.join(TOP)}")
-    name = raw.get("name")
-    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
-        raise ConfigError(f"experiment: name = {name!r}: a non-empty name of letters, digits, '-', '_', '.'")
-    baseline = _section(raw, "pipeline", PIPELINE)
-    factor_t = raw.get("factor")
-    if not isinstance(factor_t, dict) or "name" not in factor_t:
-        raise ConfigError("experiment: [factor] with name = one of " + ", ".join(PIPELINE) + " is required")
-    unknown = sorted(set(factor_t) - {"name", "values"})
-    if unknown:
-        raise ConfigError(f"[factor]: unknown key(s) {', '.join(unknown)}; allowed are name, values")
-    factor = factor_t["name"]
-    if factor not in PIPELINE:
-        raise ConfigError(f"[factor] name = {factor!r}: allowed are {', '.join(PIPELINE)}")
+def _is_user(raw: Dict[str, Any]) -> bool:
+    """A user pipeline: [pipeline] names a factory, or the factor is the factory itself."""
+    pipe = raw.get("pipeline") or {}
+    factor = raw.get("factor") or {}
+    return (isinstance(pipe, dict) and "factory" in pipe) or (isinstance(factor, dict) and factor.get("name") == "factory")
 
+
+def _user_baseline(raw: Dict[str, Any]) -> Dict[str, Any]:
+    """A user pipeline's [pipeline]: the harness's own keys checked, the rest passed through."""
+    given = raw.get("pipeline", {})
+    if not isinstance(given, dict):
+        raise ConfigError("[pipeline] must be a table")
+    out: Dict[str, Any] = {"world_size": 1}
+    for k, v in given.items():
+        if not isinstance(k, str) or not k.isidentifier():
+            raise ConfigError(f"[pipeline] {k!r}: keys are the factory's keyword arguments (Python identifiers)")
+        out[k] = _check("pipeline", k, v, USER_PIPELINE[k]) if k in USER_PIPELINE else copy.deepcopy(v)
+    return out
+
+
+def _user_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> List[Arm]:
+    if factor in USER_READING or not isinstance(factor, str) or not factor.isidentifier():
+        raise ConfigError(f"[factor] name = {factor!r}: a keyword argument of the factory, 'factory' (the swap) or "
+                          f"'world_size'; {', '.join(USER_READING)} say how to read batches and are not factors")
+    rule = USER_PIPELINE.get(factor)
+    check = (lambda where, v: _check(where, factor, v, rule)) if rule else (lambda where, v: v)  # noqa: E731
     seen: Dict[str, int] = {}
     arms: List[Arm] = []
-    if "values" in factor_t and "arms" in raw:
-        raise ConfigError("experiment: give the arms either as [factor] values or as [[arms]] tables, not both")
+    factor_t = raw["factor"]
+    if "values" in factor_t:
+        values = factor_t["values"]
+        if not isinstance(values, list) or len(values) < 2:
+            raise ConfigError(f"[factor] values = {values!r}: a list of two or more values (the first is the baseline)")
+        if factor in raw.get("pipeline", {}) and raw["pipeline"][factor] != values[0]:
+            raise ConfigError(f"[pipeline] {factor} = {raw['pipeline'][factor]!r} but the factor's first value (the "
+                              f"baseline) is {values[0]!r}: leave {factor} out of [pipeline]")
+        for v in values:
+            arms.append(Arm(_arm_name(factor, v, seen), dict(baseline, **{factor: check("factor", v)})))
+    else:
+        tables = raw["arms"]
+        if not isinstance(tables, list) or len(tables) < 2 or not all(isinstance(t, dict) for t in tables):
+            raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
+        if factor in raw.get("pipeline", {}):
+            raise ConfigError(f"[pipeline] sets {factor}, the factor: give each arm's value in [[arms]] instead")
+        for i, t in enumerate(tables):
+            extra = sorted(set(t) - {"name", factor, *USER_READING})
+            if extra:
+                raise ConfigError(f"[[arms]] #{i + 1} ({t.get('name', 'unnamed')}) sets {', '.join(extra)}: the arms may "
+                                  f"differ only in the declared factor '{factor}' (and in {' and '.join(USER_READING)}, "
+                                  "which say how to read their batches)")
+            cfg = dict(baseline)
+            for k in USER_READING:
+                if k in t:
+                    cfg[k] = _check("arms", k, t[k], "str")
+            if factor in t:
+                cfg[factor] = check("arms", t[factor])
+            elif factor not in baseline:
+                raise ConfigError(f"[[arms]] #{i + 1} ({t.get('name', 'unnamed')}) gives no {factor}")
+            nm = t.get("name") or _arm_name(factor, cfg[factor], seen)
+            if not isinstance(nm, str):
+                raise ConfigError(f"[[arms]] #{i + 1}: name must be a string")
+            arms.append(Arm(nm, cfg))
+    for a in arms:
+        if not a.config.get("factory"):
+            raise ConfigError(f"arm {a.name}: no factory: [pipeline] factory = 'package.module:function' "
+                              "(or the factor 'factory' with a value per arm)")
+    return arms
+
+
+def _builtin_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> List[Arm]:
+    if factor not in PIPELINE:
+        raise ConfigError(f"[factor] name = {factor!r}: allowed are {', '.join(PIPELINE)} (or a keyword argument of "
+                          "your own pipeline's factory: [pipeline] factory = 'package.module:function')")
+    factor_t = raw["factor"]
+    seen: Dict[str, int] = {}
+    arms: List[Arm] = []
     if "values" in factor_t:
         values = factor_t["values"]
         if not isinstance(values, list) or len(values) < 2:
@@ -199,7 +289,7 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         for v in values:
             cfg = dict(baseline, **{factor: _check("factor", factor, v, PIPELINE[factor][0])})
             arms.append(Arm(_arm_name(factor, v, seen), cfg))
-    elif "arms" in raw:
+    else:
         tables = raw["arms"]
         if not isinstance(tables, list) or len(tables) < 2 or not all(isinstance(t, dict) for t in tables):
             raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
@@ -219,16 +309,63 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
             if not isinstance(nm, str):
                 raise ConfigError(f"[[arms]] #{i + 1}: name must be a string")
             arms.append(Arm(nm, cfg))
-    else:
+    return arms
+
+
+def _resolve_path(path: str, base: Optional[str]) -> str:
+    return os.path.abspath(path if os.path.isabs(path) or not base else os.path.join(base, path))
+
+
+def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
+    """Validates `raw` into an Experiment. A relative `training_repo` is relative to the file's
+    folder (`source`), else to the current directory; it is stored absolute (in `raw` too, so
+    the experiment.effective.json a run writes reruns from anywhere)."""
+    unknown = sorted(set(raw) - set(TOP))
+    if unknown:
+        raise ConfigError(f"experiment: unknown key(s) {', '.join(unknown)}; allowed are {', '.join(TOP)}")
+    raw = copy.deepcopy(raw)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"experiment: name = {name!r}: a non-empty name of letters, digits, '-', '_', '.'")
+    user = _is_user(raw)
+    factor_t = raw.get("factor")
+    if not isinstance(factor_t, dict) or "name" not in factor_t:
+        raise ConfigError("experiment: [factor] with name = one of " + ", ".join(PIPELINE)
+                          + " (or a keyword argument of your pipeline's factory) is required")
+    unknown = sorted(set(factor_t) - {"name", "values"})
+    if unknown:
+        raise ConfigError(f"[factor]: unknown key(s) {', '.join(unknown)}; allowed are name, values")
+    factor = factor_t["name"]
+    if "values" in factor_t and "arms" in raw:
+        raise ConfigError("experiment: give the arms either as [factor] values or as [[arms]] tables, not both")
+    if "values" not in factor_t and "arms" not in raw:
         raise ConfigError("experiment: [factor] values = [...] (or [[arms]] tables) are required")
+    if user:
+        baseline = _user_baseline(raw)
+        arms = _user_arms(raw, baseline, factor)
+    else:
+        baseline = _section(raw, "pipeline", PIPELINE)
+        arms = _builtin_arms(raw, baseline, factor)
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise ConfigError(f"experiment: arm names must differ, got {names}")
 
     step = _section(raw, "step", STEP)
+    given_step = raw.get("step") or {}
+    if step["function"] and "compute" not in given_step:
+        step["compute"] = "user"
+    if step["compute"] == "user" and not step["function"]:
+        raise ConfigError("[step] compute = 'user' needs function = 'package.module:function' (one training step on a batch)")
+    if step["function"] and step["compute"] != "user":
+        raise ConfigError(f"[step] function is your own step; it cannot be combined with compute = {step['compute']!r}")
+    if step["setup"] and not step["function"]:
+        raise ConfigError("[step] setup builds the state of your step function: give function = 'package.module:step' too")
+    if user and step["compute"] == "model":
+        raise ConfigError("[step] compute = 'model' feeds a built-in pipeline's (images, labels) to a small CNN; with "
+                          "your own pipeline use your own step: [step] function = 'package.module:step'")
     if step["compute"] == "sleep" and step["compute_ms"] <= 0:
         raise ConfigError("[step] compute = 'sleep' needs compute_ms > 0")
-    if "matmuls" in (raw.get("step") or {}) and step["compute"] != "matmul":
+    if "matmuls" in given_step and step["compute"] != "matmul":
         raise ConfigError("[step] matmuls applies to compute = 'matmul' only")
     run = _section(raw, "run", RUN)
     criteria = _section(raw, "criteria", CRITERIA)
@@ -237,22 +374,50 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
             raise ConfigError(f"[criteria.max_regression] {k}: allowed are {', '.join(METRICS)}")
         _check("criteria.max_regression", k, v, "float>=0")
     for m in [criteria["metric"], *criteria["max_regression"]]:
-        if m in ("e2e_throughput", "data_wait_share") and step["compute"] == "none":
+        if m in ("e2e_throughput", "data_wait_share", "step_time_p50", "step_time_p99") and step["compute"] == "none":
             raise ConfigError(f"[criteria] {m} is measured with a training step: it needs a [step] compute "
                               "other than 'none'")
-        if m in ("step_ms", "gpu_idle_share") and step["compute"] != "matmul":
-            raise ConfigError(f"[criteria] {m} is measured on the GPU's synthetic step: it needs [step] compute = 'matmul'")
+        if m in ("step_ms", "gpu_idle_share") and step["compute"] not in ("matmul", "user"):
+            raise ConfigError(f"[criteria] {m} is measured on the GPU's synthetic step: it needs [step] compute = 'matmul'"
+                              " (or your own step on a GPU)")
     if criteria["metric"] == "staging_seconds":
         raise ConfigError("[criteria] metric = 'staging_seconds': only staging arms have it; staging is judged by "
                           "max_break_even_epochs (allowed metrics: " + ", ".join(m for m in METRICS if m != "staging_seconds") + ")")
     correctness = _section(raw, "correctness", CORRECTNESS)
-    dataset = _section(raw, "dataset", DATASET)
-    for a in arms:
-        _check_arm(a)
+    if correctness["overrides"] and not user:
+        raise ConfigError("[correctness] overrides are factory arguments for the check pass of your own pipeline; the "
+                          "built-in pipelines check under a fixed center crop by themselves")
+    for k in correctness["overrides"]:
+        if k in USER_PIPELINE:
+            raise ConfigError(f"[correctness] overrides: {k} is the harness's, not a factory argument")
+    base_dir = os.path.dirname(source) if source else None
     repo = raw.get("training_repo")
-    if repo is not None and (not isinstance(repo, str) or not os.path.isdir(repo)):
-        raise ConfigError(f"experiment: training_repo = {repo!r}: the path of an existing directory (its git commit is recorded)")
-    if factor == "layout" and "folder" in [a.config["layout"] for a in arms]:
+    if repo is not None:
+        if not isinstance(repo, str) or not os.path.isdir(_resolve_path(repo, base_dir)):
+            raise ConfigError(f"experiment: training_repo = {repo!r}: the path of an existing directory (relative to the "
+                              "experiment file's folder; its git commit is recorded)")
+        repo = raw["training_repo"] = _resolve_path(repo, base_dir)
+    if user:
+        given = raw.get("dataset")
+        if given is not None:
+            if not isinstance(given, dict) or set(given) - {"path"} or not isinstance(given.get("path"), str):
+                raise ConfigError("[dataset] of your own pipeline: only path = '...' (the data your factory reads, "
+                                  "relative to training_repo: recorded in env.json; the factory gets its own arguments)")
+            path = given["path"]
+            dataset = {"path": path if os.path.isabs(path) else os.path.join(repo or os.getcwd(), path)}
+        else:
+            dataset = {"path": None}
+    else:
+        dataset = _section(raw, "dataset", DATASET)
+        for a in arms:
+            _check_arm(a)
+    gate = raw.get("gate", False)
+    if not isinstance(gate, bool):
+        raise ConfigError(f"experiment: gate = {gate!r}: true or false (true: the pytest plugin fails the item on roll back)")
+    requires = raw.get("requires", [])
+    if not isinstance(requires, list) or any(r not in REQUIRES for r in requires):
+        raise ConfigError(f"experiment: requires = {requires!r}: a list of {', '.join(repr(r) for r in REQUIRES)}")
+    if factor == "layout" and not user and "folder" in [a.config["layout"] for a in arms]:
         # ImageFolder's order (by class) differs from the key order of files and shards: the
         # arms would read different samples in the measured window, and their checks would differ.
         raise ConfigError("[factor] layout: 'folder' reads the samples in another order (by class), so its arms "
@@ -261,7 +426,7 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     desc = raw.get("description", "")
     return Experiment(name=name, description=str(desc), dataset=dataset, baseline=arms[0].config, factor=factor,
                       arms=arms, step=step, run=run, criteria=criteria, correctness=correctness, training_repo=repo,
-                      source=source, raw=copy.deepcopy(raw))
+                      source=source, raw=raw, user=user, gate=gate, requires=list(requires))
 
 
 def _check_arm(arm: Arm) -> None:

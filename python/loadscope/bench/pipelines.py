@@ -61,8 +61,16 @@ class Pipeline:
         self.root, self.c, self.rank, self.world, self.device = root, config, rank, world, device
         self.loader: Any = None  # the loadscope.Loader, for its telemetry and traces
 
-    def epoch(self, e: int) -> Iterator[BatchT]:
+    def epoch(self, e: int) -> Iterator[Any]:
         raise NotImplementedError
+
+    def count(self, batch: Any) -> int:
+        """Samples in one of this pipeline's batches."""
+        return len(batch[2])
+
+    def ids(self, batch: Any) -> Optional[List[str]]:
+        """The ids of a batch's samples (the same sample has the same id in every arm), or None."""
+        return [sample_id(k) for k in batch[2]]
 
     def telemetry(self) -> Dict[str, Any]:
         """loadscope's telemetry of this arm (Loader.telemetry, or telemetry.watch for a DataLoader)."""
@@ -204,6 +212,99 @@ class TorchPipeline(Pipeline):
         it = getattr(self.dl, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
+
+
+def set_epoch(obj: Any, e: int) -> None:
+    """What a training loop does at an epoch's start: `obj.set_epoch(e)` where the object has
+    one (a loadscope Loader, a webdataset pipeline), else on its sampler, its batch sampler's
+    sampler (a DistributedSampler) and its dataset (a loadscope Dataset in DataLoader workers)."""
+    if hasattr(obj, "set_epoch"):
+        obj.set_epoch(e)
+        return
+    seen = set()
+    for target in (getattr(obj, "sampler", None), getattr(getattr(obj, "batch_sampler", None), "sampler", None),
+                   getattr(obj, "dataset", None)):
+        if target is not None and id(target) not in seen and callable(getattr(target, "set_epoch", None)):
+            seen.add(id(target))
+            target.set_epoch(e)
+
+
+class UserPipeline(Pipeline):
+    """An arm made by the user's factory: `factory(**kwargs)` returns any iterable of batches
+    (a DataLoader, a loadscope Loader or Dataset, a generator class...). It is measured through
+    `telemetry.watch` (per-worker memory and CPU for a DataLoader); batches are read with the
+    arm's `sample_ids` / `batch_size_of` callables when given (user.py otherwise)."""
+
+    def __init__(self, config: Dict[str, Any], kwargs: Dict[str, Any], rank: int = 0, world: int = 1) -> None:
+        super().__init__("", config, rank, world, None)
+        from ..telemetry import watch
+        from . import user
+
+        factory = user.resolve(config["factory"], "[pipeline] factory")
+        self._ids = user.resolve(config["sample_ids"], "[pipeline] sample_ids") if config.get("sample_ids") else None
+        self._size = user.resolve(config["batch_size_of"], "[pipeline] batch_size_of") if config.get("batch_size_of") else None
+        self.obj = factory(**kwargs)
+        if not hasattr(self.obj, "__iter__"):
+            raise TypeError(f"{config['factory']} returned a {type(self.obj).__name__}, not an iterable of batches")
+        self.loader = self.obj if hasattr(self.obj, "start_trace") else None  # a loadscope Loader: its own telemetry
+        self.watched = watch(self.obj, interval=3600.0)  # sampled at epoch ends; the runner samples on its own
+
+    def epoch(self, e: int) -> Iterator[Any]:
+        set_epoch(self.obj, e)
+        yield from self.watched
+
+    def count(self, batch: Any) -> int:
+        if self._size is None:
+            from .user import samples_in
+
+            return samples_in(batch)
+        n = self._size(batch)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise TypeError(f"{self.c['batch_size_of']} returned {n!r}, not a sample count")
+        return n
+
+    def ids(self, batch: Any) -> Optional[List[str]]:
+        if self._ids is None:
+            from .user import default_ids
+
+            return default_ids(batch)
+        got = self._ids(batch)
+        ids = [str(i.item() if hasattr(i, "item") else i) for i in got]
+        n = self.count(batch)
+        if len(ids) != n:
+            raise ValueError(f"{self.c['sample_ids']} returned {len(ids)} ids for a batch of {n} samples")
+        return ids
+
+    def telemetry(self) -> Dict[str, Any]:
+        out = self.watched.telemetry(sample=True)
+        if self.loader is not None:
+            out["loadscope"] = self.loader.telemetry().to_dict()
+        return out
+
+    def close(self) -> None:
+        self.watched.close()
+        it = getattr(self.obj, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+
+def with_persistent_workers(dl: Any, persistent: bool) -> Any:
+    """The same torch DataLoader with persistent_workers set to `persistent` (a new object over
+    the same dataset, sampler and collate function)."""
+    kw: Dict[str, Any] = dict(dataset=dl.dataset, num_workers=dl.num_workers, collate_fn=dl.collate_fn,
+                              pin_memory=dl.pin_memory, timeout=dl.timeout, worker_init_fn=dl.worker_init_fn,
+                              multiprocessing_context=dl.multiprocessing_context, generator=dl.generator,
+                              prefetch_factor=dl.prefetch_factor, persistent_workers=persistent)
+    for opt in ("pin_memory_device", "in_order"):
+        if hasattr(dl, opt):
+            kw[opt] = getattr(dl, opt)
+    if isinstance(dl.dataset, torch.utils.data.IterableDataset):
+        kw.update(batch_size=dl.batch_size, drop_last=dl.drop_last)
+    elif dl.batch_sampler is not None:
+        kw["batch_sampler"] = dl.batch_sampler
+    else:
+        kw.update(sampler=dl.sampler, batch_size=None)
+    return torch.utils.data.DataLoader(**kw)
 
 
 def make(root: str, config: Dict[str, Any], rank: int = 0, world: int = 1) -> Pipeline:

@@ -8,8 +8,16 @@ Phases, in order:
   2. pipeline: warm-up samples, then `samples` measured with no training step (the loader alone);
   3. end-to-end (when the step has compute): warm-up, then `samples` with the step's compute;
   4. after measuring (rank 0, first repetition only): the correctness pass (the first
-     `check_samples` samples, ids and pixel checksums) and a short trace.
-Memory is sampled over phases 1-3 for this process and its children (DataLoader workers)."""
+     `check_samples` samples, ids and checksums of every per-sample tensor) and a short trace;
+  5. restart (`bench baseline` only): the time to the first batch of a new epoch, with the
+     pipeline as it is and, for a DataLoader with workers, with persistent_workers flipped.
+Memory is sampled over phases 1-3 for this process and its children (DataLoader workers).
+
+A user pipeline (`factory` in the arm's config) is built by the user's function, with the
+training repository first on sys.path; the user's step (`[step] function`, with `setup`) runs
+in the end-to-end phase. Every repetition seeds Python's, NumPy's and torch's global
+generators with 0 first, so what a factory draws from them (a DataLoader's shuffle and its
+workers' seeds) repeats across arms and repetitions."""
 
 from __future__ import annotations
 
@@ -35,16 +43,37 @@ def _percentile(sorted_xs: List[float], q: float) -> Optional[float]:
 
 
 def _tree_cpu() -> float:
+    """CPU seconds of this process, of its children that have exited and been waited for
+    (DataLoader workers that are not persistent end with every epoch), and of the live ones."""
     import psutil
 
     me = psutil.Process()
-    total = 0.0
-    for p in [me] + me.children(recursive=True):
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for p in me.children(recursive=True):
         try:
             t = p.cpu_times()
             total += t.user + t.system
         except psutil.Error:
             pass
+    return total
+
+
+def _tree_io() -> Dict[str, int]:
+    """Bytes read by this process tree: `read_chars` through read()/pread() (page cache
+    included), `read_bytes` from the storage device. /proc/self/io already holds exited,
+    waited-for children."""
+    import psutil
+
+    me = psutil.Process()
+    total = {"read_chars": 0, "read_bytes": 0}
+    for p in [me] + me.children(recursive=True):
+        try:
+            io = p.io_counters()
+        except (psutil.Error, AttributeError):
+            continue
+        total["read_chars"] += io.read_chars
+        total["read_bytes"] += io.read_bytes
     return total
 
 
@@ -94,7 +123,9 @@ class _Step:
         self.events = []
         return out
 
-    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> None:
+    uses_cuda = property(lambda self: self.kind == "matmul")
+
+    def __call__(self, batch: Any) -> None:
         import contextlib
 
         import torch.distributed as dist
@@ -116,6 +147,7 @@ class _Step:
                 dist.all_reduce(torch.zeros(1))
         elif self.kind == "model":
             sync = contextlib.nullcontext() if boundary or self.world == 1 else self.model.no_sync()
+            x, y = batch[0], batch[1]  # a built-in pipeline's (images, labels, keys)
             with sync:
                 loss = torch.nn.functional.cross_entropy(self.model(x.float() / 255), y % 10)
                 (loss / self.accum).backward()
@@ -124,7 +156,66 @@ class _Step:
                 self.opt.zero_grad(set_to_none=True)
 
 
-def _stream(pipe: pipelines.Pipeline) -> Iterator[pipelines.BatchT]:
+class _UserStep:
+    """The user's training step: `setup(ctx)` once (the state), then `function(state, batch)` per
+    batch. On a GPU each call is bracketed by CUDA events on the current stream, so the GPU's
+    own time per step (and its idle share) is known without synchronising every step."""
+
+    def __init__(self, step: Dict[str, Any], rank: int, world: int) -> None:
+        from . import user
+
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        device = torch.device("cuda", local % max(1, torch.cuda.device_count())) if torch.cuda.is_available() else torch.device("cpu")
+        self.ctx = user.StepContext(rank, world, local, step["grad_accum"], device)
+        self.fn = user.resolve(step["function"], "[step] function")
+        setup = user.resolve(step["setup"], "[step] setup") if step["setup"] else None
+        self.state = setup(self.ctx) if setup else None
+        # CUDA in use once the setup has put something there (a model, an optimizer's state).
+        self.uses_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.events: List[tuple] = []
+
+    def gpu_step_seconds(self) -> List[float]:
+        out = [s.elapsed_time(e) / 1e3 for s, e in self.events]
+        self.events = []
+        return out
+
+    def __call__(self, batch: Any) -> None:
+        self.ctx.micro_step += 1
+        self.ctx.boundary = self.ctx.micro_step % self.ctx.grad_accum == 0
+        if self.uses_cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            self.fn(self.state, batch)
+            end.record()
+            self.events.append((start, end))
+        else:
+            self.fn(self.state, batch)
+
+
+def _seed_everything(seed: int = 0) -> None:
+    import random
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        import numpy
+
+        numpy.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+
+
+def make_pipeline(spec: Dict[str, Any], root: str, config: Dict[str, Any], rank: int, world: int,
+                  overrides: Optional[Dict[str, Any]] = None) -> pipelines.Pipeline:
+    """The arm's pipeline for one rank: the user's factory, or a built-in pipeline."""
+    if "factory" in config:
+        kwargs = {k: v for k, v in config.items() if k not in spec["harness_keys"]}
+        kwargs.update(overrides or {})
+        return pipelines.UserPipeline(config, kwargs, rank, world)
+    return pipelines.make(root, config, rank, world)
+
+
+def _stream(pipe: pipelines.Pipeline) -> Iterator[Any]:
     e = 0
     while True:
         got = False
@@ -141,40 +232,95 @@ def _thin(points: List[tuple], n: int = 300) -> List[tuple]:
     return points[::step] + ([points[-1]] if points and (len(points) - 1) % step else [])
 
 
-def _checksum(x: torch.Tensor) -> str:
-    return hashlib.blake2b(x.contiguous().cpu().numpy().tobytes(), digest_size=8).hexdigest()
+def check_pass(spec: Dict[str, Any], root: str, config: Dict[str, Any], mode: str, n: int, world: int,
+               path: str) -> Dict[str, Any]:
+    """The first samples of epoch 0 as the arm delivers them, ranks merged in global batch
+    order: at least `n` samples and two global batches. Records the ids, the structure of the
+    per-sample tensors and a checksum per sample over all of them (and the tensors, for a
+    tolerance comparison). For modes that compare across different augmentations, a built-in
+    pipeline uses a fixed center crop; a user pipeline gets [correctness] overrides."""
+    from . import user
 
-
-def check_pass(root: str, config: Dict[str, Any], mode: str, n: int, world: int, path: str) -> Dict[str, Any]:
-    """The first `n` samples of epoch 0 as the arm delivers them, ranks merged in global batch
-    order: ids and pixel checksums (and the pixels, for a tolerance comparison). For modes that
-    compare across different augmentations, a fixed center crop replaces the random one."""
     c = dict(config)
-    if mode in ("same-samples", "tolerance"):
+    overrides = None
+    if "factory" in c:
+        overrides = spec.get("check_overrides") or {}
+    elif mode in ("same-samples", "tolerance"):
         c.update(crop="center", flip=0.0)
-    bs = c["batch_size"]
-    need = math.ceil(n / bs)
-    got = []
+    got = []  # (global batch index, count, ids, leaves)
+    need: Optional[int] = None
     for r in range(world):
-        pipe = pipelines.make(root, c, r, world)
+        pipe = make_pipeline(spec, root, c, r, world, overrides)
         try:
-            for k, (x, _y, keys) in enumerate(pipe.epoch(0)):
+            for k, batch in enumerate(pipe.epoch(0)):
                 gi = r + k * world
+                count = pipe.count(batch)
+                if need is None:  # global batches to take, from the first batch's size
+                    need = max(2 * world, math.ceil(n / max(1, count)))
                 if gi >= need:
                     break
-                got.append((gi, x.cpu(), keys))
+                got.append((gi, count, pipe.ids(batch), user.leaves(batch, count)))
         finally:
             pipe.close()
     got.sort(key=lambda t: t[0])
-    images = [img for _, x, _ in got for img in x][:n]
-    ids = [pipelines.sample_id(k) for _, _, keys in got for k in keys][:n]
-    out = {"mode": mode, "ids": ids, "checksums": [_checksum(x) for x in images]}
-    if mode == "tolerance" and images:
-        torch.save(torch.stack(images), path + ".pt")
+    total = sum(t[1] for t in got)
+    keep = min(n, total) if "factory" not in c else total  # built-in: exactly n (>= two global batches)
+    structures = {tuple(user.describe(lv)) for _, _, _, lv in got}
+    if len(structures) > 1:
+        raise ValueError(f"the arm's batches change structure between batches: {sorted(structures)}")
+    structure = list(next(iter(structures))) if structures else []
+    have_ids = all(ids is not None for _, _, ids, _ in got)
+    ids = [i for _, _, b_ids, _ in got for i in (b_ids or [])][:keep] if have_ids else None
+    sums = [user.sample_checksum(lv, i) for _, count, _, lv in got for i in range(count)][:keep]
+    how = (f" with the check's factory arguments {overrides}" if overrides else "") if overrides is not None else \
+        (" under a fixed center crop" if mode in ("same-samples", "tolerance") else "")
+    out = {"mode": mode, "ids": ids, "checksums": sums, "structure": structure, "samples": len(sums), "how": how}
+    if mode == "tolerance" and got:
+        per_leaf = [torch.cat([user.to_tensor(lv[j][1]) for _, _, _, lv in got])[:keep] for j in range(len(structure))]
+        torch.save(per_leaf, path + ".pt")
         out["pixels"] = path + ".pt"
     with open(path, "w") as f:
         json.dump(out, f)
-    return {"samples": len(ids), "path": path}
+    return {"samples": len(sums), "path": path}
+
+
+def _restart(pipe: pipelines.Pipeline, epoch: int) -> Dict[str, Any]:
+    """Time to the first batch of a new epoch (a fresh iterator: workers started again unless
+    they persist), twice; and for a torch DataLoader with workers the same with
+    persistent_workers the other way (a new DataLoader: its first epoch is a cold start)."""
+
+    def first_batches(iterable_of_epoch, epochs: List[int]) -> List[float]:
+        out = []
+        for e in epochs:
+            t0 = time.monotonic()
+            gen = iterable_of_epoch(e)
+            next(gen)
+            out.append(time.monotonic() - t0)
+            gen.close()
+        return out
+
+    result: Dict[str, Any] = {"new_epoch_first_batch": first_batches(pipe.epoch, [epoch, epoch + 1])}
+    dl = getattr(pipe, "obj", None)
+    if isinstance(dl, torch.utils.data.DataLoader) and dl.num_workers > 0:
+        result["persistent_workers"] = dl.persistent_workers
+        other = pipelines.with_persistent_workers(dl, not dl.persistent_workers)
+
+        def epoch_of(e: int) -> Iterator[Any]:
+            pipelines.set_epoch(other, e)
+            it = iter(other)
+            try:
+                while True:
+                    yield next(it)
+            finally:
+                del it  # a non-persistent iterator shuts its workers down here
+
+        times = first_batches(epoch_of, [0, 1, 2])
+        result["flipped"] = {"persistent_workers": other.persistent_workers, "cold_first_batch": times[0],
+                             "new_epoch_first_batch": times[1:]}
+        it = getattr(other, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+    return result
 
 
 def run(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -184,20 +330,26 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
 
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     config, step_def, plan = spec["config"], spec["step"], spec["run"]
+    user_pipeline = "factory" in config
+    if spec.get("repo") and spec["repo"] not in sys.path:
+        sys.path.insert(0, spec["repo"])
     if world != config["world_size"]:
         raise RuntimeError(f"world_size={config['world_size']} but {world} processes were started")
     if world > 1:
-        dist.init_process_group("gloo")
+        dist.init_process_group("nccl" if user_pipeline and torch.cuda.is_available() else "gloo")
     # The consumer's own torch ops (the model step) use one thread: the loader's threads are
     # the factor under study, and torch's default (all cores) would blur every comparison.
-    torch.set_num_threads(1)
+    # The user's step keeps torch's default: it is the user's training as it runs.
+    if not (user_pipeline and step_def["compute"] == "user"):
+        torch.set_num_threads(1)
+    _seed_everything(0)
     # PSS costs ~3.5 ms per process to read (smaps): every 0.5 s that is under 1% of a core
     # per process, small enough not to tilt the arms (a DataLoader arm has more processes).
     sampler = ProcessTreeSampler(0.5, lambda: None, history=True)
     t_start = time.monotonic()
     root = spec["root"]
     staging = None
-    if config["staging"] == "local":
+    if config.get("staging") == "local":
         dest = os.path.join(spec["stage_dir"], f"rank{rank}")
         staging = pipelines.stage(root, config["layout"], dest)
         root = dest
@@ -205,21 +357,29 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         dist.barrier()
 
     # Counts are global samples; every rank takes the same number of batches, as data-parallel
-    # training must (a rank with one step more would wait in its all-reduce forever).
-    bs = config["batch_size"]
-    batches_for = lambda n: max(1, math.ceil(n / (bs * world)))  # noqa: E731
+    # training must (a rank with one step more would wait in its all-reduce forever). A user
+    # pipeline's batch size is known from its first batch.
     t_make = time.monotonic()
-    pipe = pipelines.make(root, config, rank, world)
+    pipe = make_pipeline(spec, root, config, rank, world)
     # Experiments with a GPU arm hand every arm's batches to the GPU, so that the arms differ
     # only in the factor: a CPU batch is copied (pageable, synchronous) inside the wait.
-    to_gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if spec.get("cuda") else None
-    step = _Step(step_def, world, to_gpu)
+    to_gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if spec.get("cuda") and not user_pipeline else None
+    step: Any = _UserStep(step_def, rank, world) if step_def["compute"] == "user" else _Step(step_def, world, to_gpu)
     it = _stream(pipe)
     first_batch: Optional[float] = None
+    first: List[Any] = []  # the first batch, held until the measured phases draw it
+    bs = config.get("batch_size")
+    if bs is None:
+        first.append(next(it))
+        first_batch = time.monotonic() - t_make
+        bs = max(1, pipe.count(first[0]))
 
-    cuda = to_gpu is not None or pipe.device is not None
+    def batches_for(n: int) -> int:
+        return max(1, math.ceil(n / (bs * world)))
 
-    def take(batches: int, compute: bool, ids: Optional[List[str]] = None):
+    cuda = to_gpu is not None or pipe.device is not None or step.uses_cuda
+
+    def take(batches: int, compute: bool, ids: Optional[List[str]] = None, step_times: Optional[List[float]] = None):
         """Draws `batches` batches: (samples, seconds, waits, compute seconds, timeline). The
         phase's clock stops after the GPU has finished its copies (and compute)."""
         nonlocal first_batch
@@ -229,19 +389,25 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         t0 = time.monotonic()
         for _ in range(batches):
             a = time.monotonic()
-            x, y, keys = next(it)
+            batch = first.pop() if first else next(it)
+            n = pipe.count(batch)
             if ids is not None:
-                ids.extend(pipelines.sample_id(k) for k in keys)
-            if to_gpu is not None and not x.is_cuda:
-                x, y = x.to(to_gpu), y.to(to_gpu)
+                got = pipe.ids(batch)
+                if got is not None:
+                    ids.extend(got)
+            if to_gpu is not None and not batch[0].is_cuda:
+                batch = (batch[0].to(to_gpu), batch[1].to(to_gpu), batch[2])
             b = time.monotonic()
             if first_batch is None:
                 first_batch = b - t_make
             waits.append(b - a)
             if compute:
-                step(x, y)
-                busy += time.monotonic() - b
-            done += len(keys)
+                step(batch)
+                c = time.monotonic()
+                busy += c - b
+                if step_times is not None:
+                    step_times.append(c - b)
+            done += n
             timeline.append((time.monotonic() - t0, done))
         if cuda:
             torch.cuda.synchronize()
@@ -253,15 +419,16 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
-    cpu0 = _tree_cpu()
+    cpu0, io0 = _tree_cpu(), _tree_io()
     measured_ids: List[str] = []
     n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids)
-    cpu1 = _tree_cpu()
+    cpu1, io1 = _tree_cpu(), _tree_io()
     waits.sort()
     result: Dict[str, Any] = {
         "rank": rank, "world": world, "samples": n, "seconds": secs, "throughput": n / secs,
         "latency_p50": _percentile(waits, 0.5) * 1e3, "latency_p99": _percentile(waits, 0.99) * 1e3,
-        "batches": len(waits), "cpu_seconds": cpu1 - cpu0, "cpu_per_sample": (cpu1 - cpu0) / n * 1e3,
+        "batches": len(waits), "batch_size": bs, "cpu_seconds": cpu1 - cpu0, "cpu_per_sample": (cpu1 - cpu0) / n * 1e3,
+        "read_chars": io1["read_chars"] - io0["read_chars"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
         "first_batch": first_batch, "timeline": _thin(timeline), "measured_ids": measured_ids,
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
     }
@@ -269,13 +436,17 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(max(1, batches_for(plan["warmup_samples"]) // 4), True)
         if world > 1:
             dist.barrier()
-        if step.kind == "matmul":
+        if cuda and hasattr(step, "gpu_step_seconds"):
             step.gpu_step_seconds()  # drop the warm-up's
-        n2, secs2, waits2, busy2, timeline2 = take(batches_for(plan["samples"]), True)
+        step_times: List[float] = []
+        n2, secs2, waits2, busy2, timeline2 = take(batches_for(plan["samples"]), True, step_times=step_times)
         wait2 = sum(waits2)
+        step_times.sort()
         result.update(e2e_samples=n2, e2e_seconds=secs2, e2e_throughput=n2 / secs2,
-                      data_wait_share=wait2 / (wait2 + busy2) if wait2 + busy2 else None, e2e_timeline=_thin(timeline2))
-        if step.kind == "matmul":  # take() synchronised: every event has completed
+                      data_wait_share=wait2 / (wait2 + busy2) if wait2 + busy2 else None, e2e_timeline=_thin(timeline2),
+                      step_time_p50=_percentile(step_times, 0.5) * 1e3, step_time_p99=_percentile(step_times, 0.99) * 1e3,
+                      step_time_max=step_times[-1] * 1e3)
+        if step.uses_cuda:  # take() synchronised: every event has completed
             gpu = step.gpu_step_seconds()
             # The host's wait in next() includes waiting behind queued GPU work (a pageable
             # copy, nvJPEG), so data_wait_share would mislead: the GPU's own idle share replaces it.
@@ -287,14 +458,18 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     sampler.sample()
     result["peak_pss"] = sampler.peak_total_pss / 2**20
     result["memory_timeline"] = _thin([(t - t_start, pss / 2**20) for t, pss, _rss, _cpu in (sampler.history or [])])
+    result["processes"] = sampler.peaks()
     result["telemetry"] = pipe.telemetry()
+    it.close()  # ends the epoch in progress (a non-persistent DataLoader's workers stop here)
+    if spec.get("restart"):
+        result["restart"] = _restart(pipe, 1_000)
     pipe.close()
     del it, pipe
 
     if rank == 0 and spec.get("check"):
-        result["check"] = check_pass(root, config, spec["check"]["mode"], spec["check"]["samples"], world,
+        result["check"] = check_pass(spec, root, config, spec["check"]["mode"], spec["check"]["samples"], world,
                                      spec["check"]["path"])
-    if rank == 0 and spec.get("trace") and config["loader"] == "loadscope":
+    if rank == 0 and spec.get("trace") and config.get("loader") == "loadscope":
         tp = pipelines.make(root, dict(config, world_size=1), 0, 1)
         tp.loader.start_trace(spec["trace"]["path"])
         for i, _ in enumerate(tp.epoch(0)):

@@ -69,7 +69,7 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
         "confidence": conf, "paired": paired, "repetitions": {a: len(by_arm[a]) for a in arms},
         "per_arm": per_arm, "effects": effects, "correctness": correctness, "failure": failure,
         "criteria": exp.criteria, "step": exp.step, "run": exp.run,
-        "global_batch": {a.name: exp.global_batch(a.config) for a in exp.arms},
+        "global_batch": {a.name: _global_batch(exp, a, by_arm[a.name]) for a in exp.arms},
     }
     summary["staging"] = _staging(exp, per_arm, out_dir)
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
@@ -80,11 +80,21 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     return summary
 
 
+def _global_batch(exp: Experiment, arm: Any, rows: List[Dict[str, Any]]) -> Optional[int]:
+    """Samples per optimizer step: declared for a built-in pipeline, observed (the batch size
+    of the arm's first repetition) for a user pipeline."""
+    g = exp.global_batch(arm.config)
+    if g is None:
+        sizes = [r["batch_size"] for r in rows if r.get("batch_size")]
+        g = sizes[0] * arm.config["world_size"] * exp.step["grad_accum"] if sizes else None
+    return g
+
+
 def _dataset_samples(out_dir: str) -> Optional[int]:
     try:
         with open(os.path.join(out_dir, "env.json")) as f:
             return json.load(f)["dataset"]["samples"] or None
-    except (OSError, KeyError, ValueError):
+    except (OSError, KeyError, ValueError, TypeError):
         return None
 
 
@@ -96,7 +106,7 @@ def _staging(exp: Experiment, per_arm: Dict[str, Any], out_dir: str) -> Dict[str
     base = exp.arms[0].name
     tb = per_arm[base].get("throughput", {}).get("median")
     for a in exp.arms[1:]:
-        if a.config["staging"] != "local":
+        if a.config.get("staging") != "local":
             continue
         st = per_arm[a.name].get("staging_seconds", {}).get("median")
         ta = per_arm[a.name].get("throughput", {}).get("median")
@@ -119,8 +129,10 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
     if s["failure"]:
         return {"decision": "invalid", "reasons": ["a repetition failed: " + s["failure"].splitlines()[0]]}
     check = s["correctness"]["arms"].get(arm)
-    if check is not None and not check["ok"]:
+    if check is not None and check["ok"] is False:
         return {"decision": "invalid", "reasons": ["correctness check failed: " + check["detail"]]}
+    if check is not None and check["ok"] is None:
+        reasons.append("correctness was NOT checked (no sample ids): the arms may not deliver the same data")
     g = _goodness(m, s["effects"][arm][m]) if m in s["effects"][arm] else {"gain": None, "low": None}
     sig = stats.significant(s["effects"][arm][m]) if m in s["effects"][arm] else None
     pct = lambda x: "n/a" if x is None else f"{x * 100:+.1f}%"  # noqa: E731
@@ -310,20 +322,29 @@ def _env_lines(out_dir: str) -> List[str]:
     c, st, d, v = e["cpu"], e["storage"], e["dataset"], e["versions"]
     git = (e.get("loadscope") or {}).get("git") or {}
     gpu = e["gpu"]
-    return [
+    repo = e.get("training_repo") or {}
+    out = [
         f"- loadscope {e['loadscope']['version']}, commit {git.get('commit', 'n/a')}{' (uncommitted changes)' if git.get('dirty') else ''}",
         f"- CPU: {c['model']}, {c['usable_cpus']} usable of {c['logical_cpus']} logical, {c['numa_nodes']} NUMA node(s), "
         f"RAM {c['ram_bytes'] / 2**30:.1f} GiB",
         f"- GPU: {', '.join(gpu.get('devices', [])) if gpu.get('available') else 'none'}",
-        f"- data: {st.get('path')} on {st.get('fstype')} ({st.get('source')}), block device {st.get('block_device')}, "
-        f"rotational {st.get('rotational')}, NVMe {st.get('nvme')}, network {st.get('network')}",
-        f"- dataset: {d['images']} images, {d['bytes'] / 2**20:.0f} MiB in {d['files']} files; width "
-        f"{(d.get('image_width') or {}).get('median')} median ({(d.get('image_width') or {}).get('min')}-{(d.get('image_width') or {}).get('max')}), "
-        f"height {(d.get('image_height') or {}).get('median')} median",
-        f"- versions: Python {v['python']}, torch {v['torch']}, torchvision {v['torchvision']}, FFmpeg {v.get('ffmpeg')}, "
-        f"libjpeg-turbo {v.get('libjpeg-turbo')}, oneTBB {v.get('onetbb')}",
-        "- full record: env.json",
     ]
+    if repo:
+        out.append(f"- training repository: {repo.get('path')}, commit {repo.get('commit') or 'n/a'}"
+                   + (" (uncommitted changes)" if repo.get("dirty") else ""))
+    if st:
+        out.append(f"- data: {st.get('path')} on {st.get('fstype')} ({st.get('source')}), block device {st.get('block_device')}, "
+                   f"rotational {st.get('rotational')}, NVMe {st.get('nvme')}, network {st.get('network')}")
+    if d:
+        out.append(f"- dataset: {d['images']} images, {d['bytes'] / 2**20:.0f} MiB in {d['files']} files; width "
+                   f"{(d.get('image_width') or {}).get('median')} median ({(d.get('image_width') or {}).get('min')}-{(d.get('image_width') or {}).get('max')}), "
+                   f"height {(d.get('image_height') or {}).get('median')} median")
+    else:
+        out.append("- data: not declared (the experiment has no [dataset] path)")
+    out += [f"- versions: Python {v['python']}, torch {v['torch']}, torchvision {v['torchvision']}, FFmpeg {v.get('ffmpeg')}, "
+            f"libjpeg-turbo {v.get('libjpeg-turbo')}, oneTBB {v.get('onetbb')}",
+            "- full record: env.json"]
+    return out
 
 
 def write(out_dir: str, summary: Dict[str, Any]) -> None:
@@ -343,16 +364,22 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
     L += ["## Verdict", ""]
     if summary["failure"]:
         L += ["**Invalid**: a repetition failed.", "", "```", summary["failure"][-3000:], "```", ""]
+    unchecked = [a for a, c in summary["correctness"].get("arms", {}).items() if c["ok"] is None]
+    if unchecked:
+        L += [f"**Correctness was NOT checked** for {', '.join(unchecked)}: no sample ids, so nothing shows that the "
+              "arms deliver the same data. Give `[pipeline] sample_ids = \"package.module:function\"`.", ""]
     for a, v in summary["verdicts"].items():
         L.append(f"- **{a}: {v['decision']}** (against {summary['baseline']})")
         L += [f"  - {r}" for r in v["reasons"]]
+    st = summary["step"]
     L += ["", "## Setup", "",
           f"- factor: `{summary['factor']}`; arms: " + ", ".join(f"`{a['name']}`" for a in exp["arms"])
           + " (the first is the baseline)",
           "- baseline pipeline: " + ", ".join(f"{k}={v}" for k, v in exp["arms"][0]["config"].items()),
-          f"- step: compute={summary['step']['compute']}"
-          + (f" ({summary['step']['compute_ms']:g} ms)" if summary['step']['compute'] == 'sleep' else "")
-          + f", gradient accumulation {summary['step']['grad_accum']}, global batch "
+          f"- step: compute={st['compute']}"
+          + (f" ({st['compute_ms']:g} ms)" if st['compute'] == 'sleep' else "")
+          + (f" (setup {st.get('setup') or 'none'}, function {st.get('function')})" if st['compute'] == 'user' else "")
+          + f", gradient accumulation {st['grad_accum']}, global batch "
           + ", ".join(f"{a} {b}" for a, b in summary["global_batch"].items()),
           f"- run: {summary['run']['repetitions']} repetitions per arm, {summary['run']['order']} order"
           + (", one warm-up round discarded" if summary["run"]["warmup_round"] else "")
@@ -377,7 +404,7 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
     if corr.get("note"):
         L.append(f"- {corr['note']}")
     for a, c in corr.get("arms", {}).items():
-        L.append(f"- {a}: {'**pass**' if c['ok'] else '**FAIL**'}: {c['detail']}")
+        L.append(f"- {a}: {({True: '**pass**', False: '**FAIL**'}).get(c['ok'], '**NOT CHECKED**')}: {c['detail']}")
     L += ["", "## Hypotheses (not measured conclusions)", ""]
     L += [f"- {h}" for h in summary["hypotheses"]] or ["- none suggested by the measurements"]
     L += ["", "## Files", ""]

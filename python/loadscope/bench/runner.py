@@ -24,7 +24,7 @@ import torch
 from .._errors import ConfigError
 from . import env as envmod
 from . import pipelines, report
-from .experiment import PIPELINE, Experiment
+from .experiment import PIPELINE, USER_PIPELINE, Experiment
 
 
 class ExperimentFailed(RuntimeError):
@@ -55,24 +55,47 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float) -> int:
+def _kill_group(pid: int) -> None:
+    """Every process left in a repetition's process group (its DataLoader workers included)."""
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float,
+            repo: Optional[str] = None) -> int:
     """Starts one repetition: one process, or `world` ranks with torchrun's environment
     (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rendezvous on localhost), which is
     all torch.distributed's env:// initialisation reads. (torchrun itself is not used: the
     torch 1.13 of Debian 12 cannot start it under Python 3.11, whose Flag enums no longer
     iterate over the zero member that torchrun's stdout redirection looks up.) If one rank
-    fails or the time runs out, every rank is stopped: nothing is left hanging."""
+    fails or the time runs out, every rank is stopped: nothing is left hanging. Each rank is
+    the leader of its own process group, and whatever is left in the group when it ends (the
+    DataLoader workers of a rank that failed or was killed) is killed with it.
+
+    With a training repository, the ranks run in it (its relative paths mean what they mean
+    there) with it first on PYTHONPATH."""
+    from .user import environ_for
+
     cmd = [sys.executable, "-m", "loadscope.bench.rep", spec_path, out_path]
     port = _free_port()
     procs, logs = [], []
     for rank in range(world):
-        env = dict(os.environ)
+        env = environ_for(repo)
+        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        if repo and os.path.basename(here) not in ("site-packages", "dist-packages"):
+            # A source checkout: the rank imports this loadscope whatever its working directory.
+            env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], here])
         if world > 1:
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         log = open(log_path if rank == 0 else f"{log_path}.rank{rank}", "w")
         logs.append(log)
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env))
+        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=repo or None,
+                                      start_new_session=True))
     deadline = time.monotonic() + timeout
     code = 0
     try:
@@ -95,6 +118,7 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
             if p.poll() is None:
                 p.kill()
             p.wait()
+            _kill_group(p.pid)
         for log in logs:
             log.close()
     return code
@@ -124,32 +148,58 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
 
 
 def compare_checks(mode: str, base: Dict[str, Any], arm: Dict[str, Any], tolerance: float) -> Dict[str, Any]:
-    """The arm's correctness pass against the baseline's. Returns {ok, detail, ...}."""
-    if base["ids"] != arm["ids"] and mode == "identical":
-        first = next((i for i, (a, b) in enumerate(zip(base["ids"], arm["ids"])) if a != b), min(len(base["ids"]), len(arm["ids"])))
+    """The arm's correctness pass against the baseline's. Returns {ok, detail, ...}; ok is None
+    (and `checked` False) when there are no sample ids to compare by."""
+    if base.get("ids") is None or arm.get("ids") is None:
+        who = " and ".join(w for w, c in (("the baseline", base), ("the arm", arm)) if c.get("ids") is None)
+        return {"ok": None, "checked": False,
+                "detail": f"correctness NOT checked: {who} gave no sample ids (give [pipeline] sample_ids = "
+                          "'package.module:function' returning one id per sample of a batch)"}
+    sa, sb = base.get("structure"), arm.get("structure")
+    if sa is not None and sb is not None and sa != sb:
+        return {"ok": False, "detail": f"the batches differ in structure: baseline {sa} vs arm {sb} (every arm must "
+                                       "yield batches of the same shape: the step is shared)"}
+    n = min(len(base["ids"]), len(arm["ids"]))  # the common prefix (arms may take whole batches of other sizes)
+    bi, ai = base["ids"][:n], arm["ids"][:n]
+    if bi != ai and mode == "identical":
+        first = next(i for i, (a, b) in enumerate(zip(bi, ai)) if a != b)
         return {"ok": False, "detail": f"sample order differs at position {first}: baseline "
-                f"{base['ids'][first:first + 3]} vs arm {arm['ids'][first:first + 3]}"}
-    if set(base["ids"]) != set(arm["ids"]):
-        missing = sorted(set(base["ids"]) - set(arm["ids"]))[:5]
-        extra = sorted(set(arm["ids"]) - set(base["ids"]))[:5]
+                f"{bi[first:first + 3]} vs arm {ai[first:first + 3]}"}
+    if set(bi) != set(ai):
+        missing = sorted(set(bi) - set(ai))[:5]
+        extra = sorted(set(ai) - set(bi))[:5]
         return {"ok": False, "detail": f"different samples: missing {missing}, extra {extra}"}
     if mode in ("identical", "same-samples"):
-        b = dict(zip(base["ids"], base["checksums"]))
-        bad = [i for i, c in zip(arm["ids"], arm["checksums"]) if b[i] != c]
+        b = dict(zip(bi, base["checksums"][:n]))
+        bad = [i for i, c in zip(ai, arm["checksums"][:n]) if b[i] != c]
         if bad:
-            return {"ok": False, "detail": f"{len(bad)} of {len(b)} samples differ in pixels, first {bad[:5]}"}
-        return {"ok": True, "detail": f"{len(b)} samples identical (ids and pixel checksums)"}
-    pa, pb = torch.load(base["pixels"]), torch.load(arm["pixels"])
-    order = {k: i for i, k in enumerate(arm["ids"])}
-    pb = pb[[order[k] for k in base["ids"]]]
-    diff = (pa.float() - pb.float()).abs()
-    per_sample = diff.flatten(1).mean(1)
-    worst = int(per_sample.argmax())
-    out = {"mean_abs_diff": float(per_sample.mean()), "worst_mean_abs_diff": float(per_sample[worst]),
-           "worst_sample": base["ids"][worst], "max_abs_diff": float(diff.max()), "tolerance": tolerance}
-    out["ok"] = out["worst_mean_abs_diff"] <= tolerance
-    out["detail"] = (f"{len(per_sample)} samples under a fixed center crop: worst mean |diff| "
-                     f"{out['worst_mean_abs_diff']:.2f} ({out['worst_sample']}), tolerance {tolerance}")
+            return {"ok": False, "detail": f"{len(bad)} of {len(b)} samples differ in their tensors, first {bad[:5]}"}
+        return {"ok": True, "detail": f"{len(b)} samples identical (ids and checksums of every per-sample tensor)"}
+    la, lb = torch.load(base["pixels"]), torch.load(arm["pixels"])
+    la, lb = ([la] if isinstance(la, torch.Tensor) else la), ([lb] if isinstance(lb, torch.Tensor) else lb)
+    order = {k: i for i, k in enumerate(ai)}
+    pick = [order[k] for k in bi]
+    per_sample = torch.zeros(n)
+    unequal: List[str] = []
+    for ta, tb in zip(la, lb):
+        ta, tb = ta[:n], tb[:n][pick]
+        if ta.dtype.is_floating_point or ta.dtype == torch.uint8:  # pixels: decoders may differ slightly
+            per_sample = torch.maximum(per_sample, (ta.double() - tb.double()).abs().flatten(1).mean(1).float()
+                                       if ta.dim() > 1 else (ta.double() - tb.double()).abs().float())
+        else:  # labels, indices, masks: exactly equal
+            differ = (ta != tb).flatten(1).any(1) if ta.dim() > 1 else ta != tb
+            unequal += [bi[i] for i in differ.nonzero().flatten().tolist()]
+    worst = int(per_sample.argmax()) if n else 0
+    pa, pb = la[0][:n].double(), lb[0][:n][pick].double()
+    out = {"mean_abs_diff": float(per_sample.mean()) if n else 0.0, "worst_mean_abs_diff": float(per_sample[worst]) if n else 0.0,
+           "worst_sample": bi[worst] if n else None, "max_abs_diff": float((pa - pb).abs().max()) if n else 0.0,
+           "tolerance": tolerance}
+    out["ok"] = out["worst_mean_abs_diff"] <= tolerance and not unequal
+    how = base.get("how", " under a fixed center crop")
+    out["detail"] = (f"{n} samples{how}: "
+                     f"worst mean |diff| {out['worst_mean_abs_diff']:.2f} ({out['worst_sample']}), tolerance {tolerance}")
+    if unequal:
+        out["detail"] += f"; {len(unequal)} samples differ in an integer tensor (labels?), which must be equal: {unequal[:5]}"
     return out
 
 
@@ -158,6 +208,8 @@ def _check_samples(exp: Experiment) -> int:
     the check crosses batch and rank boundaries (where threads or ranks would reorder)."""
     if exp.run["check_samples"] == 0:
         return 0
+    if exp.user:  # batch sizes unknown until a batch is seen: the pass itself takes two or more batches
+        return exp.run["check_samples"]
     return max([exp.run["check_samples"]] + [2 * a.config["batch_size"] * a.config["world_size"] for a in exp.arms])
 
 
@@ -166,7 +218,11 @@ def _check_measured_ids(raw_path: str, base: str, arm: str, check: Dict[str, Any
     (compared where the counts agree: batch sizes round the count to whole batches)."""
     with open(raw_path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    seen = {(r["arm"], r["measured_ids"]["count"], r["measured_ids"]["digest"]) for r in rows if r["arm"] in (base, arm)}
+    seen = {(r["arm"], r["measured_ids"]["count"], r["measured_ids"]["digest"]) for r in rows
+            if r["arm"] in (base, arm) and r.get("measured_ids")}
+    if not seen:
+        check["detail"] += "; which samples the measured phases read is not known (no ids)"
+        return
     by_count: Dict[int, set] = {}
     for _, count, digest in seen:
         by_count.setdefault(count, set()).add(digest)
@@ -205,8 +261,12 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = os.path.abspath(out_dir or os.path.join("results", "experiments", f"{exp.name}-{stamp}"))
-    root = os.path.abspath(exp.dataset["path"])
+    root = os.path.abspath(exp.dataset["path"]) if exp.dataset["path"] else None
     missing_cuda = exp.needs_cuda() if not torch.cuda.is_available() else []
+    if exp.user:  # the user's callables exist and take the arms' arguments, before anything runs
+        from . import user
+
+        user.validate(exp)
     _prepare_out_dir(out_dir)
     effective = os.path.join(out_dir, "experiment.effective.json")
     with open(effective, "w") as f:  # the exact experiment, overrides included: what the rerun command runs
@@ -222,27 +282,30 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
         say(f"{exp.name}: skipped ({summary['reason']})")
         return summary
 
-    if not os.path.isfile(os.path.join(root, "dataset.json")) and exp.dataset["generate"]:
+    if exp.user:
+        files = user.data_files(root) if root else []
+    elif not os.path.isfile(os.path.join(root, "dataset.json")) and exp.dataset["generate"]:
         # Only into a missing or empty directory (generate() refuses anything else): an
         # existing dataset is used as it is, never regenerated or resized here.
         say(f"generating the demo dataset in {root} ...")
         datasets.generate(root, images=exp.dataset["images"], quiet=quiet)
     needed = {"files": "manifest.jsonl", "folder": "folder", "shards": "shards"}
-    for lay in sorted({a.config["layout"] for a in exp.arms}):
+    for lay in sorted({a.config["layout"] for a in exp.arms} if not exp.user else ()):
         if not os.path.exists(os.path.join(root, needed[lay])):
             raise ConfigError(f"[dataset] path = {exp.dataset['path']!r}: no {needed[lay]} there for layout '{lay}' "
                               "(the layout `python -m loadscope.datasets` writes; or generate = true for an empty path)")
-    layouts = sorted({a.config["layout"] for a in exp.arms})
-    files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay)})
+    if not exp.user:
+        layouts = sorted({a.config["layout"] for a in exp.arms})
+        files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay)})
     say(f"{exp.name}: recording the environment ...")
-    stage_parent = exp.dataset["stage_dir"] or tempfile.gettempdir()
-    staging = any(a.config["staging"] == "local" for a in exp.arms)
+    stage_parent = exp.dataset.get("stage_dir") or tempfile.gettempdir()
+    staging = any(a.config.get("staging") == "local" for a in exp.arms)
     environment = envmod.record(root, files, exp.training_repo, stage_parent if staging else None)
     with open(os.path.join(out_dir, "env.json"), "w") as f:
         json.dump(environment, f, indent=1)
-    epoch = environment["dataset"].get("samples")
+    epoch = (environment["dataset"] or {}).get("samples")
     window = exp.run["warmup_samples"] + exp.run["samples"]
-    if len({a.config["world_size"] for a in exp.arms}) > 1 and epoch and window > epoch:
+    if not exp.user and len({a.config["world_size"] for a in exp.arms}) > 1 and epoch and window > epoch:
         # Past an epoch's end, ranks with uneven batch counts start the next epoch at different
         # points: the arms would measure different samples (the check would say so, late).
         raise ConfigError(f"[run] warmup_samples + samples = {window} exceeds the epoch ({epoch} samples): arms with "
@@ -251,11 +314,16 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     order = plan(exp)
     with open(os.path.join(out_dir, "matrix.csv"), "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["run", "round", "warmup", "arm", *PIPELINE, "compute", "compute_ms", "grad_accum", "global_batch"])
+        # A user pipeline's settings are its factory's arguments: the union over the arms.
+        keys = list(PIPELINE) if not exp.user else list(dict.fromkeys(k for a in exp.arms for k in a.config))
+        step_cols = ["compute", "compute_ms", "grad_accum"] + (["setup", "function"] if exp.user else ["global_batch"])
+        w.writerow(["run", "round", "warmup", "arm", *keys, *step_cols])
         for row in order:
             c = exp.arms[row["arm"]].config
-            w.writerow([row["run"], row["round"], row["warmup"], exp.arms[row["arm"]].name, *(c[k] for k in PIPELINE),
-                        exp.step["compute"], exp.step["compute_ms"], exp.step["grad_accum"], exp.global_batch(c)])
+            cells = [json.dumps(c[k]) if isinstance(c.get(k), (list, dict)) else c.get(k, "") for k in keys]
+            steps = [exp.step["compute"], exp.step["compute_ms"], exp.step["grad_accum"]] + \
+                ([exp.step["setup"], exp.step["function"]] if exp.user else [exp.global_batch(c)])
+            w.writerow([row["run"], row["round"], row["warmup"], exp.arms[row["arm"]].name, *cells, *steps])
 
     for sub in ("specs", "runs", "logs", "check", "traces"):
         os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
@@ -273,7 +341,9 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 first_measured = not row["warmup"] and row["round"] == 0
                 tag = f"{row['run']:03d}"
                 spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root,
-                        "stage_dir": os.path.join(stage_root, tag), "cuda": bool(exp.needs_cuda())}
+                        "stage_dir": os.path.join(stage_root, tag), "cuda": bool(exp.needs_cuda()),
+                        "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE),
+                        "check_overrides": exp.correctness["overrides"]}
                 slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in arm.name)
                 if first_measured and mode != "none" and check_n > 0:
                     spec["check"] = {"mode": mode, "samples": check_n,
@@ -288,7 +358,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 log_path = os.path.join(out_dir, "logs", f"{tag}.log")
                 world = arm.config["world_size"]
                 t0 = time.monotonic()
-                code = _launch(spec_path, out_path, world, log_path, exp.run["timeout_s"])
+                code = _launch(spec_path, out_path, world, log_path, exp.run["timeout_s"], exp.training_repo)
                 shutil.rmtree(spec["stage_dir"], ignore_errors=True)
                 results = []
                 for r in range(world):
@@ -310,7 +380,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 merged.pop("measured_ids", None)
                 # Which samples the measured phase read (all ranks), as a digest: arms must agree.
                 merged["measured_ids"] = {"count": len(ids), "digest": hashlib.blake2b(
-                    "\n".join(ids).encode(), digest_size=8).hexdigest()}
+                    "\n".join(ids).encode(), digest_size=8).hexdigest()} if ids else None
                 merged.update(run=row["run"], round=row["round"], arm=arm.name, warmup=row["warmup"],
                               wall_seconds=time.monotonic() - t0)
                 raw.write(json.dumps(merged) + "\n")
@@ -340,7 +410,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     report.write(out_dir, summary)
     if failure:
         raise ExperimentFailed(failure)
-    bad = {k: v["detail"] for k, v in correctness["arms"].items() if not v["ok"]}
+    bad = {k: v["detail"] for k, v in correctness["arms"].items() if v["ok"] is False}
     if bad:
         raise ExperimentFailed("correctness check failed: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
                                + f" (see {os.path.join(out_dir, 'report.md')})")
