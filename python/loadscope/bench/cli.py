@@ -1,8 +1,10 @@
-"""`loadscope bench run EXPERIMENT.toml` and `loadscope bench report DIR`."""
+"""`loadscope bench run EXPERIMENT.toml`, `loadscope bench report DIR` and
+`loadscope bench baseline FACTORY` (your own pipeline, as it is: a diagnosis)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
@@ -20,12 +22,44 @@ def main(argv: Optional[List[str]] = None) -> int:
     r.add_argument("--quiet", action="store_true")
     rep = sub.add_parser("report", help="recompute summary, plots and report.md of a finished experiment")
     rep.add_argument("dir")
+    b = sub.add_parser("baseline", help="measure your own pipeline as it is and suggest the next experiment",
+                       description="Measures FACTORY's pipeline (and your step) in fresh processes and writes "
+                                   "diagnosis.md and next-experiment.toml (docs/getting-started.md).")
+    b.add_argument("factory", help="package.module:function returning your DataLoader (or any iterable of batches)")
+    b.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                   help="a keyword argument for the factory (VALUE as in TOML: 2, true, \"text\"); repeatable")
+    b.add_argument("--step", help="package.module:function(state, batch): one training step")
+    b.add_argument("--setup", help="package.module:function(ctx) -> state: builds the model and optimizer once")
+    b.add_argument("--repo", help="the training repository (put first on the path; its git commit is recorded; "
+                                  "the pipeline runs there)")
+    b.add_argument("--sample-ids", help="package.module:function(batch) -> one id per sample")
+    b.add_argument("--batch-size-of", help="package.module:function(batch) -> samples in the batch")
+    b.add_argument("--data", help="where the data is (recorded: filesystem, device, scale)")
+    b.add_argument("--grad-accum", type=int, default=1)
+    b.add_argument("--world-size", type=int, default=1)
+    b.add_argument("--samples", type=int, default=1024)
+    b.add_argument("--warmup-samples", type=int, default=256)
+    b.add_argument("--repetitions", type=int, default=3)
+    b.add_argument("--timeout", type=float, default=900.0, help="seconds per repetition")
+    b.add_argument("--out", help="output folder (default results/baseline/TIME)")
+    b.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
 
     from . import report, runner
     from .experiment import load
 
     try:
+        if a.command == "baseline":
+            from . import baseline
+
+            res = baseline.run(a.factory, dict(baseline.parse_arg(x) for x in a.arg), step=a.step, setup=a.setup,
+                               repo=a.repo, sample_ids=a.sample_ids, batch_size_of=a.batch_size_of,
+                               grad_accum=a.grad_accum, world_size=a.world_size, samples=a.samples,
+                               warmup_samples=a.warmup_samples, repetitions=a.repetitions, data=a.data, out_dir=a.out,
+                               timeout_s=a.timeout, quiet=a.quiet)
+            with open(os.path.join(res["out_dir"], "diagnosis.md")) as f:
+                print("\n" + f.read())
+            return 0
         if a.command == "report":
             summary = report.regenerate(a.dir)
             print(report.console(summary))

@@ -288,6 +288,22 @@ class UserPipeline(Pipeline):
             it._shutdown_workers()
 
 
+def describe(obj: Any) -> Dict[str, Any]:
+    """What a factory returned: its type and, for a torch DataLoader, the settings that decide
+    its speed and memory (the diagnosis reads them)."""
+    out: Dict[str, Any] = {"type": f"{type(obj).__module__}.{type(obj).__qualname__}"}
+    if isinstance(obj, torch.utils.data.DataLoader):
+        out.update(dataloader=True, dataset=f"{type(obj.dataset).__module__}.{type(obj.dataset).__qualname__}",
+                   num_workers=obj.num_workers, batch_size=obj.batch_size, drop_last=obj.drop_last,
+                   pin_memory=obj.pin_memory, prefetch_factor=obj.prefetch_factor if obj.num_workers else None,
+                   persistent_workers=obj.persistent_workers,
+                   sampler=type(obj.sampler).__name__ if obj.sampler is not None else None,
+                   multiprocessing_context=str(obj.multiprocessing_context) if obj.multiprocessing_context else None)
+    else:
+        out["dataloader"] = False
+    return out
+
+
 def with_persistent_workers(dl: Any, persistent: bool) -> Any:
     """The same torch DataLoader with persistent_workers set to `persistent` (a new object over
     the same dataset, sampler and collate function)."""

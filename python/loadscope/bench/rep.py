@@ -460,6 +460,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result["memory_timeline"] = _thin([(t - t_start, pss / 2**20) for t, pss, _rss, _cpu in (sampler.history or [])])
     result["processes"] = sampler.peaks()
     result["telemetry"] = pipe.telemetry()
+    if user_pipeline:
+        result["pipeline"] = pipelines.describe(pipe.obj)
+        result["has_ids"] = bool(measured_ids)
     it.close()  # ends the epoch in progress (a non-persistent DataLoader's workers stop here)
     if spec.get("restart"):
         result["restart"] = _restart(pipe, 1_000)

@@ -1,0 +1,418 @@
+"""`loadscope bench baseline`: the user's pipeline as it is, measured before anything changes.
+
+    loadscope bench baseline mytrain.data:make_loader --arg root=data/train \
+        --setup mytrain.train:build --step mytrain.train:step --repo .
+
+Runs the factory's pipeline (and the step, when given) in fresh processes, the same way an
+experiment's arm runs (rep.py), and writes a diagnosis: data pipeline against end-to-end
+throughput, data-wait share, step time and its tail, memory per process and in all, CPU per
+sample, bytes read, time to the first batch of a new epoch with and without persistent
+workers, the environment — observations kept apart from hypotheses — and the experiment to run
+next, as a TOML file (`next-experiment.toml`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+from .._errors import ConfigError
+from . import env as envmod
+from . import stats, user
+from .experiment import RUN, STEP, USER_PIPELINE, Arm, Experiment, _check, _section
+
+
+def _experiment(factory: str, kwargs: Dict[str, Any], *, setup: Optional[str], step: Optional[str],
+                repo: Optional[str], sample_ids: Optional[str], batch_size_of: Optional[str], grad_accum: int,
+                world_size: int, run: Dict[str, Any], data: Optional[str]) -> Experiment:
+    """A one-arm Experiment (validated like any other) so that the runner's pieces apply."""
+    clash = sorted(set(kwargs) & set(USER_PIPELINE))
+    if clash:
+        raise ConfigError(f"--arg {', '.join(clash)}: the harness's own setting, not a factory argument "
+                          "(use --sample-ids, --batch-size-of, --world-size)")
+    config: Dict[str, Any] = {"factory": _check("baseline", "factory", factory, "str"),
+                              "world_size": _check("baseline", "world_size", world_size, "int>=1"), **kwargs}
+    if sample_ids:
+        config["sample_ids"] = sample_ids
+    if batch_size_of:
+        config["batch_size_of"] = batch_size_of
+    raw_step: Dict[str, Any] = {"grad_accum": grad_accum}
+    if step:
+        raw_step.update(function=step, compute="user")
+        if setup:
+            raw_step["setup"] = setup
+    elif setup:
+        raw_step["setup"] = setup  # refused below: a setup needs a step
+    step_def = _section({"step": raw_step}, "step", STEP)
+    if step_def["setup"] and not step_def["function"]:
+        raise ConfigError("--setup builds the state of your step: give --step package.module:function too")
+    run_def = _section({"run": run}, "run", RUN)
+    if repo is not None:
+        if not os.path.isdir(repo):
+            raise ConfigError(f"--repo {repo!r}: not a directory")
+        repo = os.path.abspath(repo)
+    dataset = {"path": os.path.abspath(data) if data else None}
+    exp = Experiment(name="baseline", description="", dataset=dataset, baseline=config, factor="(none)",
+                     arms=[Arm("baseline", config)], step=step_def, run=run_def, criteria={},
+                     correctness={"mode": "none", "tolerance": 0.0, "overrides": {}}, training_repo=repo,
+                     raw={}, user=True)
+    user.validate(exp)
+    return exp
+
+
+def _figure(rows: List[Dict[str, Any]], key: str) -> Dict[str, Any]:
+    s = stats.summarize([r.get(key) for r in rows])
+    return {"median": s["median"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
+
+
+def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str, Any]:
+    """The figures of the diagnosis from the repetitions' raw results (medians and intervals)."""
+    for r in rows:  # derived per repetition, so that they get intervals too
+        r["cores_used"] = r["cpu_seconds"] / r["seconds"] if r.get("seconds") else None
+        r["read_mb_per_s"] = r["read_chars"] / r["seconds"] / 1e6 if r.get("seconds") else None
+        r["storage_mb_per_s"] = r["read_bytes"] / r["seconds"] / 1e6 if r.get("seconds") else None
+        rs = r.get("restart") or {}
+        r["new_epoch_first_batch"] = min(rs["new_epoch_first_batch"]) if rs.get("new_epoch_first_batch") else None
+        fl = rs.get("flipped") or {}
+        r["flipped_new_epoch_first_batch"] = min(fl["new_epoch_first_batch"]) if fl.get("new_epoch_first_batch") else None
+        r["flipped_cold_first_batch"] = fl.get("cold_first_batch")
+        r["peak_rss_total"] = sum(p["rss_peak"] for p in r.get("processes", [])) / 2**20
+    keys = ["throughput", "e2e_throughput", "data_wait_share", "step_time_p50", "step_time_p99", "step_time_max",
+            "step_ms", "gpu_idle_share", "first_batch", "new_epoch_first_batch", "flipped_cold_first_batch",
+            "flipped_new_epoch_first_batch", "cpu_per_sample", "cores_used", "read_mb_per_s", "storage_mb_per_s",
+            "peak_pss", "peak_rss_total", "latency_p50", "latency_p99"]
+    out = {k: _figure(rows, k) for k in keys}
+    first = rows[0]
+    out["phase_seconds"] = [r["seconds"] for r in rows]
+    out["processes"] = first.get("processes", [])
+    out["pipeline"] = first.get("pipeline", {})
+    out["persistent_workers"] = (first.get("restart") or {}).get("persistent_workers")
+    out["has_ids"] = first.get("has_ids")
+    out["batch_size"] = first.get("batch_size")
+    out["usable_cpus"] = usable_cpus
+    mem = ((first.get("telemetry") or {}).get("memory") or {})
+    out["main_rss_peak"] = mem.get("rss_peak")
+    out["cgroup_peak"] = mem.get("cgroup_peak")
+    return out
+
+
+def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
+    """Suggestions of why, from the observations; each is a thing to test, not a finding."""
+    out: List[str] = []
+    med = {k: v["median"] for k, v in o.items() if isinstance(v, dict) and "median" in v}
+    p = o["pipeline"]
+    usable = o["usable_cpus"]
+    wait = med.get("data_wait_share")
+    if has_step and wait is not None:
+        if wait > 0.3:
+            out.append(f"the training loop waits for data {wait:.0%} of the time: input-bound; a faster pipeline "
+                       "would make training faster (compare e2e_throughput, not only throughput).")
+        elif wait < 0.05:
+            out.append(f"the training loop waits for data only {wait:.0%} of the time: compute-bound; a faster "
+                       "pipeline would not speed training up, but fewer workers might save memory and cores.")
+    cores = med.get("cores_used")
+    if cores is not None and usable:
+        if cores > 0.85 * usable:
+            out.append(f"the pipeline alone kept {cores:.1f} of {usable} usable cores busy: CPU-bound here; more workers "
+                       "cannot help, less CPU work per sample can (decoding and augmenting in native threads, "
+                       "a smaller decode via DCT scaling, fewer copies).")
+        elif p.get("dataloader") and (p.get("num_workers") or 0) < usable:
+            out.append(f"the pipeline alone used {cores:.1f} of {usable} usable cores with {p.get('num_workers')} "
+                       "DataLoader workers: more workers may turn idle cores into throughput.")
+        elif cores < 0.5 * usable:
+            out.append(f"the pipeline used only {cores:.1f} of {usable} usable cores: it waits on something other than "
+                       "the CPU (storage, a lock, the main process's collation or pinning).")
+    new, flip = med.get("new_epoch_first_batch"), med.get("flipped_new_epoch_first_batch")
+    if new is not None and flip is not None and o["persistent_workers"] is False and flip < 0.5 * new:
+        out.append(f"each new epoch waits {new:.2f} s for its first batch while the workers start again; with "
+                   f"persistent_workers=True it waited {flip:.2f} s.")
+    workers = sorted(pr["pss_peak"] / 2**20 for pr in o["processes"] if pr["role"] == "worker")
+    at_once = p.get("num_workers") if p.get("dataloader") else len(workers)
+    if workers and at_once:
+        each = workers[len(workers) // 2]
+        total = med.get("peak_pss")
+        out.append(f"each of the {at_once} workers held about {each:.0f} MiB of PSS at its peak ({each * at_once:.0f} MiB "
+                   "together" + (f", of {total:.0f} MiB in all" if total else "") + "): a worker is a copy of the "
+                   "interpreter, torch and the dataset object"
+                   + (f"; {len(workers)} worker processes over the run, as the workers start again every epoch"
+                      if len(workers) > at_once else "") + ".")
+    if o.get("has_ids") is False:
+        out.append("no sample ids were found in the batches: experiments can check correctness between arms only "
+                   "with a sample_ids function (one id per sample of a batch).")
+    return out
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string: JSON's escapes are TOML's
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The next experiment: one factor, chosen from the observations and from what the factory
+    accepts. Returns {why, factor, values|arms, criteria, needs} (needs: code the user must write
+    first, or None)."""
+    arm = exp.arms[0].config
+    with user.on_path(exp.training_repo):
+        fn = user.resolve(arm["factory"], "factory")
+        accepted = user.accepts(fn)
+        module = __import__(arm["factory"].split(":")[0], fromlist=["_"])
+    current = lambda k: kwargs.get(k, accepted.get(k))  # noqa: E731
+    med = {k: v["median"] for k, v in o.items() if isinstance(v, dict) and "median" in v}
+    usable = o["usable_cpus"] or 1
+    p = o["pipeline"]
+    wait, cores = med.get("data_wait_share"), med.get("cores_used") or 0.0
+    has_step = exp.step["compute"] != "none"
+    metric = "e2e_throughput" if has_step else "throughput"
+    nw = p.get("num_workers") if p.get("dataloader") else current("num_workers")
+    if has_step and wait is not None and wait < 0.05 and isinstance(nw, int) and nw > 1 and "num_workers" in accepted:
+        return {"why": "training is compute-bound: fewer workers may keep the speed and save memory",
+                "factor": "num_workers", "values": [nw, max(1, nw // 2)], "needs": None,
+                "criteria": {"metric": "peak_pss", "min_gain": 0.05, "max_regression": {"e2e_throughput": 0.02}}}
+    new, flip = med.get("new_epoch_first_batch"), med.get("flipped_new_epoch_first_batch")
+    if (o["persistent_workers"] is False and new is not None and flip is not None and flip < 0.5 * new
+            and "persistent_workers" in accepted):
+        return {"why": f"a new epoch's first batch took {new:.2f} s, {flip:.2f} s with persistent workers",
+                "factor": "persistent_workers", "values": [False, True], "needs": None,
+                "criteria": {"metric": "first_batch", "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
+    if cores <= 0.85 * usable and isinstance(nw, int) and nw < usable and "num_workers" in accepted:
+        return {"why": f"the pipeline used {cores:.1f} of {usable} cores: another worker may use the idle ones",
+                "factor": "num_workers", "values": [nw, min(usable, max(1, 2 * nw))], "needs": None,
+                "criteria": {"metric": metric, "min_gain": 0.05, "max_regression": {"peak_pss": 0.5}}}
+    # CPU-bound (or nothing else to turn): less work per sample, i.e. the swap to loadscope.
+    name = arm["factory"].split(":")[0]
+    existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and callable(getattr(module, n)))
+    target = f"{name}:{existing[0]}" if existing else f"{name}:make_loadscope_loader"
+    return {"why": f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores): less CPU per sample is the way on",
+            "factor": "factory", "values": [arm["factory"], target],
+            "needs": None if existing else f"write {target}: a factory with the same arguments that returns a "
+                                            "loadscope Loader yielding batches of the same structure (docs/getting-started.md)",
+            "criteria": {"metric": metric, "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
+
+
+def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any]) -> None:
+    arm = exp.arms[0].config
+    L = [f"# Suggested by `loadscope bench baseline` on {time.strftime('%Y-%m-%d %H:%M')}: {s['why']}.",
+         "# Run: loadscope bench run next-experiment.toml"]
+    if s["needs"]:
+        L.append(f"# First {s['needs']}.")
+    L += [f'name = "next-{s["factor"]}"', f"description = {_toml_value(s['why'])}"]
+    if exp.training_repo:
+        L.append(f"training_repo = {_toml_value(exp.training_repo)}")
+    if exp.dataset.get("path"):
+        L += ["", "[dataset]", f"path = {_toml_value(exp.dataset['path'])}"]
+    L += ["", "[pipeline]"]
+    if s["factor"] != "factory":
+        L.append(f"factory = {_toml_value(arm['factory'])}")
+    for k, v in kwargs.items():
+        if k != s["factor"]:
+            L.append(f"{k} = {_toml_value(v)}")
+    for k in ("sample_ids", "batch_size_of"):
+        if arm.get(k):
+            L.append(f"{k} = {_toml_value(arm[k])}")
+    if not arm.get("sample_ids") and not o.get("has_ids"):
+        L.append('# sample_ids = "package.module:function"   # one id per sample: without it correctness is NOT checked')
+    if arm["world_size"] != 1:
+        L.append(f"world_size = {arm['world_size']}")
+    L += ["", "[factor]", f"name = {_toml_value(s['factor'])}", f"values = {_toml_value(s['values'])}"]
+    if exp.step["compute"] == "user":
+        L += ["", "[step]"]
+        if exp.step["setup"]:
+            L.append(f"setup = {_toml_value(exp.step['setup'])}")
+        L += [f"function = {_toml_value(exp.step['function'])}", f"grad_accum = {exp.step['grad_accum']}"]
+    L += ["", "[run]", f"repetitions = 5", f"warmup_samples = {exp.run['warmup_samples']}", f"samples = {exp.run['samples']}",
+          "", "[criteria]"]
+    L += [f"{k} = {_toml_value(v)}" for k, v in s["criteria"].items()]
+    with open(path, "w") as f:
+        f.write("\n".join(L) + "\n")
+
+
+def _fmt(v: Optional[float], unit: str) -> str:
+    if v is None:
+        return "—"
+    if unit == "%":
+        return f"{v:.1%}"
+    if unit == "MiB" or unit == "samples/s" or unit == "MB/s":
+        return f"{v:.0f}" if abs(v) >= 100 else f"{v:.1f}"
+    return f"{v:.3g}"
+
+
+ROWS = [  # (key, what, unit)
+    ("throughput", "data pipeline alone (no step)", "samples/s"),
+    ("e2e_throughput", "end to end, with the step", "samples/s"),
+    ("data_wait_share", "data wait: time in next() over next() plus the step", "%"),
+    ("step_time_p50", "step time, median (host clock)", "ms"),
+    ("step_time_p99", "step time, 99th percentile", "ms"),
+    ("step_time_max", "step time, slowest", "ms"),
+    ("step_ms", "GPU time per step (CUDA events)", "ms"),
+    ("gpu_idle_share", "GPU idle share, end to end", "%"),
+    ("latency_p99", "next() in the pipeline phase, 99th percentile", "ms"),
+    ("first_batch", "first batch after making the loader (cold start)", "s"),
+    ("new_epoch_first_batch", "first batch of a new epoch, as configured", "s"),
+    ("flipped_cold_first_batch", "cold start with persistent_workers the other way", "s"),
+    ("flipped_new_epoch_first_batch", "first batch of a new epoch, persistent_workers the other way", "s"),
+    ("cpu_per_sample", "CPU time per sample, all processes", "ms"),
+    ("cores_used", "cores busy in the pipeline phase", "cores"),
+    ("read_mb_per_s", "read by the processes (read/pread, page cache included)", "MB/s"),
+    ("storage_mb_per_s", "read from the storage device", "MB/s"),
+    ("peak_pss", "peak PSS, all processes (host memory actually used)", "MiB"),
+    ("peak_rss_total", "peak RSS summed over processes (counts shared pages once per process)", "MiB"),
+]
+
+
+def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str, Any], s: Dict[str, Any],
+              reps: int) -> str:
+    from .report import _env_lines
+
+    arm = exp.arms[0].config
+    p = o["pipeline"]
+    has_step = exp.step["compute"] != "none"
+    L = [f"# Baseline: `{arm['factory']}`", "", "## What ran", "",
+         f"- factory `{arm['factory']}`(" + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + f") returned a `{p.get('type')}`"]
+    if p.get("dataloader"):
+        L.append("- DataLoader: " + ", ".join(f"{k}={p.get(k)}" for k in ("num_workers", "batch_size", "pin_memory",
+                                                                           "prefetch_factor", "persistent_workers",
+                                                                           "drop_last", "sampler")) + f"; dataset `{p.get('dataset')}`")
+    L.append(f"- batch size (first batch): {o['batch_size']}")
+    L.append(f"- step: `{exp.step['function']}`" + (f" after `{exp.step['setup']}`" if exp.step["setup"] else "")
+             + f", gradient accumulation {exp.step['grad_accum']}" if has_step else
+             "- step: none (give --step to measure training end to end and the data-wait share)")
+    L.append(f"- world size {arm['world_size']}; {reps} repetitions, each a fresh process: {exp.run['warmup_samples']} "
+             f"warm-up samples, then {exp.run['samples']} measured with the pipeline alone"
+             + (", then the same with the step" if has_step else "")
+             + "; then two new epochs' first batches")
+    secs = stats.summarize([r for r in o.get("phase_seconds", [])])["median"]
+    coarse = (f" The pipeline phase lasted {secs:.2f} s: CPU times tick in 10 ms per process, so the CPU figures are "
+              "coarse; measure more samples (--samples) for them.") if secs is not None and secs < 2 else ""
+    L += ["", "## Observed", "", f"Median over the repetitions [95% interval of the geometric mean].{coarse}", "",
+          "| figure | what | value |", "|---|---|---|"]
+    for key, what, unit in ROWS:
+        f = o[key]
+        if f["median"] is None:
+            continue
+        ci = f" [{_fmt(f['ci_low'], unit)}, {_fmt(f['ci_high'], unit)}]" if f["ci_low"] is not None else ""
+        L.append(f"| {key} | {what} | {_fmt(f['median'], unit)} {unit if unit != '%' else ''}{ci} |")
+    if o["persistent_workers"] is not None:
+        L += ["", f"The DataLoader ran with persistent_workers={o['persistent_workers']}; the rows 'the other way' are "
+                  f"the same DataLoader rebuilt with persistent_workers={not o['persistent_workers']}."]
+    if o["processes"]:
+        L += ["", "Memory per process (first repetition, peaks over the run):", "",
+              "| process | pid | peak RSS (MiB) | peak PSS (MiB) | CPU (s) |", "|---|---|---|---|---|"]
+        for pr in o["processes"]:
+            L.append(f"| {pr['role']} | {pr['pid']} | {pr['rss_peak'] / 2**20:.0f} | {pr['pss_peak'] / 2**20:.0f} | "
+                     f"{pr.get('cpu_seconds', 0):.1f} |")
+        host = [f"main process VmHWM {o['main_rss_peak'] / 2**20:.0f} MiB" if o.get("main_rss_peak") else None,
+                f"cgroup peak {o['cgroup_peak'] / 2**20:.0f} MiB" if o.get("cgroup_peak") else None]
+        if any(host):
+            L += ["", "Host: " + "; ".join(h for h in host if h) + "."]
+    L += ["", "## Environment", ""] + _env_lines(out_dir)
+    L += ["", "## Hypotheses (not measured conclusions)", ""]
+    L += [f"- {h}" for h in hypotheses(o, has_step)] or ["- none suggested by the measurements"]
+    L += ["", "## Next experiment", "", f"{s['why']}: `{s['factor']}` = {s['values'][0]!r} against {s['values'][1]!r}, "
+          "written to `next-experiment.toml`:", "", "```", f"loadscope bench run {os.path.join(out_dir, 'next-experiment.toml')}",
+          "```"]
+    if s["needs"]:
+        L += ["", f"**Before it can run**: {s['needs']}."]
+    return "\n".join(L) + "\n"
+
+
+def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional[str] = None,
+        setup: Optional[str] = None, repo: Optional[str] = None, sample_ids: Optional[str] = None,
+        batch_size_of: Optional[str] = None, grad_accum: int = 1, world_size: int = 1, samples: int = 1024,
+        warmup_samples: int = 256, repetitions: int = 3, data: Optional[str] = None, out_dir: Optional[str] = None,
+        timeout_s: float = 900.0, quiet: bool = False) -> Dict[str, Any]:
+    """Measures the user's pipeline as it is and writes diagnosis.md, baseline.json, env.json,
+    raw.jsonl and next-experiment.toml into `out_dir`. Returns baseline.json's content."""
+    from .runner import ExperimentFailed, _launch, _merge_ranks
+
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    kwargs = dict(kwargs or {})
+    if repetitions < 1:
+        raise ConfigError(f"--repetitions {repetitions}: 1 or more (3 or more give intervals)")
+    exp = _experiment(factory, kwargs, setup=setup, step=step, repo=repo, sample_ids=sample_ids,
+                      batch_size_of=batch_size_of, grad_accum=grad_accum, world_size=world_size,
+                      run={"samples": samples, "warmup_samples": warmup_samples, "repetitions": repetitions,
+                           "timeout_s": float(timeout_s)}, data=data)
+    out_dir = os.path.abspath(out_dir or os.path.join("results", "baseline", time.strftime("%Y%m%d-%H%M%S")))
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, "baseline.json")):
+        raise ConfigError(f"--out {out_dir!r} is not empty and holds no baseline: choose a new folder")
+    for sub in ("specs", "runs", "logs"):
+        os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
+    say(f"baseline of {factory}: recording the environment ...")
+    root = exp.dataset["path"]
+    environment = envmod.record(root, user.data_files(root) if root else [], exp.training_repo)
+    with open(os.path.join(out_dir, "env.json"), "w") as f:
+        json.dump(environment, f, indent=1)
+    config = exp.arms[0].config
+    rows: List[Dict[str, Any]] = []
+    with open(os.path.join(out_dir, "raw.jsonl"), "w") as raw:
+        for i in range(repetitions):
+            tag = f"{i:03d}"
+            spec = {"config": config, "step": exp.step, "run": exp.run, "root": None, "stage_dir": None, "cuda": False,
+                    "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE), "check_overrides": {},
+                    "restart": True}
+            spec_path = os.path.join(out_dir, "specs", f"{tag}.json")
+            with open(spec_path, "w") as f:
+                json.dump(spec, f)
+            out_path = os.path.join(out_dir, "runs", f"{tag}.json")
+            log_path = os.path.join(out_dir, "logs", f"{tag}.log")
+            code = _launch(spec_path, out_path, world_size, log_path, timeout_s, exp.training_repo)
+            results = []
+            for r in range(world_size):
+                path = out_path if r == 0 else f"{out_path}.rank{r}"
+                if os.path.exists(path):
+                    with open(path) as f:
+                        results.append(json.load(f))
+            errors = [r for r in results if "error" in r]
+            if code != 0 or errors or len(results) != world_size:
+                with open(log_path) as f:
+                    tail = f.read()[-3000:]
+                raise ExperimentFailed(f"baseline repetition {tag} failed (exit {code}):\n"
+                                       + (errors[0]["traceback"] if errors else tail))
+            merged = _merge_ranks(results)
+            merged.pop("measured_ids", None)
+            merged["repetition"] = i
+            raw.write(json.dumps(merged) + "\n")
+            rows.append(merged)
+            say(f"  {tag} {merged['throughput']:8.1f} samples/s"
+                + (f"  end to end {merged['e2e_throughput']:8.1f}" if exp.step["compute"] != "none" else "")
+                + f"  peak PSS {merged['peak_pss']:6.0f} MiB")
+    o = observe(rows, environment["cpu"]["usable_cpus"])
+    s = suggest(exp, o, kwargs)
+    write_next(os.path.join(out_dir, "next-experiment.toml"), exp, kwargs, s, o)
+    text = diagnosis(out_dir, exp, kwargs, o, s, repetitions)
+    with open(os.path.join(out_dir, "diagnosis.md"), "w") as f:
+        f.write(text)
+    result = {"factory": factory, "kwargs": kwargs, "step": exp.step, "observed": o,
+              "hypotheses": hypotheses(o, exp.step["compute"] != "none"), "next": s, "out_dir": out_dir}
+    with open(os.path.join(out_dir, "baseline.json"), "w") as f:
+        json.dump(result, f, indent=1, default=str)
+    return result
+
+
+def parse_arg(text: str) -> tuple:
+    """`--arg KEY=VALUE`: VALUE read as a TOML value (2, 0.5, true, "text", [1, 2]); anything
+    that is not one is a string."""
+    if "=" not in text:
+        raise ConfigError(f"--arg {text!r}: KEY=VALUE")
+    key, value = text.split("=", 1)
+    key = key.strip()
+    if not key.isidentifier():
+        raise ConfigError(f"--arg {text!r}: {key!r} is not a keyword argument name")
+    try:
+        import tomllib
+
+        return key, tomllib.loads(f"v = {value}")["v"]
+    except Exception:
+        return key, value
+
+
