@@ -58,7 +58,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                warmup_samples=a.warmup_samples, repetitions=a.repetitions, data=a.data, out_dir=a.out,
                                timeout_s=a.timeout, quiet=a.quiet)
             with open(os.path.join(res["out_dir"], "diagnosis.md")) as f:
-                print("\n" + f.read())
+                print("\n" + f.read(), end="")
             return 0
         if a.command == "report":
             summary = report.regenerate(a.dir)

@@ -232,25 +232,16 @@ def _thin(points: List[tuple], n: int = 300) -> List[tuple]:
     return points[::step] + ([points[-1]] if points and (len(points) - 1) % step else [])
 
 
-def check_pass(spec: Dict[str, Any], root: str, config: Dict[str, Any], mode: str, n: int, world: int,
-               path: str) -> Dict[str, Any]:
-    """The first samples of epoch 0 as the arm delivers them, ranks merged in global batch
-    order: at least `n` samples and two global batches. Records the ids, the structure of the
-    per-sample tensors and a checksum per sample over all of them (and the tensors, for a
-    tolerance comparison). For modes that compare across different augmentations, a built-in
-    pipeline uses a fixed center crop; a user pipeline gets [correctness] overrides."""
+def _check_batches(spec: Dict[str, Any], root: str, config: Dict[str, Any], n: int, world: int, ranks: List[int],
+                   overrides: Optional[Dict[str, Any]]) -> List[tuple]:
+    """(global batch index, count, ids, per-sample leaves) of the first batches of epoch 0 of
+    each rank in `ranks`: at least `n` samples and two batches per rank in all."""
     from . import user
 
-    c = dict(config)
-    overrides = None
-    if "factory" in c:
-        overrides = spec.get("check_overrides") or {}
-    elif mode in ("same-samples", "tolerance"):
-        c.update(crop="center", flip=0.0)
-    got = []  # (global batch index, count, ids, leaves)
+    got = []
     need: Optional[int] = None
-    for r in range(world):
-        pipe = make_pipeline(spec, root, c, r, world, overrides)
+    for r in ranks:
+        pipe = make_pipeline(spec, root, config, r, world, overrides)
         try:
             for k, batch in enumerate(pipe.epoch(0)):
                 gi = r + k * world
@@ -259,9 +250,44 @@ def check_pass(spec: Dict[str, Any], root: str, config: Dict[str, Any], mode: st
                     need = max(2 * world, math.ceil(n / max(1, count)))
                 if gi >= need:
                     break
-                got.append((gi, count, pipe.ids(batch), user.leaves(batch, count)))
+                got.append((gi, count, pipe.ids(batch), [(p, user.to_tensor(x)) for p, x in user.leaves(batch, count)]))
         finally:
             pipe.close()
+    return got
+
+
+def check_pass(spec: Dict[str, Any], root: str, config: Dict[str, Any], mode: str, n: int, world: int,
+               path: str, rank: int = 0) -> Optional[Dict[str, Any]]:
+    """The first samples of epoch 0 as the arm delivers them, ranks merged in global batch
+    order: at least `n` samples and two global batches. Records the ids, the structure of the
+    per-sample tensors and a checksum per sample over all of them (and the tensors, for a
+    tolerance comparison). For modes that compare across different augmentations, a built-in
+    pipeline uses a fixed center crop; a user pipeline gets [correctness] overrides.
+
+    A built-in pipeline takes a rank as an argument, so rank 0 reads every rank's share itself.
+    A user's factory reads its rank from torch.distributed: with several ranks each takes its
+    own share, and rank 0 merges the parts (returns None on the other ranks)."""
+    from . import user
+
+    c = dict(config)
+    overrides = None
+    if "factory" in c:
+        overrides = spec.get("check_overrides") or {}
+    elif mode in ("same-samples", "tolerance"):
+        c.update(crop="center", flip=0.0)
+    if "factory" in c and world > 1:
+        import torch.distributed as dist
+
+        torch.save(_check_batches(spec, root, c, n, world, [rank], overrides), f"{path}.rank{rank}.pt")
+        dist.barrier()
+        if rank != 0:
+            return None
+        got = []
+        for r in range(world):
+            got += torch.load(f"{path}.rank{r}.pt")
+            os.remove(f"{path}.rank{r}.pt")
+    else:
+        got = _check_batches(spec, root, c, n, world, list(range(world)), overrides)
     got.sort(key=lambda t: t[0])
     total = sum(t[1] for t in got)
     keep = min(n, total) if "factory" not in c else total  # built-in: exactly n (>= two global batches)
@@ -276,7 +302,7 @@ def check_pass(spec: Dict[str, Any], root: str, config: Dict[str, Any], mode: st
         (" under a fixed center crop" if mode in ("same-samples", "tolerance") else "")
     out = {"mode": mode, "ids": ids, "checksums": sums, "structure": structure, "samples": len(sums), "how": how}
     if mode == "tolerance" and got:
-        per_leaf = [torch.cat([user.to_tensor(lv[j][1]) for _, _, _, lv in got])[:keep] for j in range(len(structure))]
+        per_leaf = [torch.cat([lv[j][1] for _, _, _, lv in got])[:keep] for j in range(len(structure))]
         torch.save(per_leaf, path + ".pt")
         out["pixels"] = path + ".pt"
     with open(path, "w") as f:
@@ -469,9 +495,11 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     pipe.close()
     del it, pipe
 
-    if rank == 0 and spec.get("check"):
-        result["check"] = check_pass(spec, root, config, spec["check"]["mode"], spec["check"]["samples"], world,
-                                     spec["check"]["path"])
+    if spec.get("check") and (rank == 0 or user_pipeline):
+        done = check_pass(spec, root, config, spec["check"]["mode"], spec["check"]["samples"], world,
+                          spec["check"]["path"], rank)
+        if done is not None:
+            result["check"] = done
     if rank == 0 and spec.get("trace") and config.get("loader") == "loadscope":
         tp = pipelines.make(root, dict(config, world_size=1), 0, 1)
         tp.loader.start_trace(spec["trace"]["path"])

@@ -230,6 +230,10 @@ def _check_measured_ids(raw_path: str, base: str, arm: str, check: Dict[str, Any
     if bad:
         check["ok"] = False
         check["detail"] += f"; but the measured phases read different samples ({len(next(iter(bad.values())))} different sets of {next(iter(bad))})"
+        sizes = sorted({r.get("batch_size") for r in rows if r["arm"] in (base, arm) and r.get("batch_size")})
+        if len(sizes) > 1:
+            check["detail"] += (f": the arms' batches hold {' and '.join(map(str, sizes))} samples, so [run] warmup_samples "
+                                "and samples must be multiples of every one of them (each phase takes whole batches)")
     else:
         check["detail"] += "; the measured phases read the same samples in every repetition"
 

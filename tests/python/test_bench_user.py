@@ -1,0 +1,492 @@
+"""The harness on the user's own pipeline (part 8): a throwaway training repository made here —
+a map-style Dataset with torchvision transforms, DataLoader and loadscope factories, a model
+step — run as experiment arms, as a baseline and through the pytest plugin.
+
+References: the samples each arm must deliver are the demo dataset's files in ImageFolder order
+(sorted paths); the bytes a pipeline reads are at least the files' sizes on disk; process
+cleanup is checked in /proc, independently of the harness's own bookkeeping."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import uuid
+from pathlib import Path
+
+import pytest
+
+from loadscope import ConfigError, bench
+from loadscope.bench import user
+from loadscope.bench.experiment import from_dict
+
+DATA = '''
+import glob
+import os
+import time
+
+import torch
+import torchvision.transforms as T
+from PIL import Image
+
+
+class Images(torch.utils.data.Dataset):
+    """What a training repo has: files in ImageFolder order, PIL, torchvision transforms."""
+
+    def __init__(self, root, size=32, flip=False, reverse=False):
+        self.paths = sorted(glob.glob(os.path.join(root, "folder", "*", "*.jpg")))
+        if reverse:
+            self.paths = self.paths[::-1]
+        classes = sorted({os.path.basename(os.path.dirname(p)) for p in self.paths})
+        self.labels = [classes.index(os.path.basename(os.path.dirname(p))) for p in self.paths]
+        tf = [T.Resize(size), T.CenterCrop(size)] + ([T.RandomHorizontalFlip(1.0)] if flip else [])
+        self.tf = T.Compose(tf + [T.PILToTensor()])
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        with Image.open(self.paths[i]) as im:
+            x = self.tf(im.convert("RGB"))
+        return x, self.labels[i], os.path.basename(self.paths[i])
+
+
+def make_loader(root, batch_size=8, num_workers=0, pin_memory=False, prefetch_factor=2, persistent_workers=False,
+                size=32, flip=False, reverse=False, distributed=False):
+    ds = Images(root, size, flip, reverse)
+    sampler = None
+    if distributed and torch.distributed.is_initialized():
+        sampler = torch.utils.data.distributed.DistributedSampler(ds, shuffle=False)
+    kw = dict(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers) if num_workers else {}
+    return torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
+                                       sampler=sampler, **kw)
+
+
+def make_other_loader(root, **kw):
+    """A pipeline that yields other samples: the correctness check must catch it."""
+    return make_loader(root, reverse=True, **kw)
+
+
+class Tuples:
+    """A loadscope Loader yielding (images, labels, names) like the DataLoader above."""
+
+    def __init__(self, loader):
+        self.loader = loader
+
+    def set_epoch(self, e):
+        self.loader.set_epoch(e)
+
+    def __iter__(self):
+        for b in self.loader:
+            yield b["jpg"], b["cls"], [os.path.basename(k) for k in b["__key__"]]
+
+
+def make_loadscope_loader(root, batch_size=8, num_workers=0, pin_memory=False, prefetch_factor=2,
+                          persistent_workers=False, size=32, flip=False, reverse=False, distributed=False):
+    import loadscope as ls
+
+    image = ls.Image(size, crop="center", resize=size, flip=1.0 if flip else 0.0)
+    return Tuples(ls.Loader(ls.Folder(os.path.join(root, "folder")), fields={"jpg": image, "cls": ls.Int()},
+                            batch_size=batch_size, threads=max(1, num_workers), prefetch=prefetch_factor))
+
+
+def ids(batch):
+    return batch[2]
+
+
+def exploding_factory(root, **kw):
+    raise RuntimeError("factory exploded")
+
+
+def exploding_ids(batch):
+    raise KeyError("no ids here")
+'''
+
+TRAIN = '''
+import os
+import time
+
+import torch
+
+
+def build(ctx):
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                                torch.nn.Flatten(), torch.nn.Linear(8, 10))
+    if ctx.world_size > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    return {"model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.01), "ctx": ctx, "steps": 0}
+
+
+def step(state, batch):
+    x, y = batch[0], batch[1]
+    ctx = state["ctx"]
+    loss = torch.nn.functional.cross_entropy(state["model"](x.float() / 255), y % 10) / ctx.grad_accum
+    loss.backward()
+    if ctx.boundary:
+        state["opt"].step()
+        state["opt"].zero_grad()
+        state["steps"] += 1
+    log = os.environ.get("MYTRAIN_STEP_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(f"{ctx.micro_step} {int(ctx.boundary)} {len(y)}\\n")
+
+
+def exploding_step(state, batch):
+    raise ValueError("step exploded")
+
+
+def hanging_step(state, batch):
+    time.sleep(3600)
+'''
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory, demo) -> Path:
+    r = tmp_path_factory.mktemp("trainrepo")
+    (r / "mytrain").mkdir()
+    (r / "mytrain" / "__init__.py").write_text("")
+    (r / "mytrain" / "data.py").write_text(DATA)
+    (r / "mytrain" / "train.py").write_text(TRAIN)
+    (r / "mytrain" / "broken.py").write_text("import no_such_module_anywhere\n")
+    os.symlink(demo, r / "data")  # the repo's data, relative to its root
+    return r
+
+
+def experiment(repo, factor, values, **over):
+    return from_dict(declared(repo, factor, values, **over))
+
+
+def declared(repo, factor, values, **over):
+    raw = {"name": "u", "training_repo": str(repo),
+           "pipeline": {"factory": "mytrain.data:make_loader", "root": "data", "sample_ids": "mytrain.data:ids"},
+           "factor": {"name": factor, "values": values},
+           "run": {"repetitions": 2, "samples": 32, "warmup_samples": 8, "check_samples": 16, "trace_batches": 0,
+                   "warmup_round": False, "timeout_s": 120.0}}
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(raw.get(k), dict):
+            raw[k] = dict(raw[k], **v)
+        else:
+            raw[k] = v
+    if factor == "factory":  # the factor's values are the factories
+        del raw["pipeline"]["factory"]
+    return raw
+
+
+def first_names(demo, n):
+    """The reference: the first n samples in ImageFolder order are the sorted paths."""
+    import glob
+
+    return [os.path.basename(p) for p in sorted(glob.glob(str(demo / "folder" / "*" / "*.jpg")))][:n]
+
+
+# --- validation, before anything runs ----------------------------------------------------------
+
+def test_a_factory_argument_it_does_not_take_is_refused_with_what_it_takes(repo, tmp_path):
+    exp = experiment(repo, "num_workrs", [0, 2])
+    with pytest.raises(ConfigError, match=r"arm num_workrs=0: \[pipeline\] factory = 'mytrain.data:make_loader' cannot "
+                                          r"be called with num_workrs, root.*it accepts root, batch_size, num_workers"):
+        bench.run(exp, str(tmp_path / "out"), quiet=True)
+
+
+def test_an_import_error_in_user_code_names_the_key_and_shows_the_users_traceback(repo, tmp_path):
+    exp = experiment(repo, "factory", ["mytrain.data:make_loader", "mytrain.broken:make"])
+    with pytest.raises(ConfigError) as e:
+        bench.run(exp, str(tmp_path / "out"), quiet=True)
+    msg = str(e.value)
+    assert "arm factory=make: [pipeline] factory = 'mytrain.broken:make': importing mytrain.broken failed" in msg
+    assert "No module named 'no_such_module_anywhere'" in msg and "broken.py" in msg  # the user's traceback
+    exp = experiment(repo, "factory", ["mytrain.data:make_loader", "mytrain.data:make_nothing"])
+    with pytest.raises(ConfigError, match="mytrain.data has no 'make_nothing'; its callables are .*make_loadscope_loader"):
+        bench.run(exp, str(tmp_path / "out2"), quiet=True)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"step": {"compute": "model"}}, "use your own step"),
+    ({"step": {"setup": "mytrain.train:build"}}, "give function = 'package.module:step' too"),
+    ({"step": {"function": "mytrain.train:step", "compute": "sleep", "compute_ms": 1}}, "cannot be combined"),
+    ({"pipeline": {"factory": "mytrain.data:make_loader", "world_size": 0}}, r"world_size = 0: must be an integer >=1"),
+    ({"dataset": {"path": "data", "generate": True}}, "only path"),
+    ({"gate": "yes"}, "gate = 'yes': true or false"),
+    ({"requires": ["tpu"]}, "requires = \\['tpu'\\]: a list of 'cuda'"),
+])
+def test_bad_user_experiments_fail_early(repo, change, message):
+    with pytest.raises(ConfigError, match=message):
+        experiment(repo, "num_workers", [0, 2], **change)
+    with pytest.raises(ConfigError, match="say how to read batches and are not factors"):
+        experiment(repo, "sample_ids", ["a:b", "c:d"])
+
+
+def test_arms_may_set_how_to_read_their_batches_but_nothing_else(repo):
+    raw = {"name": "u", "pipeline": {"root": "data"}, "factor": {"name": "factory"},
+           "arms": [{"factory": "mytrain.data:make_loader", "sample_ids": "mytrain.data:ids"},
+                    {"factory": "mytrain.data:make_loadscope_loader", "batch_size_of": "x:y"}]}
+    exp = from_dict(raw)
+    assert exp.user and exp.correctness_mode == "tolerance"
+    assert exp.arms[1].config["batch_size_of"] == "x:y" and "sample_ids" not in exp.arms[1].config
+    raw["arms"][1]["num_workers"] = 2
+    with pytest.raises(ConfigError, match="sets num_workers: the arms may differ only in the declared factor 'factory'"):
+        from_dict(raw)
+
+
+def test_a_relative_training_repo_is_relative_to_the_experiment_file(repo):
+    (repo / "experiments").mkdir(exist_ok=True)
+    p = repo / "experiments" / "w.toml"
+    p.write_text('name = "w"\ntraining_repo = ".."\n[pipeline]\nfactory = "mytrain.data:make_loader"\n'
+                 '[factor]\nname = "num_workers"\nvalues = [0, 2]\n')
+    exp = bench.load(str(p))
+    assert exp.training_repo == str(repo) and exp.raw["training_repo"] == str(repo)  # absolute for the rerun file
+    assert exp.factory_kwargs(exp.arms[1].config) == {"num_workers": 2}
+
+
+def test_batches_of_any_shape_are_read_by_walking_them():
+    import torch
+
+    batch = {"img": torch.zeros(4, 3, 2, 2, dtype=torch.uint8), "meta": {"y": torch.arange(4)},
+             "names": ["a", "b", "c", "d"], "stats": torch.zeros(7)}
+    assert user.samples_in(batch) == 4
+    got = user.leaves(batch, 4)
+    assert [p for p, _ in got] == ["['img']", "['meta']['y']"]  # not the names, not a tensor of another length
+    assert user.describe(got) == ["['img'] uint8 [3, 2, 2]", "['meta']['y'] int64 []"]
+    other = {"img": batch["img"].clone(), "meta": {"y": torch.arange(4)}}
+    other["img"][2, 0, 0, 0] = 1  # one pixel of sample 2
+    sums = [user.sample_checksum(got, i) for i in range(4)]
+    sums2 = [user.sample_checksum(user.leaves(other, 4), i) for i in range(4)]
+    assert [a == b for a, b in zip(sums, sums2)] == [True, True, False, True]
+    assert user.samples_in((torch.zeros(5, 2), [1, 2])) == 5 and user.default_ids({"__key__": ["k1", "k2"]}) == ["k1", "k2"]
+
+
+# --- arms from the user's code --------------------------------------------------------------------
+
+@pytest.mark.parametrize("factor, values, baseline", [
+    ("num_workers", [0, 2], {}),
+    ("prefetch_factor", [2, 4], {"num_workers": 1}),
+    ("persistent_workers", [False, True], {"num_workers": 1}),
+    ("pin_memory", [False, True], {}),  # without CUDA the DataLoader does not pin: same data either way
+    ("batch_size", [8, 16], {}),
+])
+def test_every_dataloader_setting_can_be_the_factor_and_the_arms_agree(repo, demo, tmp_path, factor, values, baseline):
+    # warm-up and measured samples in whole batches of every arm: the arms measure the same samples
+    exp = experiment(repo, factor, values, pipeline=baseline, run={"warmup_samples": 16})
+    assert exp.correctness_mode == "identical"
+    if factor == "batch_size":  # a warm-up of 8 is one batch of 8 but a batch of 16: the arms measure other samples
+        with pytest.raises(bench.ExperimentFailed, match="the arms' batches hold 8 and 16 samples, so .* must be multiples"):
+            bench.run(experiment(repo, factor, values, run={"warmup_samples": 8}), str(tmp_path / "misaligned"), quiet=True)
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    arm = exp.arms[1].name
+    check = summary["correctness"]["arms"][arm]
+    assert check["ok"] is True and "identical" in check["detail"], check
+    base = json.loads((tmp_path / "out" / "check" / f"{factor}_{str(values[0]).lower()}.json").read_text())
+    assert base["ids"][:16] == first_names(demo, 16)  # the files, in ImageFolder order
+    assert base["structure"] == ["[0] uint8 [3, 32, 32]", "[1] int64 []"]
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "raw.jsonl")]
+    assert {r["arm"] for r in rows} == {a.name for a in exp.arms} and len(rows) == 4
+    for r in rows:  # 32 samples in whole batches, as declared
+        bs = exp.arms[[a.name for a in exp.arms].index(r["arm"])].config.get("batch_size", 8)
+        assert r["batch_size"] == bs and r["samples"] == max(32, bs) and r["pipeline"]["dataloader"]
+        assert r["pipeline"][factor] == dict(zip([a.name for a in exp.arms], values))[r["arm"]]
+
+
+def test_a_users_own_transform_flag_changes_the_data_and_is_declared_so(repo, tmp_path):
+    exp = experiment(repo, "flip", [False, True])
+    assert exp.correctness_mode == "identical"
+    with pytest.raises(bench.ExperimentFailed, match=r"flip=true: 16 of 16 samples differ in their tensors"):
+        bench.run(exp, str(tmp_path / "lie"), quiet=True)  # the flip changes every sample: caught
+    exp = experiment(repo, "flip", [False, True], correctness={"mode": "none"})
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    assert summary["status"] == "ok" and "changes the data by design" in summary["correctness"]["note"]
+
+
+def test_the_swap_to_loadscope_with_the_users_step_checks_ids_and_pixels(repo, demo, tmp_path, monkeypatch):
+    log = tmp_path / "steps.log"
+    monkeypatch.setenv("MYTRAIN_STEP_LOG", str(log))
+    exp = experiment(repo, "factory", ["mytrain.data:make_loader", "mytrain.data:make_loadscope_loader"],
+                     pipeline={"num_workers": 2}, step={"setup": "mytrain.train:build", "function": "mytrain.train:step",
+                                                       "grad_accum": 2})
+    assert exp.step["compute"] == "user" and exp.correctness_mode == "tolerance"
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    check = summary["correctness"]["arms"]["factory=make_loadscope_loader"]
+    assert check["ok"] is True and check["worst_mean_abs_diff"] <= 1.0, check
+    assert "the measured phases read the same samples in every repetition" in check["detail"]
+    for m in ("throughput", "e2e_throughput", "data_wait_share", "step_time_p50", "step_time_p99", "peak_pss"):
+        assert summary["per_arm"]["factory=make_loadscope_loader"][m]["n"] == 2, m
+    assert summary["global_batch"] == {"factory=make_loader": 16, "factory=make_loadscope_loader": 16}  # 8 x accum 2
+    steps = [tuple(map(int, line.split())) for line in log.read_text().splitlines()]
+    # every e2e phase: micro steps 1, 2, 3, ... with an optimizer step on every second one
+    assert steps and all(b == (m % 2 == 0) for m, b, _ in steps) and {n for _, _, n in steps} == {8}
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "**pass**" in report and "setup mytrain.train:build, function mytrain.train:step" in report
+    assert f"training repository: {repo}" in report
+
+
+def test_a_factory_that_yields_other_samples_fails_correctness_loudly(repo, demo, tmp_path):
+    exp = experiment(repo, "factory", ["mytrain.data:make_loader", "mytrain.data:make_other_loader"])
+    first = sorted(first_names(demo, 16))[0]  # the baseline's first samples are missing from the other arm
+    with pytest.raises(bench.ExperimentFailed, match=r"correctness check failed: factory=make_other_loader: "
+                                                     rf"different samples: missing \['{first}'"):
+        bench.run(exp, str(tmp_path / "out"), quiet=True)
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "**FAIL**" in report and "factory=make_other_loader: invalid" in report
+
+
+def test_without_sample_ids_the_report_says_in_bold_that_correctness_was_not_checked(repo, tmp_path):
+    raw = declared(repo, "num_workers", [0, 1])
+    del raw["pipeline"]["sample_ids"]
+    summary = bench.run(from_dict(raw), str(tmp_path / "out"), quiet=True)
+    check = summary["correctness"]["arms"]["num_workers=1"]
+    assert check["ok"] is None and "NOT checked" in check["detail"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "**Correctness was NOT checked** for num_workers=1" in report and "**NOT CHECKED**" in report
+    assert any("NOT checked" in r for r in summary["verdicts"]["num_workers=1"]["reasons"])
+
+
+def test_world_size_is_a_factor_of_the_users_ddp_pipeline(repo, tmp_path):
+    # warm-up and measured counts in whole global batches of both arms (8 x 2): the same samples
+    exp = experiment(repo, "world_size", [1, 2], pipeline={"distributed": True}, run={"warmup_samples": 16},
+                     step={"setup": "mytrain.train:build", "function": "mytrain.train:step"})
+    assert exp.correctness_mode == "same-samples"  # a DistributedSampler interleaves samples, not batches
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    check = summary["correctness"]["arms"]["world_size=2"]
+    assert check["ok"] is True, check
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "raw.jsonl")]
+    two = [r for r in rows if r["arm"] == "world_size=2"]
+    assert all(len(r["ranks"]) == 2 and r["samples"] == 32 for r in two)  # two ranks of 16
+
+
+# --- errors in user code ------------------------------------------------------------------------
+
+def _marked_processes(mark):
+    """Live processes whose environment carries `mark` (the runner's children and their workers).
+    A killed process whose parent died first stays a zombie until init reaps it: it runs no
+    more, holds no memory, and is not counted."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if mark.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass
+    return [p for p in found if p != os.getpid()]
+
+
+@pytest.mark.parametrize("factor, values, change, arm, message", [
+    ("factory", ["mytrain.data:exploding_factory", "mytrain.data:make_loader"], {},
+     "factory=exploding_factory", "RuntimeError: factory exploded"),
+    ("num_workers", [2, 0], {"step": {"function": "mytrain.train:exploding_step"}, "pipeline": {"persistent_workers": True}},
+     "num_workers=2", "ValueError: step exploded"),
+    ("num_workers", [2, 0], {"pipeline": {"sample_ids": "mytrain.data:exploding_ids"}}, "num_workers=2",
+     "KeyError: 'no ids here'"),
+])
+def test_an_exception_in_user_code_names_the_arm_and_repetition_with_the_users_traceback(repo, tmp_path, monkeypatch, factor,
+                                                                                         values, change, arm, message):
+    mark = f"LOADSCOPE_TEST_{uuid.uuid4().hex}"
+    monkeypatch.setenv(mark, "1")
+    exp = experiment(repo, factor, values, **change)
+    with pytest.raises(bench.ExperimentFailed) as e:
+        bench.run(exp, str(tmp_path / "out"), quiet=True)
+    msg = str(e.value)
+    assert f"run 000 ({arm}, round 0) failed" in msg and message in msg
+    assert "mytrain/" in msg  # the frames of the user's own code
+    assert _marked_processes(mark) == []  # no repetition, no DataLoader worker left behind
+
+
+def test_a_hanging_step_is_stopped_with_its_dataloader_workers(repo, tmp_path, monkeypatch):
+    mark = f"LOADSCOPE_TEST_{uuid.uuid4().hex}"
+    monkeypatch.setenv(mark, "1")
+    exp = experiment(repo, "num_workers", [2, 1], pipeline={"persistent_workers": True},
+                     step={"function": "mytrain.train:hanging_step"}, run={"timeout_s": 20.0})
+    with pytest.raises(bench.ExperimentFailed, match=r"run 000 \(num_workers=2, round 0\) failed(.|\n)*timed out after 20 s"):
+        bench.run(exp, str(tmp_path / "out"), quiet=True)
+    assert _marked_processes(mark) == []
+
+
+# --- the baseline -------------------------------------------------------------------------------
+
+def test_bench_baseline_diagnoses_the_pipeline_as_it_is(repo, demo, tmp_path):
+    out = tmp_path / "base"
+    r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "baseline", "mytrain.data:make_loader",
+                        "--arg", "root=data", "--arg", "num_workers=2", "--step", "mytrain.train:step",
+                        "--setup", "mytrain.train:build", "--repo", str(repo), "--data", str(repo / "data"),
+                        "--samples", "64", "--warmup-samples", "16", "--repetitions", "2", "--out", str(out), "--quiet"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    text = (out / "diagnosis.md").read_text()
+    assert text == r.stdout.lstrip("\n")  # printed as written
+    for figure in ("| throughput |", "| e2e_throughput |", "| data_wait_share |", "| step_time_p50 |", "| step_time_p99 |",
+                   "| step_time_max |", "| first_batch |", "| new_epoch_first_batch |", "| flipped_new_epoch_first_batch |",
+                   "| cpu_per_sample |", "| cores_used |", "| read_mb_per_s |", "| storage_mb_per_s |", "| peak_pss |",
+                   "| main |", "| worker |", "VmHWM", "## Environment", "## Hypotheses (not measured conclusions)",
+                   "## Next experiment", "training repository: " + str(repo), "persistent_workers=False"):
+        assert figure in text, figure
+    assert "DataLoader: num_workers=2, batch_size=8, pin_memory=False, prefetch_factor=2, persistent_workers=False" in text
+    b = json.loads((out / "baseline.json").read_text())
+    o = b["observed"]
+    assert o["batch_size"] == 8 and o["persistent_workers"] is False
+    rows = [json.loads(line) for line in open(out / "raw.jsonl")]
+    assert all(r["restart"]["flipped"]["persistent_workers"] is True for r in rows)
+    assert all(len(r["restart"]["new_epoch_first_batch"]) == 2 for r in rows)
+    # Bytes read: at least the files the measured phase must have opened (16 warm-up samples and up to
+    # 2 workers x 2 batches of prefetch before it: samples 48..79 at the least), from the files on disk.
+    sizes = [os.path.getsize(p) for p in sorted((demo / "folder").glob("*/*.jpg"))]
+    assert all(r["read_chars"] >= sum(sizes[48:80]) for r in rows)
+    workers = [p for p in rows[0]["processes"] if p["role"] == "worker"]
+    assert len(workers) >= 2 and all(p["pss_peak"] > 0 for p in workers)
+    nxt = bench.load(str(out / "next-experiment.toml"))  # a valid experiment the user can run
+    assert nxt.user and nxt.training_repo == str(repo) and nxt.arms[0].config["root"] == "data"
+
+
+def test_bench_baseline_refuses_what_the_factory_cannot_take(repo, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "baseline", "mytrain.data:make_loader", "--arg",
+                        "root=data", "--arg", "workers=2", "--repo", str(repo), "--out", str(tmp_path / "b")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "cannot be called with root, workers" in r.stderr and "it accepts root" in r.stderr
+
+
+# --- the pytest plugin --------------------------------------------------------------------------
+
+def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
+    exps = repo / "experiments"
+    exps.mkdir(exist_ok=True)
+    for p in exps.glob("*.toml"):
+        p.unlink()
+    head = ('training_repo = ".."\n[pipeline]\nroot = "data"\nsample_ids = "mytrain.data:ids"\n'
+            '[run]\nrepetitions = 2\nsamples = 32\nwarmup_samples = 8\ncheck_samples = 16\n')
+    (exps / "workers.toml").write_text('name = "workers"\n' + head.replace("[pipeline]\n", '[pipeline]\nfactory = "mytrain.data:make_loader"\n')
+                                       + '[factor]\nname = "num_workers"\nvalues = [0, 1]\n[criteria]\nmin_gain = -0.9\n')
+    (exps / "impossible.toml").write_text('name = "impossible"\ngate = true\n' + head.replace(
+        "[pipeline]\n", '[pipeline]\nfactory = "mytrain.data:make_loader"\n')
+        + '[factor]\nname = "num_workers"\nvalues = [0, 1]\n[criteria]\nmin_gain = 5.0\n')
+    (exps / "other.toml").write_text('name = "other"\ngate = true\n' + head + '[factor]\nname = "factory"\n'
+                                     'values = ["mytrain.data:make_loader", "mytrain.data:make_other_loader"]\n')
+    (exps / "typo.toml").write_text('name = "typo"\n[pipeline]\nfactory = "mytrain.data:make_loader"\n[factr]\n')
+    (repo / "pyproject.toml").write_text('[project]\nname = "mytrain"\n')  # no experiment: not collected
+    (repo / "test_fixture.py").write_text(textwrap.dedent('''
+        def test_written_in_python(loadscope_experiment):
+            s = loadscope_experiment({"name": "py", "training_repo": ".",
+                                      "pipeline": {"factory": "mytrain.data:make_loader", "root": "data",
+                                                   "sample_ids": "mytrain.data:ids"},
+                                      "factor": {"name": "batch_size", "values": [8, 16]},
+                                      "run": {"repetitions": 2, "samples": 32, "warmup_samples": 16}})
+            assert s["correctness"]["arms"]["batch_size=16"]["ok"] is True
+    '''))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "loadscope.pytest_plugin", "-p", "no:cacheprovider", "-rA"],
+                       cwd=repo, capture_output=True, text=True, timeout=900)
+    out = r.stdout
+    assert r.returncode == 1, out
+    assert "PASSED experiments/workers.toml::workers" in out and "PASSED test_fixture.py::test_written_in_python" in out
+    assert "FAILED experiments/impossible.toml::impossible" in out
+    assert "experiment impossible (gate = true, small run): num_workers=1: roll back" in out
+    assert "FAILED experiments/other.toml::other" in out and "different samples" in out
+    assert "FAILED experiments/typo.toml::typo" in out and "unknown key(s) factr" in out
+    assert "2 failed" not in out and "3 failed, 2 passed" in out
+    assert " loadscope experiments " in out and "pyproject" not in out
+    # not gated: passes with whatever verdict (a worker process adds memory: peak_pss may veto it)
+    assert re.search(r"workers \(small\): num_workers=1 vs num_workers=0: (ADOPT|ROLL BACK) — ", out)
+    assert (repo / "results" / "loadscope" / "workers" / "report.md").exists()
