@@ -4,7 +4,7 @@ PY     := $(abspath $(VENV))/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build test test-cpp test-python test-bench demo data bench check-install format clean fuzz asan tsan test-sanitizers
+.PHONY: all deps build test test-cpp test-python test-bench test-example demo data bench check-install format clean fuzz asan tsan test-sanitizers
 
 all: build
 
@@ -19,7 +19,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"
 
-test: test-cpp test-python test-bench check-install test-sanitizers
+test: test-cpp test-python test-bench test-example check-install test-sanitizers
 
 # ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
 test-sanitizers: asan tsan
@@ -33,6 +33,11 @@ test-python: build
 # Every built-in A/B experiment at a small size: valid, correct between arms, report written.
 test-bench: build
 	@$(PY) -m pytest benchmarks -q
+
+# The worked example, a training repository of its own (examples/image-classifier), small:
+# baseline, its suggested experiment, pytest over its experiments (docs/getting-started.md).
+test-example: build
+	@PY=$(PY) scripts/example.sh
 
 # Generates the demo dataset when missing, then runs the headline A/B experiment
 # (benchmarks/experiments/loader.toml): torch's DataLoader against loadscope; report in results/demo.

@@ -8,8 +8,13 @@ src=$(pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 /usr/bin/python3 -m venv --system-site-packages "$tmp/venv"
+# pip builds in the tree it is given and leaves loadscope.egg-info there, which would register
+# the pytest plugin in the development venv too: build from a copy of the sources.
+mkdir "$tmp/src"
+tar -c --exclude=./.venv --exclude=./build --exclude=./data --exclude=./results --exclude=./.git \
+  --exclude='./examples/*/data' --exclude='./examples/*/results' --exclude='*.so' . | tar -x -C "$tmp/src"
 echo "check-install: pip install --no-build-isolation . (builds the extension; about a minute)"
-"$tmp/venv/bin/pip" install -q --no-index --no-deps --no-build-isolation "$src"
+"$tmp/venv/bin/pip" install -q --no-index --no-deps --no-build-isolation "$tmp/src"
 cd "$tmp"
 "$tmp/venv/bin/python" - "$src" <<'PY'
 import os, sys
@@ -29,3 +34,9 @@ assert s["status"] == "ok" and s["correctness"]["arms"]["threads=2"]["ok"], s
 print(f"check-install: ok ({ls.__file__})")
 PY
 "$tmp/venv/bin/loadscope" --help >/dev/null
+# The pytest plugin registers itself (pytest11 entry point): experiment TOMLs are collected
+# with nothing to configure.
+mkdir -p "$tmp/repo/experiments"
+printf 'name = "x"\n[pipeline]\nfactory = "m:f"\n[factor]\nname = "n"\nvalues = [1, 2]\n' > "$tmp/repo/experiments/x.toml"
+(cd "$tmp/repo" && "$tmp/venv/bin/python" -m pytest --collect-only -q -p no:cacheprovider experiments) | grep -q "experiments/x.toml::x" \
+  || { echo "check-install: the pytest plugin did not collect an experiment TOML" >&2; exit 1; }

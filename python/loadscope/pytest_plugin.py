@@ -9,7 +9,9 @@ user's code) and, for an experiment marked ``gate = true``, when an arm is not a
 back) or the correctness check between arms fails: a data-pipeline regression fails CI.
 
 A TOML file is an experiment when it lies in a folder named ``experiments`` (a broken one
-there fails as an item) or when it has a ``name`` and a ``[factor]`` table.
+there fails as an item) or when it has a ``name`` and a ``[factor]`` table. An experiment's
+``[small]`` table (repetitions, samples, warmup_samples, check_samples) replaces the small
+run's plan for it: a gate must be decided on enough samples.
 
 For experiments written in Python, the ``loadscope_experiment`` fixture runs one (a dict, a
 path or a loaded Experiment) the same way and returns its summary:
@@ -66,9 +68,12 @@ class ExperimentFailure(Exception):
 
 
 def _small(exp: Any) -> Any:
+    """The experiment at its small size: its own [small] table where it has one (a gated
+    experiment may need more samples to decide reliably), else SMALL, never above the declared."""
     declared = exp.run
-    return exp.with_overrides(**{k: min(v, declared[k]) for k, v in SMALL.items()}, warmup_round=False,
-                              trace_batches=min(1, declared["trace_batches"]))
+    plan = {k: min(v, declared[k]) for k, v in SMALL.items()}
+    plan.update(exp.raw.get("small", {}))
+    return exp.with_overrides(**plan, warmup_round=False, trace_batches=min(1, declared["trace_batches"]))
 
 
 def _out_dir(config: Any, name: str) -> str:

@@ -5,9 +5,13 @@ environment record and a rollout/rollback verdict. See docs/ab-testing.md.
     exp = loadscope.bench.load("benchmarks/experiments/threads.toml")
     summary = loadscope.bench.run(exp, "results/threads")   # writes report.md and friends
 
-or ``loadscope bench run benchmarks/experiments/threads.toml``."""
+or ``loadscope bench run benchmarks/experiments/threads.toml``. The arms may be the user's own
+pipeline (``[pipeline] factory = "mytrain.data:make_loader"``) with the user's own training step
+(``[step] setup``/``function``, which gets a StepContext); ``loadscope bench baseline`` measures
+such a pipeline as it is (baseline.run)."""
 
 from .experiment import Experiment, from_dict, load
 from .runner import ExperimentFailed, run
+from .user import StepContext
 
-__all__ = ["Experiment", "ExperimentFailed", "from_dict", "load", "run"]
+__all__ = ["Experiment", "ExperimentFailed", "StepContext", "from_dict", "load", "run"]

@@ -192,8 +192,12 @@ def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[
     name = arm["factory"].split(":")[0]
     existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and callable(getattr(module, n)))
     target = f"{name}:{existing[0]}" if existing else f"{name}:make_loadscope_loader"
+    # Two pipelines draw their random augmentations differently: the check must compare them
+    # without (a flag of the factory's that turns them off, when it has one by a usual name).
+    flag = next((k for k in ("train", "training", "augment", "augmentation", "random") if k in accepted), None)
     return {"why": f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores): less CPU per sample is the way on",
-            "factor": "factory", "values": [arm["factory"], target],
+            "factor": "factory", "values": [arm["factory"], target], "mode": "tolerance",
+            "overrides": {flag: False} if flag else None,
             "needs": None if existing else f"write {target}: a factory with the same arguments that returns a "
                                             "loadscope Loader yielding batches of the same structure (docs/getting-started.md)",
             "criteria": {"metric": metric, "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
@@ -232,6 +236,13 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
     L += ["", "[run]", f"repetitions = 5", f"warmup_samples = {exp.run['warmup_samples']}", f"samples = {exp.run['samples']}",
           "", "[criteria]"]
     L += [f"{k} = {_toml_value(v)}" for k, v in s["criteria"].items()]
+    if s.get("mode"):
+        L += ["", "[correctness]", f"mode = {_toml_value(s['mode'])}   # two decoders: the same samples, pixels within a tolerance"]
+        if s.get("overrides"):
+            L.append(f"overrides = {_toml_value(s['overrides'])}   # the check compares the arms without random augmentation")
+        else:
+            L.append("# overrides = { your_augmentation_flag = false }   # random augmentations differ between two "
+                     "pipelines: the check needs them off")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 

@@ -87,7 +87,9 @@ CRITERIA = {"metric": (tuple(METRICS), "throughput"), "min_gain": ("float", 0.05
 CORRECTNESS = {"mode": (CORRECTNESS_MODES, "auto"), "tolerance": ("float>=0", 1.0),
                "overrides": ("dict", {})}  # user pipelines: factory arguments for the check pass only
 TOP = ("name", "description", "dataset", "pipeline", "factor", "arms", "step", "run", "criteria", "correctness",
-       "training_repo", "gate", "requires")
+       "training_repo", "gate", "requires", "small")
+# [small]: the run plan of the pytest plugin's small run (its defaults: pytest_plugin.SMALL).
+SMALL_KEYS = ("repetitions", "samples", "warmup_samples", "check_samples")
 REQUIRES = ("cuda",)
 
 
@@ -411,6 +413,11 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         dataset = _section(raw, "dataset", DATASET)
         for a in arms:
             _check_arm(a)
+    small = raw.get("small", {})
+    if not isinstance(small, dict) or set(small) - set(SMALL_KEYS):
+        raise ConfigError(f"[small]: the pytest plugin's small run plan; allowed keys are {', '.join(SMALL_KEYS)}")
+    for k, v in small.items():
+        _check("small", k, v, RUN[k][0])
     gate = raw.get("gate", False)
     if not isinstance(gate, bool):
         raise ConfigError(f"experiment: gate = {gate!r}: true or false (true: the pytest plugin fails the item on roll back)")

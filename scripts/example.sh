@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The worked example (examples/image-classifier) end to end, as docs/getting-started.md walks it:
+# its data, `loadscope bench baseline` on its DataLoader and model step, then pytest over its
+# experiments and tests through loadscope's plugin. Small by default (what `make test` runs);
+# FULL=1 runs the experiments at their declared size (the figures in docs/benchmarks.md).
+set -euo pipefail
+cd "$(dirname "$0")/../examples/image-classifier"
+PY=${PY:-../../.venv/bin/python}
+[ -f data/demo/dataset.json ] || "$PY" -m loadscope.datasets --out data/demo --images 2000 --videos 0 >/dev/null
+"$PY" -m loadscope bench baseline classifier.data:make_loader --step classifier.train:step \
+  --setup classifier.train:build --sample-ids classifier.data:sample_ids --repo . --data data/demo/folder \
+  --samples "${BASELINE_SAMPLES:-256}" --warmup-samples 128 --repetitions "${BASELINE_REPETITIONS:-2}" \
+  --out results/baseline --quiet >/dev/null
+"$PY" -m loadscope bench run results/baseline/next-experiment.toml --repetitions 2 --samples 128 \
+  --out results/next --quiet >/dev/null  # the suggestion is a valid experiment that runs
+echo "example: baseline in examples/image-classifier/results/baseline/diagnosis.md"
+# The dev build has no installed entry point, hence -p (an installed loadscope needs nothing).
+"$PY" -m pytest -p loadscope.pytest_plugin -p no:cacheprovider -q ${FULL:+--loadscope-full}
