@@ -84,7 +84,8 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
             "peak_pss", "peak_rss_total", "latency_p50", "latency_p99"]
     out = {k: _figure(rows, k) for k in keys}
     first = rows[0]
-    out["phase_seconds"] = [r["seconds"] for r in rows]
+    out["cpu_seconds"] = _figure(rows, "cpu_seconds")
+    out["restart_after"] = (first.get("restart") or {}).get("after")
     out["processes"] = first.get("processes", [])
     out["pipeline"] = first.get("pipeline", {})
     out["persistent_workers"] = (first.get("restart") or {}).get("persistent_workers")
@@ -105,10 +106,12 @@ def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
     usable = o["usable_cpus"]
     wait = med.get("data_wait_share")
     if has_step and wait is not None:
-        if wait > 0.3:
-            out.append(f"the training loop waits for data {wait:.0%} of the time: input-bound; a faster pipeline "
-                       "would make training faster (compare e2e_throughput, not only throughput).")
-        elif wait < 0.05:
+        if wait >= 0.05:
+            out.append(f"the training loop waits for data {wait:.0%} of the time"
+                       + (": input-bound" if wait > 0.3 else "") + f"; input that never kept it waiting would make "
+                       f"training at most {1 / (1 - wait) - 1:.0%} faster — unless the pipeline also competes with the "
+                       "step for the same cores, when a cheaper pipeline speeds the step up too (compare e2e_throughput).")
+        else:
             out.append(f"the training loop waits for data only {wait:.0%} of the time: compute-bound; a faster "
                        "pipeline would not speed training up, but fewer workers might save memory and cores.")
     cores = med.get("cores_used")
@@ -233,7 +236,7 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
         if exp.step["setup"]:
             L.append(f"setup = {_toml_value(exp.step['setup'])}")
         L += [f"function = {_toml_value(exp.step['function'])}", f"grad_accum = {exp.step['grad_accum']}"]
-    L += ["", "[run]", f"repetitions = 5", f"warmup_samples = {exp.run['warmup_samples']}", f"samples = {exp.run['samples']}",
+    L += ["", "[run]", "repetitions = 5", f"warmup_samples = {exp.run['warmup_samples']}", f"samples = {exp.run['samples']}",
           "", "[criteria]"]
     L += [f"{k} = {_toml_value(v)}" for k, v in s["criteria"].items()]
     if s.get("mode"):
@@ -268,8 +271,8 @@ ROWS = [  # (key, what, unit)
     ("gpu_idle_share", "GPU idle share, end to end", "%"),
     ("latency_p99", "next() in the pipeline phase, 99th percentile", "ms"),
     ("first_batch", "first batch after making the loader (cold start)", "s"),
-    ("new_epoch_first_batch", "first batch of a new epoch, as configured", "s"),
-    ("flipped_cold_first_batch", "cold start with persistent_workers the other way", "s"),
+    ("new_epoch_first_batch", "first batch of a new epoch, persistent_workers as configured", "s"),
+    ("flipped_cold_first_batch", "cold start, persistent_workers the other way", "s"),
     ("flipped_new_epoch_first_batch", "first batch of a new epoch, persistent_workers the other way", "s"),
     ("cpu_per_sample", "CPU time per sample, all processes", "ms"),
     ("cores_used", "cores busy in the pipeline phase", "cores"),
@@ -301,9 +304,12 @@ def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str
              f"warm-up samples, then {exp.run['samples']} measured with the pipeline alone"
              + (", then the same with the step" if has_step else "")
              + "; then two new epochs' first batches")
-    secs = stats.summarize([r for r in o.get("phase_seconds", [])])["median"]
-    coarse = (f" The pipeline phase lasted {secs:.2f} s: CPU times tick in 10 ms per process, so the CPU figures are "
-              "coarse; measure more samples (--samples) for them.") if secs is not None and secs < 2 else ""
+    # CPU times tick in 10 ms per process, at both ends of the phase.
+    cpu = o["cpu_seconds"]["median"]
+    error = 0.02 * max(1, len(o["processes"])) / cpu if cpu else None
+    coarse = (f" The pipeline phase used {cpu:.2f} CPU seconds: with 10 ms clock ticks per process the CPU figures "
+              f"are uncertain by up to {error:.0%}; measure more samples (--samples) for them.") \
+        if error is not None and error > 0.05 else ""
     L += ["", "## Observed", "", f"Median over the repetitions [95% interval of the geometric mean].{coarse}", "",
           "| figure | what | value |", "|---|---|---|"]
     for key, what, unit in ROWS:
@@ -313,8 +319,11 @@ def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str
         ci = f" [{_fmt(f['ci_low'], unit)}, {_fmt(f['ci_high'], unit)}]" if f["ci_low"] is not None else ""
         L.append(f"| {key} | {what} | {_fmt(f['median'], unit)} {unit if unit != '%' else ''}{ci} |")
     if o["persistent_workers"] is not None:
-        L += ["", f"The DataLoader ran with persistent_workers={o['persistent_workers']}; the rows 'the other way' are "
-                  f"the same DataLoader rebuilt with persistent_workers={not o['persistent_workers']}."]
+        L += ["", f"The DataLoader ran with persistent_workers={o['persistent_workers']}. A new epoch's first batch is "
+                  "measured on the same DataLoader rebuilt with epochs of a few batches that end as real ones do, "
+                  f"as configured and with persistent_workers={not o['persistent_workers']} ('the other way')."]
+    elif o.get("restart_after"):
+        L += ["", f"A new epoch's first batch is measured on a fresh iterator after {o['restart_after']}."]
     if o["processes"]:
         L += ["", "Memory per process (first repetition, peaks over the run):", "",
               "| process | pid | peak RSS (MiB) | peak PSS (MiB) | CPU (s) |", "|---|---|---|---|---|"]

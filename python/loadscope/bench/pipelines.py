@@ -304,9 +304,27 @@ def describe(obj: Any) -> Dict[str, Any]:
     return out
 
 
-def with_persistent_workers(dl: Any, persistent: bool) -> Any:
-    """The same torch DataLoader with persistent_workers set to `persistent` (a new object over
-    the same dataset, sampler and collate function)."""
+class _FirstOf(torch.utils.data.Sampler):
+    """The first `n` items (batches of indices, or indices) of another sampler: a short epoch
+    that ends the way a real one does."""
+
+    def __init__(self, inner: Any, n: int) -> None:
+        self.inner, self.n = inner, n
+
+    def __iter__(self):
+        for i, item in enumerate(self.inner):
+            if i >= self.n:
+                return
+            yield item
+
+    def __len__(self) -> int:
+        return min(self.n, len(self.inner))
+
+
+def rebuild(dl: Any, *, persistent: bool, batches: Optional[int] = None) -> Any:
+    """The same torch DataLoader (dataset, sampler, collate function, workers...) as a new object
+    with persistent_workers=`persistent`; with `batches`, its epochs end after that many batches
+    (map-style datasets only: an iterable dataset has no sampler to shorten)."""
     kw: Dict[str, Any] = dict(dataset=dl.dataset, num_workers=dl.num_workers, collate_fn=dl.collate_fn,
                               pin_memory=dl.pin_memory, timeout=dl.timeout, worker_init_fn=dl.worker_init_fn,
                               multiprocessing_context=dl.multiprocessing_context, generator=dl.generator,
@@ -314,12 +332,13 @@ def with_persistent_workers(dl: Any, persistent: bool) -> Any:
     for opt in ("pin_memory_device", "in_order"):
         if hasattr(dl, opt):
             kw[opt] = getattr(dl, opt)
+    short = (lambda s: _FirstOf(s, batches)) if batches else (lambda s: s)  # noqa: E731
     if isinstance(dl.dataset, torch.utils.data.IterableDataset):
         kw.update(batch_size=dl.batch_size, drop_last=dl.drop_last)
     elif dl.batch_sampler is not None:
-        kw["batch_sampler"] = dl.batch_sampler
+        kw["batch_sampler"] = short(dl.batch_sampler)
     else:
-        kw.update(sampler=dl.sampler, batch_size=None)
+        kw.update(sampler=short(dl.sampler), batch_size=None)
     return torch.utils.data.DataLoader(**kw)
 
 

@@ -21,7 +21,6 @@ workers' seeds) repeats across arms and repetitions."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -311,42 +310,56 @@ def check_pass(spec: Dict[str, Any], root: str, config: Dict[str, Any], mode: st
 
 
 def _restart(pipe: pipelines.Pipeline, epoch: int) -> Dict[str, Any]:
-    """Time to the first batch of a new epoch (a fresh iterator: workers started again unless
-    they persist), twice; and for a torch DataLoader with workers the same with
-    persistent_workers the other way (a new DataLoader: its first epoch is a cold start)."""
+    """Time to the first batch of a new epoch, twice each, as a training loop meets it.
 
-    def first_batches(iterable_of_epoch, epochs: List[int]) -> List[float]:
+    For a torch DataLoader with workers over a map-style dataset: the same DataLoader rebuilt
+    twice, with persistent_workers as configured and the other way, each with epochs cut to a
+    few batches (every worker's prefetch and two more) that end as real epochs end, so that the
+    next epoch starts with idle workers (persistent) or none (not). Breaking out of an epoch
+    instead would charge the persistent workers for draining the batches in flight.
+    Otherwise: a fresh iterator of the pipeline after one abandoned mid-epoch (`after` says so)."""
+
+    def first_batches(iterable_of_epoch, epochs: List[int], finish: bool) -> List[float]:
         out = []
         for e in epochs:
             t0 = time.monotonic()
             gen = iterable_of_epoch(e)
             next(gen)
             out.append(time.monotonic() - t0)
+            if finish:
+                for _ in gen:
+                    pass
             gen.close()
         return out
 
-    result: Dict[str, Any] = {"new_epoch_first_batch": first_batches(pipe.epoch, [epoch, epoch + 1])}
     dl = getattr(pipe, "obj", None)
-    if isinstance(dl, torch.utils.data.DataLoader) and dl.num_workers > 0:
-        result["persistent_workers"] = dl.persistent_workers
-        other = pipelines.with_persistent_workers(dl, not dl.persistent_workers)
+    if not (isinstance(dl, torch.utils.data.DataLoader) and dl.num_workers > 0
+            and not isinstance(dl.dataset, torch.utils.data.IterableDataset)):
+        return {"new_epoch_first_batch": first_batches(pipe.epoch, [epoch, epoch + 1], finish=False),
+                "after": "an abandoned epoch"}
+
+    def measure(persistent: bool) -> Dict[str, Any]:
+        short = pipelines.rebuild(dl, persistent=persistent, batches=dl.num_workers * (dl.prefetch_factor or 2) + 2)
 
         def epoch_of(e: int) -> Iterator[Any]:
-            pipelines.set_epoch(other, e)
-            it = iter(other)
+            pipelines.set_epoch(short, e)
+            it = iter(short)
             try:
-                while True:
-                    yield next(it)
+                yield from it
             finally:
                 del it  # a non-persistent iterator shuts its workers down here
 
-        times = first_batches(epoch_of, [0, 1, 2])
-        result["flipped"] = {"persistent_workers": other.persistent_workers, "cold_first_batch": times[0],
-                             "new_epoch_first_batch": times[1:]}
-        it = getattr(other, "_iterator", None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-    return result
+        try:
+            times = first_batches(epoch_of, [0, 1, 2], finish=True)
+        finally:
+            it = getattr(short, "_iterator", None)
+            if it is not None and hasattr(it, "_shutdown_workers"):
+                it._shutdown_workers()
+        return {"persistent_workers": persistent, "cold_first_batch": times[0], "new_epoch_first_batch": times[1:]}
+
+    mine = measure(dl.persistent_workers)
+    return {"new_epoch_first_batch": mine["new_epoch_first_batch"], "after": "an epoch that ended",
+            "persistent_workers": dl.persistent_workers, "flipped": measure(not dl.persistent_workers)}
 
 
 def run(spec: Dict[str, Any]) -> Dict[str, Any]:
