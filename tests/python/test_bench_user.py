@@ -490,3 +490,31 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
     # not gated: passes with whatever verdict (a worker process adds memory: peak_pss may veto it)
     assert re.search(r"workers \(small\): num_workers=1 vs num_workers=0: (ADOPT|ROLL BACK) — ", out)
     assert (repo / "results" / "loadscope" / "workers" / "report.md").exists()
+
+
+@pytest.mark.parametrize("figures, kwargs, factor, values", [
+    ({"data_wait_share": 0.01, "cores_used": 1.0}, {"num_workers": 2}, "num_workers", [2, 1]),  # compute-bound
+    ({"data_wait_share": 0.5, "cores_used": 1.0, "new_epoch_first_batch": 0.5, "flipped_new_epoch_first_batch": 0.1},
+     {"num_workers": 2}, "persistent_workers", [False, True]),  # new epochs wait for workers to start
+    ({"data_wait_share": 0.5, "cores_used": 1.0}, {"num_workers": 1}, "num_workers", [1, 2]),  # an idle core
+    ({"data_wait_share": 0.5, "cores_used": 2.0}, {"num_workers": 2}, "factory",  # CPU-bound: the swap
+     ["mytrain.data:make_loader", "mytrain.data:make_loadscope_loader"]),
+])
+def test_the_suggested_next_experiment_follows_the_figures_and_is_valid(repo, tmp_path, figures, kwargs, factor, values):
+    from loadscope.bench import baseline
+
+    exp = baseline._experiment("mytrain.data:make_loader", dict(kwargs, root="data"), setup="mytrain.train:build",
+                               step="mytrain.train:step", repo=str(repo), sample_ids="mytrain.data:ids",
+                               batch_size_of=None, grad_accum=1, world_size=1, run={}, data=None)
+    o = {k: {"median": None} for k, _, _ in baseline.ROWS}
+    o.update({k: {"median": v} for k, v in figures.items()})
+    o.update(usable_cpus=2, persistent_workers=False, has_ids=True,
+             pipeline={"dataloader": True, "num_workers": kwargs["num_workers"]})
+    s = baseline.suggest(exp, o, dict(kwargs, root="data"))
+    assert (s["factor"], s["values"]) == (factor, values)
+    path = tmp_path / "next.toml"
+    baseline.write_next(str(path), exp, dict(kwargs, root="data"), s, o)
+    nxt = bench.load(str(path))
+    assert nxt.factor == factor and [a.config[factor] for a in nxt.arms] == values
+    assert nxt.correctness["overrides"] == {}  # mytrain's factory has no augmentation flag to turn off
+    assert "# overrides = { your_augmentation_flag = false }" in path.read_text()

@@ -169,6 +169,18 @@ def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[
         fn = user.resolve(arm["factory"], "factory")
         accepted = user.accepts(fn)
         module = __import__(arm["factory"].split(":")[0], fromlist=["_"])
+    s = _choose(exp, o, kwargs, accepted, module)
+    # Random augmentations differ between two pipelines, and within one DataLoader with another
+    # number of workers (each worker has its own seed): the check must compare the arms without
+    # them — through a flag of the factory's that turns them off, when it has one by a usual name.
+    flag = next((k for k in ("train", "training", "augment", "augmentation", "random") if k in accepted), None)
+    s["overrides"] = {flag: False} if flag else None
+    return s
+
+
+def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted: Dict[str, Any],
+            module: Any) -> Dict[str, Any]:
+    arm = exp.arms[0].config
     current = lambda k: kwargs.get(k, accepted.get(k))  # noqa: E731
     med = {k: v["median"] for k, v in o.items() if isinstance(v, dict) and "median" in v}
     usable = o["usable_cpus"] or 1
@@ -195,12 +207,8 @@ def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[
     name = arm["factory"].split(":")[0]
     existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and callable(getattr(module, n)))
     target = f"{name}:{existing[0]}" if existing else f"{name}:make_loadscope_loader"
-    # Two pipelines draw their random augmentations differently: the check must compare them
-    # without (a flag of the factory's that turns them off, when it has one by a usual name).
-    flag = next((k for k in ("train", "training", "augment", "augmentation", "random") if k in accepted), None)
     return {"why": f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores): less CPU per sample is the way on",
             "factor": "factory", "values": [arm["factory"], target], "mode": "tolerance",
-            "overrides": {flag: False} if flag else None,
             "needs": None if existing else f"write {target}: a factory with the same arguments that returns a "
                                             "loadscope Loader yielding batches of the same structure (docs/getting-started.md)",
             "criteria": {"metric": metric, "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
@@ -239,13 +247,14 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
     L += ["", "[run]", "repetitions = 5", f"warmup_samples = {exp.run['warmup_samples']}", f"samples = {exp.run['samples']}",
           "", "[criteria]"]
     L += [f"{k} = {_toml_value(v)}" for k, v in s["criteria"].items()]
+    L += ["", "[correctness]"]
     if s.get("mode"):
-        L += ["", "[correctness]", f"mode = {_toml_value(s['mode'])}   # two decoders: the same samples, pixels within a tolerance"]
-        if s.get("overrides"):
-            L.append(f"overrides = {_toml_value(s['overrides'])}   # the check compares the arms without random augmentation")
-        else:
-            L.append("# overrides = { your_augmentation_flag = false }   # random augmentations differ between two "
-                     "pipelines: the check needs them off")
+        L.append(f"mode = {_toml_value(s['mode'])}   # two decoders: the same samples, pixels within a tolerance")
+    if s.get("overrides"):
+        L.append(f"overrides = {_toml_value(s['overrides'])}   # the check compares the arms without random augmentation")
+    else:
+        L.append("# overrides = { your_augmentation_flag = false }   # random augmentations differ between pipelines and "
+                 "between worker counts: the check needs them off")
     with open(path, "w") as f:
         f.write("\n".join(L) + "\n")
 
