@@ -55,14 +55,35 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _kill_group(pid: int) -> None:
-    """Every process left in a repetition's process group (its DataLoader workers included)."""
+def _group_members(pgid: int) -> List[int]:
+    """Live processes of a process group (zombies left for init to reap run no more: not counted)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(name))
+    return out
+
+
+def _kill_group(pgid: int, wait: float = 10.0) -> None:
+    """Kills every process left in a repetition's process group (its DataLoader workers
+    included) and waits until they are gone: SIGKILL is delivered asynchronously, and the next
+    repetition must not share the cores with the last one's workers."""
     import signal
 
     try:
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
+        return
+    deadline = time.monotonic() + wait
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float,
