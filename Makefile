@@ -1,10 +1,12 @@
 # The two commands of the README: `make demo` and `make test`. Each sets up what it needs.
 VENV   := .venv
 PY     := $(abspath $(VENV))/bin/python
+# The compatibility lane: Debian's torch 1.13 (the same extension: it does not link libtorch).
+PY_COMPAT := $(abspath .venv-compat)/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build test test-cpp test-python test-bench test-example demo data bench check-install format clean fuzz asan tsan test-sanitizers
+.PHONY: all deps build test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
 
 all: build
 
@@ -17,9 +19,9 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOADSCOPE_TESTS=ON -DLOADSCOPE_PYTHON=ON \
 	  -DPython3_EXECUTABLE=$(PY) -DLOADSCOPE_MODULE_DIR=$(abspath python/loadscope) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
-	@$(PY) -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"
+	@for py in $(PY) $(PY_COMPAT); do $$py -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"; done
 
-test: test-cpp test-python test-bench test-example check-install test-sanitizers
+test: test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
 
 # ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
 test-sanitizers: asan tsan
@@ -28,11 +30,20 @@ test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-python: build
+	@$(PY) -c "import sys, torch, torchvision; print('test-python: Python', sys.version.split()[0], 'torch', torch.__version__, 'torchvision', torchvision.__version__)"
 	@$(PY) -m pytest tests/python -q
 
 # Every built-in A/B experiment at a small size: valid, correct between arms, report written.
 test-bench: build
 	@$(PY) -m pytest benchmarks -q
+
+# Debian's torch 1.13, the oldest torch supported: a smoke run of the loader, the harness and
+# the user-pipeline path (the main suite runs on torch 2.x in .venv).
+test-compat: build
+	@$(PY_COMPAT) -c "import torch, torchvision; print('test-compat: torch', torch.__version__, 'torchvision', torchvision.__version__)"
+	@$(PY_COMPAT) -m pytest -q tests/python/test_loader.py tests/python/test_reference.py \
+	  "tests/python/test_bench_user.py::test_the_swap_to_loadscope_with_the_users_step_checks_ids_and_pixels" \
+	  "tests/python/test_video.py::test_the_video_baselines_pyav_read_equals_torchvisions_read_video"
 
 # The worked example, a training repository of its own (examples/image-classifier), small:
 # baseline, its suggested experiment, pytest over its experiments (docs/getting-started.md).

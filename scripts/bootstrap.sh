@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# Installs what loadscope needs on Debian 12 (idempotent, fast when everything is there)
-# and makes .venv from Debian's Python with system site packages.
+# Installs what loadscope needs on Debian 12 (idempotent, fast when everything is there),
+# makes .venv from Debian's Python with system site packages plus requirements-dev.txt from
+# PyPI (torch 2.x), and .venv-compat with Debian's torch 1.13 only.
 # Usage: scripts/bootstrap.sh            (packages + venv)
 #        scripts/bootstrap.sh --fuzz     (also clang with libFuzzer, for `make fuzz`)
 #        scripts/bootstrap.sh --check    (exit 1 if anything is missing, install nothing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Build: compilers, CMake, pybind11, the codecs and oneTBB. Runtime/test: Debian's torch,
-# torchvision, PIL, numpy, pytest, PyAV (torchvision.io.read_video, the video baseline);
+# Build: compilers, CMake, pybind11, the codecs and oneTBB. Runtime/test: Debian's torch 1.13
+# and torchvision (the compatibility lane; .venv has torch 2.x from PyPI over them), PIL, numpy,
+# pytest, PyAV (the video baseline's decoder);
 # ffmpeg and djpeg CLIs as independent references;
 # scikit-image for the real photographs the demo data is cut from.
 PACKAGES=(
@@ -52,7 +54,34 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# The python3 first on PATH may not see Debian's torch: always use Debian's interpreter.
+# Debian's interpreter, with its packages (PyAV built against the same FFmpeg as the
+# extension, scikit-image's photographs for the demo data, pytest, psutil, numpy, Pillow),
+# and on top of them from PyPI what Debian has too old (requirements-dev.txt: torch 2.x,
+# torchvision). The python3 first on PATH is another interpreter that sees none of Debian's.
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+# Installed only when a pinned version is missing (pip's own check takes seconds).
+if ! .venv/bin/python - requirements-dev.txt <<'PY'
+import sys
+from importlib.metadata import PackageNotFoundError, version
+for line in open(sys.argv[1]):
+    line = line.split("#")[0].strip()
+    if line:
+        name, _, want = line.partition("==")
+        try:
+            if version(name).split("+")[0] != want:
+                sys.exit(1)
+        except PackageNotFoundError:
+            sys.exit(1)
+PY
+then
+  echo "loadscope bootstrap: installing requirements-dev.txt into .venv (torch 2.x from PyPI; about a minute)"
+  # (this machine's pip configuration names local package folders that may be missing: not news)
+  .venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt \
+    2> >(grep -v "^WARNING: Location 'file:" >&2)
+fi
+# The compatibility lane: Debian's own torch 1.13, nothing from PyPI (`make test-compat`).
+if [ ! -x .venv-compat/bin/python ]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv-compat
 fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs loadscope the way the README tells users to — `pip install --no-build-isolation .`
-# into a fresh virtual environment that sees the system's torch — then uses it from outside the
-# source tree. Catches a missing file in the package, a broken setup.py or a missing build step.
+# Installs loadscope the ways users do — `pip install .` (build isolation: the declared build
+# requirements come from PyPI) and `pip install --no-build-isolation .` (what is installed) —
+# into fresh virtual environments that see the system's torch, then uses it from outside the
+# source tree. Catches a missing file in the package, a broken setup.py, an undeclared build
+# requirement or a missing build step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
@@ -13,8 +15,14 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir "$tmp/src"
 tar -c --exclude=./.venv --exclude=./build --exclude=./data --exclude=./results --exclude=./.git \
   --exclude='./examples/*/data' --exclude='./examples/*/results' --exclude='*.so' . | tar -x -C "$tmp/src"
-echo "check-install: pip install --no-build-isolation . (builds the extension; about a minute)"
-"$tmp/venv/bin/pip" install -q --no-index --no-deps --no-build-isolation "$tmp/src"
+quiet() { grep -v "^WARNING: Location 'file:" >&2 || true; }  # this machine's pip config names missing folders
+echo "check-install: pip install . (isolated build; builds the extension; about a minute)"
+"$tmp/venv/bin/pip" install -q --no-deps "$tmp/src" 2> >(quiet)
+echo "check-install: pip install --no-build-isolation . (another venv; about a minute)"
+/usr/bin/python3 -m venv --system-site-packages "$tmp/venv2"
+rm -rf "$tmp/src/build"  # the first build's CMake cache names the isolated environment's CMake
+"$tmp/venv2/bin/pip" install -q --no-index --no-deps --no-build-isolation "$tmp/src" 2> >(quiet)
+(cd "$tmp" && "$tmp/venv2/bin/python" -c "import loadscope, sys; assert loadscope.__file__.startswith('$tmp/venv2'), loadscope.__file__")
 cd "$tmp"
 "$tmp/venv/bin/python" - "$src" <<'PY'
 import os, sys

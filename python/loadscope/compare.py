@@ -236,9 +236,36 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
     return Arm(f"loadscope ({threads} threads, {decoder_threads} FFmpeg thread{'s' if decoder_threads != 1 else ''} each)", epoch)
 
 
+def read_clip(path: str, start_s: float, end_s: float) -> torch.Tensor:
+    """The frames of [start_s, end_s] as uint8 [T, 3, H, W], decoded with PyAV the way
+    torchvision.io.read_video did (seek to the keyframe before the start, decode, keep the frames
+    in the range, convert to RGB). torchvision 0.22 deprecated read_video and later releases
+    dropped it; this keeps the baseline the same on every torch."""
+    import av
+    import numpy as np
+
+    out = []
+    with av.open(path) as container:
+        stream = container.streams.video[0]
+        tb = float(stream.time_base)
+        container.seek(int(start_s / tb), stream=stream, backward=True, any_frame=False)
+        eps = tb / 2
+        for frame in container.decode(stream):
+            t = frame.pts * tb
+            if t < start_s - eps:
+                continue
+            if t > end_s + eps:
+                break
+            out.append(frame.to_ndarray(format="rgb24"))
+    if not out:
+        raise RuntimeError(f"{path}: no frames in [{start_s:.3f}, {end_s:.3f}] s")
+    return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2)
+
+
 class ReadVideoClips(torch.utils.data.Dataset):
-    """The baseline users write today: torchvision.io.read_video of the clip's time range (PyAV),
-    every `stride`-th frame, RandomResizedCrop + flip on the clip tensor (one crop per clip)."""
+    """The baseline users write: a PyAV decode of the clip's time range (read_clip, what
+    torchvision.io.read_video did), every `stride`-th frame, RandomResizedCrop + flip on the clip
+    tensor (one crop per clip)."""
 
     def __init__(self, rows: List[dict], frames: int, stride: int, size: int) -> None:
         import torchvision.transforms as T
@@ -253,13 +280,10 @@ class ReadVideoClips(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> torch.Tensor:
         import random
 
-        import torchvision.io
-
         r = self.rows[i]
         span = (self.frames - 1) * self.stride + 1
         start = random.Random(i * 1000003 + self.epoch).randrange(0, r["frames"] - span + 1)
-        video, _, _ = torchvision.io.read_video(r["path"], start / r["fps"], (start + span - 1) / r["fps"],
-                                                pts_unit="sec", output_format="TCHW")
+        video = read_clip(r["path"], start / r["fps"], (start + span - 1) / r["fps"])
         clip = video[:: self.stride][: self.frames]
         if clip.shape[0] < self.frames:  # pad with the last frame, as loadscope does
             clip = torch.cat([clip, clip[-1:].expand(self.frames - clip.shape[0], -1, -1, -1)])
@@ -280,7 +304,7 @@ def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride:
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
 
-    return Arm(f"torch DataLoader ({workers} workers) + read_video (PyAV)", epoch, close)
+    return Arm(f"torch DataLoader ({workers} workers) + PyAV clip decode (read_video's)", epoch, close)
 
 
 def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2, seed: int = 0) -> Arm:

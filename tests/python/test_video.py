@@ -405,3 +405,23 @@ def test_index_cache_spares_rereading(awkward, tmp_path):
     assert first >= fresh.stat().st_size  # indexing read the whole file
     list(L)
     assert L.stats()["bytes_read"] < first / 2  # the second epoch reads only around its clip
+
+
+def test_the_video_baselines_pyav_read_equals_torchvisions_read_video(demo_videos):
+    """compare.read_clip replaces torchvision.io.read_video (gone from torchvision 0.24 on) in
+    the video baseline; where read_video still exists (the torch 1.13 lane, `make test-compat`)
+    both must return the same frames, byte for byte."""
+    import glob
+
+    import torch
+    import torchvision.io
+
+    from loadscope.compare import read_clip
+
+    if not hasattr(torchvision.io, "read_video"):
+        pytest.skip(f"torchvision {torchvision.__version__} has no read_video to compare with (make test-compat has)")
+    for path in sorted(glob.glob(str(demo_videos / "videos" / "**" / "*.mp4"), recursive=True))[:3]:
+        for a, b in ((0.0, 0.5), (1.0, 1.6), (2.3, 2.9)):
+            ref, _, _ = torchvision.io.read_video(path, a, b, pts_unit="sec", output_format="TCHW")
+            got = read_clip(path, a, b)
+            assert got.shape == ref.shape and torch.equal(got, ref), (path, a, b)
