@@ -13,7 +13,7 @@ trap 'rm -rf "$tmp"' EXIT
 # pip builds in the tree it is given and leaves loadscope.egg-info there, which would register
 # the pytest plugin in the development venv too: build from a copy of the sources.
 mkdir "$tmp/src"
-tar -c --exclude=./.venv --exclude=./build --exclude=./data --exclude=./results --exclude=./.git \
+tar -c --exclude=./.venv --exclude=./.venv-compat --exclude=./build --exclude=./data --exclude=./results --exclude=./.git \
   --exclude='./examples/*/data' --exclude='./examples/*/results' --exclude='*.so' . | tar -x -C "$tmp/src"
 quiet() { grep -v "^WARNING: Location 'file:" >&2 || true; }  # this machine's pip config names missing folders
 echo "check-install: pip install . (isolated build; builds the extension; about a minute)"
