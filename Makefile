@@ -6,7 +6,7 @@ PY_COMPAT := $(abspath .venv-compat)/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
+.PHONY: all deps build lint test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
 
 all: build
 
@@ -21,10 +21,15 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS)
 	@for py in $(PY) $(PY_COMPAT); do $$py -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"; done
 
-test: test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
+test: lint test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
 
 # ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
 test-sanitizers: asan tsan
+
+# ruff (pyflakes, pycodestyle, bugbear) over all Python; mypy over the files pyproject.toml lists.
+lint: deps
+	@$(abspath $(VENV))/bin/ruff check python tests benchmarks examples scripts
+	@$(abspath $(VENV))/bin/mypy
 
 test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

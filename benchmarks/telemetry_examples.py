@@ -24,7 +24,7 @@ def run(name: str, step_seconds: float, out: str, root: str) -> None:
     loader = ls.Loader(ls.Folder(root), fields=fields, batch_size=64, threads=2, shuffle=True)
     trace = os.path.join(out, f"{name}.trace.json")
     loader.start_trace(trace)
-    for batch in loader:
+    for _batch in loader:
         time.sleep(step_seconds)  # the "training step"
     loader.stop_trace()
     telemetry.render_trace(trace, os.path.join(out, f"{name}.png"), start=0.0, seconds=0.5)

@@ -1,7 +1,7 @@
 """Type stub of the native module (csrc/loadscope/python/module.cc). Internal: use the
 loadscope package."""
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Sequence, Tuple, Union
 
 class BlockView:
     """A span of a batch block; implements the buffer protocol (for torch.frombuffer)."""

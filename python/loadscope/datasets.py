@@ -163,7 +163,7 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
     jobs = _video_jobs(tmp, videos, rng, photos)
     labels = sorted(p[0] for p in PHOTOS)
     outputs = {}
-    for key, cls, caption, meta, cmd in jobs:
+    for key, cls, _caption, _meta, _cmd in jobs:
         folder = os.path.join(tmp, "videos", PHOTOS[cls][0])
         os.makedirs(folder, exist_ok=True)
         outputs[key] = os.path.join(folder, key + ".mp4")

@@ -113,8 +113,8 @@ class JpegDecoder:
                 rh, rw = (self.size, max(self.size, int(self.size * w / h))) if h <= w else \
                     (max(self.size, int(self.size * h / w)), self.size)
                 x = F.interpolate(x, size=(rh, rw), mode="bilinear", antialias=True, align_corners=False)
-                t, l = int(round((rh - self.size) / 2.0)), int(round((rw - self.size) / 2.0))
-                x = x[:, :, t:t + self.size, l:l + self.size]
+                top, left = int(round((rh - self.size) / 2.0)), int(round((rw - self.size) / 2.0))
+                x = x[:, :, top:top + self.size, left:left + self.size]
             else:
                 x = F.interpolate(x, size=(self.size, self.size), mode="bilinear", antialias=True, align_corners=False)
             x = x[0].round_().clamp_(0, 255)

@@ -147,7 +147,7 @@ class ExperimentItem(pytest.Item):
             raise ExperimentFailure(f"{self.path}: {e}") from None
         run_experiment(self.config, exp)
 
-    def repr_failure(self, excinfo: Any, style: Any = None) -> str:  # type: ignore[override]
+    def repr_failure(self, excinfo: Any, style: Any = None) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ExperimentFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo)

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from loadscope import ConfigError, bench
-from loadscope.bench import env, report, runner, stats
+from loadscope.bench import env, report, runner
 from loadscope.bench.experiment import from_dict
 
 

@@ -74,7 +74,7 @@ def test_shards_and_manifest_describe_the_folder(demo):
 def test_videos_are_pans_and_zooms_of_the_photographs(demo_videos):
     from loadscope import _native
 
-    rows = [json.loads(l) for l in (demo_videos / "videos.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (demo_videos / "videos.jsonl").read_text().splitlines()]
     assert len(rows) == 6
     sizes, gops = set(), set()
     for row in rows:

@@ -425,7 +425,7 @@ def test_state_after_break_keeps_the_rest_of_the_epoch(layouts):
 
     whole = [list(b["__key__"]) for b in make()]
     a = make()
-    for i, b in enumerate(a):
+    for i, _b in enumerate(a):
         if i == 4:
             break  # the loop drops its iterator
     state = a.state_dict()

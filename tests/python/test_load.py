@@ -30,8 +30,8 @@ def test_memory_is_flat_over_many_epochs(demo):
     L = ls.Loader(ls.Folder(demo / "folder"), fields={"jpg": ls.Image(96, flip=0.5), "cls": ls.Int()}, batch_size=8,
                   threads=2, shuffle=True, on_error="skip")
     samples = []
-    for epoch in range(40):
-        for b in L:
+    for _epoch in range(40):
+        for b in L:  # noqa: B007 (the last batch is dropped below)
             pass
         del b
         gc.collect()

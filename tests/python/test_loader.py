@@ -2,9 +2,7 @@
 and the torch DataLoader integration."""
 
 import os
-from collections import Counter
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image as PILImage

@@ -6,7 +6,6 @@ import hashlib
 
 import numpy as np
 import pytest
-import torch
 import torchvision.transforms as T
 from PIL import Image as PILImage
 from PIL import ImageOps

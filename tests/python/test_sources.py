@@ -4,7 +4,6 @@ import csv
 import json
 
 import pytest
-import torch
 
 import loadscope as ls
 

@@ -4,7 +4,6 @@ DataLoader watcher's per-worker figures."""
 
 import json
 import logging
-import os
 import time
 
 import psutil
@@ -157,7 +156,7 @@ def test_exports_summary_json_prometheus_and_reports(demo, tmp_path, caplog):
     for _ in L:
         time.sleep(0.04)
     L.stop_reports()
-    lines = [json.loads(l) for l in path.read_text().splitlines()]
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert len(lines) >= 3
     samples = [r["snapshot"]["samples"] for r in lines]
     assert samples == sorted(samples) and samples[-1] == 120
@@ -241,7 +240,7 @@ def test_telemetry_off_measures_nothing_and_loads_the_same(demo):
 
 
 def test_video_decode_time_is_its_own_kind(demo_videos):
-    rows = [json.loads(l) for l in (demo_videos / "videos.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (demo_videos / "videos.jsonl").read_text().splitlines()]
     L = ls.Loader(ls.FileList(demo_videos / "videos.jsonl"), fields={"mp4": ls.VideoClip(32, frames=4, stride=2)}, batch_size=3)
     list(L)
     st = L.telemetry()["stages"]

@@ -82,7 +82,7 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
             "step_ms", "gpu_idle_share", "first_batch", "new_epoch_first_batch", "flipped_cold_first_batch",
             "flipped_new_epoch_first_batch", "cpu_per_sample", "cores_used", "read_mb_per_s", "storage_mb_per_s",
             "peak_pss", "peak_rss_total", "latency_p50", "latency_p99"]
-    out = {k: _figure(rows, k) for k in keys}
+    out: Dict[str, Any] = {k: _figure(rows, k) for k in keys}
     first = rows[0]
     out["cpu_seconds"] = _figure(rows, "cpu_seconds")
     out["restart_after"] = (first.get("restart") or {}).get("after")

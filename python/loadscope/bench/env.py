@@ -12,7 +12,7 @@ import platform
 import statistics
 import subprocess
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -149,11 +149,14 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
                 members = [m for m in tar.getmembers() if m.isfile() and m.name.lower().endswith(image_ext)]
                 tar_images += len(members)
                 for m in members[:: max(1, len(members) // 200)]:
-                    data = tar.extractfile(m).read()
+                    f = tar.extractfile(m)
+                    if f is None:
+                        continue
+                    data = f.read()
                     header(f"{p}:{m.name}", lambda data=data: Image.open(io.BytesIO(data)))
     images_total = len(images) + tar_images
 
-    def dist(xs: List[float]) -> Optional[Dict[str, float]]:
+    def dist(xs: Sequence[float]) -> Optional[Dict[str, float]]:
         if not xs:
             return None
         qs = statistics.quantiles(xs, n=10) if len(xs) > 1 else [xs[0]] * 9
@@ -166,7 +169,9 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
     videos = [p for p in layout_files if p.lower().endswith((".mp4", ".mkv", ".webm", ".mov", ".avi"))]
     if videos:
         # Frames, shape and rate from loadscope's own index of each stream (evenly spread sample).
-        frames, fps, shapes = [], [], {}
+        frames: List[int] = []
+        fps: List[float] = []
+        shapes: Dict[str, int] = {}
         for p in videos[:: max(1, len(videos) // 200)]:
             v = _native.video_index(p)
             frames.append(len(v["pts"]))

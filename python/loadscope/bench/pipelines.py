@@ -86,6 +86,7 @@ class LoadscopePipeline(Pipeline):
         from .. import FileList, Folder, Image, Int, Bytes, Loader, WebDataset
 
         c = self.c
+        source: Any
         if c["layout"] == "files":
             source = FileList(os.path.join(self.root, "manifest.jsonl"))
         elif c["layout"] == "shards":

@@ -27,17 +27,15 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Generator, Iterator, List, Optional
 
 import torch
 
 from . import pipelines
 
 
-def _percentile(sorted_xs: List[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile of an already sorted list (exact: the lists are small)."""
-    if not sorted_xs:
-        return None
+def _percentile(sorted_xs: List[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted, non-empty list (exact: the lists are small)."""
     return sorted_xs[min(len(sorted_xs) - 1, max(0, math.ceil(q * len(sorted_xs)) - 1))]
 
 
@@ -103,10 +101,10 @@ class _Step:
         self.ms_matmuls = step.get("matmuls", 4)
         self.micro = 0
         if self.kind == "model":
-            model = _SmallCNN().to(device or "cpu")
+            model: torch.nn.Module = _SmallCNN().to(device or "cpu")
             if world > 1:
                 model = torch.nn.parallel.DistributedDataParallel(model)
-            self.model = model
+            self.model: Any = model
             self.opt = torch.optim.SGD(model.parameters(), lr=0.01)
         if self.kind == "matmul":
             n = self.MATMUL_N
@@ -214,7 +212,7 @@ def make_pipeline(spec: Dict[str, Any], root: str, config: Dict[str, Any], rank:
     return pipelines.make(root, config, rank, world)
 
 
-def _stream(pipe: pipelines.Pipeline) -> Iterator[Any]:
+def _stream(pipe: pipelines.Pipeline) -> Generator[Any, None, None]:
     e = 0
     while True:
         got = False
@@ -499,14 +497,14 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result["memory_timeline"] = _thin([(t - t_start, pss / 2**20) for t, pss, _rss, _cpu in (sampler.history or [])])
     result["processes"] = sampler.peaks()
     result["telemetry"] = pipe.telemetry()
-    if user_pipeline:
+    if isinstance(pipe, pipelines.UserPipeline):
         result["pipeline"] = pipelines.describe(pipe.obj)
         result["has_ids"] = bool(measured_ids)
     it.close()  # ends the epoch in progress (a non-persistent DataLoader's workers stop here)
     if spec.get("restart"):
         result["restart"] = _restart(pipe, 1_000)
     pipe.close()
-    del it, pipe
+    it = pipe = None  # type: ignore[assignment]  # released before the check pass (its own pipelines)
 
     if spec.get("check") and (rank == 0 or user_pipeline):
         done = check_pass(spec, root, config, spec["check"]["mode"], spec["check"]["samples"], world,

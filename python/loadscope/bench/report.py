@@ -299,8 +299,8 @@ def plots(out_dir: str, summary: Dict[str, Any]) -> List[str]:
         for a in arms:
             first = next((r for r in rows if r["arm"] == a and r.get(key)), None)
             if first:
-                xs, ys = zip(*first[key])
-                ax.plot(xs, ys, label=a, linewidth=1.2)
+                ts, vs = zip(*first[key])
+                ax.plot(ts, vs, label=a, linewidth=1.2)
         ax.set_xlabel("seconds")
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=9)

@@ -212,7 +212,7 @@ def compare_checks(mode: str, base: Dict[str, Any], arm: Dict[str, Any], toleran
             unequal += [bi[i] for i in differ.nonzero().flatten().tolist()]
     worst = int(per_sample.argmax()) if n else 0
     pa, pb = la[0][:n].double(), lb[0][:n][pick].double()
-    out = {"mean_abs_diff": float(per_sample.mean()) if n else 0.0, "worst_mean_abs_diff": float(per_sample[worst]) if n else 0.0,
+    out: Dict[str, Any] = {"mean_abs_diff": float(per_sample.mean()) if n else 0.0, "worst_mean_abs_diff": float(per_sample[worst]) if n else 0.0,
            "worst_sample": bi[worst] if n else None, "max_abs_diff": float((pa - pb).abs().max()) if n else 0.0,
            "tolerance": tolerance}
     out["ok"] = out["worst_mean_abs_diff"] <= tolerance and not unequal
@@ -307,19 +307,23 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
         say(f"{exp.name}: skipped ({summary['reason']})")
         return summary
 
+    files: List[str] = []
     if exp.user:
         files = user.data_files(root) if root else []
+    elif root is None:  # pragma: no cover - from_dict gives every built-in experiment a path
+        raise ConfigError("[dataset] path is required")
     elif not os.path.isfile(os.path.join(root, "dataset.json")) and exp.dataset["generate"]:
         # Only into a missing or empty directory (generate() refuses anything else): an
         # existing dataset is used as it is, never regenerated or resized here.
         say(f"generating the demo dataset in {root} ...")
         datasets.generate(root, images=exp.dataset["images"], quiet=quiet)
     needed = {"files": "manifest.jsonl", "folder": "folder", "shards": "shards"}
-    for lay in sorted({a.config["layout"] for a in exp.arms} if not exp.user else ()):
+    for lay in sorted({a.config["layout"] for a in exp.arms} if root and not exp.user else ()):
+        assert root is not None
         if not os.path.exists(os.path.join(root, needed[lay])):
             raise ConfigError(f"[dataset] path = {exp.dataset['path']!r}: no {needed[lay]} there for layout '{lay}' "
                               "(the layout `python -m loadscope.datasets` writes; or generate = true for an empty path)")
-    if not exp.user:
+    if root and not exp.user:
         layouts = sorted({a.config["layout"] for a in exp.arms})
         files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay)})
     say(f"{exp.name}: recording the environment ...")

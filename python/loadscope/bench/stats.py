@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 
 def t_cdf_two_sided(t: float, df: int) -> float:
@@ -48,13 +48,13 @@ def t_quantile(confidence: float, df: int) -> float:
     return (lo + hi) / 2
 
 
-def summarize(values: Sequence[float], confidence: float = 0.95) -> Dict[str, Optional[float]]:
+def summarize(values: Sequence[Optional[float]], confidence: float = 0.95) -> Dict[str, Any]:
     """n, median, mean, standard deviation, min, max and a t interval. For positive values (all
     the harness measures: rates, times, memory) the interval is of the geometric mean, computed
     on logarithms like the effects: it stays positive and is not stretched by one slow run.
     Otherwise it is the plain t interval of the mean. `ci` says which."""
     xs = [float(v) for v in values if v is not None]
-    out: Dict[str, Optional[float]] = {"n": len(xs), "median": None, "mean": None, "sd": None,
+    out: Dict[str, Any] = {"n": len(xs), "median": None, "mean": None, "sd": None,
                                        "min": None, "max": None, "ci_low": None, "ci_high": None, "ci": None}
     if not xs:
         return out
@@ -72,7 +72,7 @@ def summarize(values: Sequence[float], confidence: float = 0.95) -> Dict[str, Op
     return out
 
 
-def relative_effect(baseline: Sequence[float], arm: Sequence[float], *, paired: bool,
+def relative_effect(baseline: Sequence[Optional[float]], arm: Sequence[Optional[float]], *, paired: bool,
                     confidence: float = 0.95) -> Dict[str, Optional[float]]:
     """arm / baseline - 1 with an interval, computed on logarithms (ratios are multiplicative
     and skewed; the log makes the interval symmetric and keeps it above -100%).
@@ -112,12 +112,14 @@ def relative_effect(baseline: Sequence[float], arm: Sequence[float], *, paired: 
 
 def significant(effect: Dict[str, Optional[float]]) -> Optional[bool]:
     """Whether the interval excludes zero; None without an interval."""
-    if effect.get("ci_low") is None:
+    lo, hi = effect.get("ci_low"), effect.get("ci_high")
+    if lo is None or hi is None:
         return None
-    return effect["ci_low"] > 0 or effect["ci_high"] < 0
+    return lo > 0 or hi < 0
 
 
 def coverage(trials: List[Dict[str, Optional[float]]], truth: float) -> float:
     """The share of intervals that contain `truth` (used to test the intervals themselves)."""
-    hits = [e["ci_low"] <= truth <= e["ci_high"] for e in trials if e.get("ci_low") is not None]
+    bounds = [(e.get("ci_low"), e.get("ci_high")) for e in trials]
+    hits = [lo <= truth <= hi for lo, hi in bounds if lo is not None and hi is not None]
     return sum(hits) / len(hits) if hits else float("nan")
