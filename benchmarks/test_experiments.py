@@ -28,7 +28,7 @@ def small_demo(tmp_path_factory) -> Path:
 def test_every_experiment_is_listed():
     names = {Path(p).stem for p in EXPERIMENTS}
     assert {"loader", "threads", "prefetch", "batch_size", "pin_memory", "staging", "layout", "decode",
-            "world_size"} <= names
+            "world_size", "peers"} <= names
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: Path(p).stem)

@@ -38,10 +38,13 @@ import numpy as np
 from ._errors import ConfigError
 
 GENERATOR_VERSION = 2
-VIDEO_SIZES = [(640, 360), (854, 480), (1280, 720)]
-VIDEO_GOPS = [10, 30, 60, 150]
-VIDEO_SECONDS = 5
-VIDEO_FPS = 30
+# Video profiles. "demo": short videos of every size and GOP length, for tests and the demo.
+# "realistic": what video datasets hold (issue 14): 10 s at 30 fps, H.264 High with B-frames,
+# a keyframe every 2 s, 720p and 360p — for speed figures (docs/benchmarks.md).
+VIDEO_PROFILES = {
+    "demo": {"sizes": [(640, 360), (854, 480), (1280, 720)], "gops": [10, 30, 60, 150], "seconds": 5, "fps": 30},
+    "realistic": {"sizes": [(1280, 720), (640, 360)], "gops": [60], "seconds": 10, "fps": 30},
+}
 
 # (class name, scikit-image function, how a caption names it)
 PHOTOS: List[Tuple[str, str, str]] = [
@@ -111,17 +114,20 @@ def _tar_add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np.ndarray]):
+def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np.ndarray], profile: str = "demo"):
     """Plans the videos: one ffmpeg command each (a pan or a zoom over a photograph)."""
     from PIL import Image
+
+    prof = VIDEO_PROFILES[profile]
+    sizes, gops, seconds, fps = prof["sizes"], prof["gops"], prof["seconds"], prof["fps"]
 
     stills = os.path.join(tmp, "stills")
     os.makedirs(stills, exist_ok=True)
     jobs = []
     for i in range(videos):
         cls = int(rng.integers(0, len(PHOTOS)))
-        w, h = VIDEO_SIZES[i % len(VIDEO_SIZES)]
-        gop = VIDEO_GOPS[(i // len(VIDEO_SIZES)) % len(VIDEO_GOPS)]
+        w, h = sizes[i % len(sizes)]
+        gop = gops[(i // len(sizes)) % len(gops)]
         still = os.path.join(stills, f"{cls}.png")
         if not os.path.exists(still):
             Image.fromarray(photos[cls]).save(still)
@@ -130,21 +136,21 @@ def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np
         cover = f"scale=w='max({w}*1.5,ih*0+{h}*1.5*iw/ih)':h=-2"
         if rng.random() < 0.5:
             dx, dy = rng.uniform(-1, 1, size=2)
-            x = f"(iw-ow)*(0.5+{dx / 2:.3f}*(t/{VIDEO_SECONDS}-0.5))"
-            y = f"(ih-oh)*(0.5+{dy / 2:.3f}*(t/{VIDEO_SECONDS}-0.5))"
+            x = f"(iw-ow)*(0.5+{dx / 2:.3f}*(t/{seconds}-0.5))"
+            y = f"(ih-oh)*(0.5+{dy / 2:.3f}*(t/{seconds}-0.5))"
             motion = f"{cover},crop={w}:{h}:x='{x}':y='{y}'"
             kind = "pan"
         else:
-            motion = (f"{cover},scale=w='iw*(1+0.3*t/{VIDEO_SECONDS})':h=-2:eval=frame,"
+            motion = (f"{cover},scale=w='iw*(1+0.3*t/{seconds})':h=-2:eval=frame,"
                       f"crop={w}:{h}")
             kind = "zoom"
         key = f"{i:06d}"
         name, _, thing = PHOTOS[cls]
         caption = f"a slow {'pan across' if kind == 'pan' else 'zoom into'} {thing}"
-        meta = {"class": name, "width": w, "height": h, "gop": gop, "fps": VIDEO_FPS,
-                "seconds": VIDEO_SECONDS, "motion": kind}
-        cmd = ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-i", still, "-t", str(VIDEO_SECONDS),
-               "-r", str(VIDEO_FPS), "-vf", f"{motion},noise=alls=4:allf=t,format=yuv420p",
+        meta = {"class": name, "width": w, "height": h, "gop": gop, "fps": fps,
+                "seconds": seconds, "motion": kind}
+        cmd = ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-i", still, "-t", str(seconds),
+               "-r", str(fps), "-vf", f"{motion},noise=alls=4:allf=t,format=yuv420p",
                "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-g", str(gop),
                "-keyint_min", str(gop), "-sc_threshold", "0", "-bf", "2", "-threads", "1",
                "-movflags", "+faststart", "-an"]
@@ -152,7 +158,8 @@ def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np
     return jobs
 
 
-def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_size: int, quiet: bool) -> int:
+def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_size: int, quiet: bool,
+                 profile: str = "demo") -> int:
     import concurrent.futures
     import subprocess
 
@@ -160,7 +167,7 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
         return 0
     if shutil.which("ffmpeg") is None:
         raise RuntimeError("making demo videos needs the ffmpeg CLI (Debian package ffmpeg)")
-    jobs = _video_jobs(tmp, videos, rng, photos)
+    jobs = _video_jobs(tmp, videos, rng, photos, profile)
     labels = sorted(p[0] for p in PHOTOS)
     outputs = {}
     for key, cls, _caption, _meta, _cmd in jobs:
@@ -207,9 +214,11 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
 
 
 def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200, quiet: bool = False,
-             videos: int = 24, video_shard_size: int = 8) -> dict:
+             videos: int = 24, video_shard_size: int = 8, video_profile: str = "demo") -> dict:
     """Writes the demo dataset to `out` (replacing a demo dataset there) and returns its
     metadata. Refuses a non-empty directory that is not a demo dataset: it would be deleted."""
+    if video_profile not in VIDEO_PROFILES:
+        raise ConfigError(f"video_profile={video_profile!r}: allowed are {', '.join(map(repr, VIDEO_PROFILES))}")
     if os.path.isdir(out) and os.listdir(out) and not os.path.isfile(os.path.join(out, "dataset.json")):
         raise ConfigError(f"{out!r} is not empty and holds no demo dataset (no dataset.json): refusing to "
                           "replace it; choose an empty or new directory")
@@ -257,11 +266,13 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
     with open(os.path.join(tmp, "manifest.jsonl"), "w") as f:
         for m in manifest:
             f.write(json.dumps(m) + "\n")
-    video_bytes = _make_videos(tmp, videos, np.random.default_rng([seed, 1]), photos, video_shard_size, quiet)
+    video_bytes = _make_videos(tmp, videos, np.random.default_rng([seed, 1]), photos, video_shard_size, quiet,
+                               video_profile)
     info = {
         "generator_version": GENERATOR_VERSION, "images": images, "seed": seed, "shards": n_shards,
         "shard_size": shard_size, "classes": sorted(p[0] for p in PHOTOS), "jpeg_bytes": total_bytes,
-        "videos": videos, "video_bytes": video_bytes, "seconds": round(time.time() - t0, 1),
+        "videos": videos, "video_profile": video_profile, "video_bytes": video_bytes,
+        "seconds": round(time.time() - t0, 1),
     }
     with open(os.path.join(tmp, "dataset.json"), "w") as f:
         json.dump(info, f, indent=1)
@@ -270,19 +281,21 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
     return info
 
 
-def ensure(out: str, images: int = 2000, seed: int = 0, quiet: bool = False, videos: int = 24) -> dict:
+def ensure(out: str, images: int = 2000, seed: int = 0, quiet: bool = False, videos: int = 24,
+           video_profile: str = "demo") -> dict:
     """Generates the dataset unless `out` already holds this exact one."""
     try:
         with open(os.path.join(out, "dataset.json")) as f:
             info = json.load(f)
         if (info.get("generator_version") == GENERATOR_VERSION and info.get("images") == images
-                and info.get("seed") == seed and info.get("videos") == videos):
+                and info.get("seed") == seed and info.get("videos") == videos
+                and info.get("video_profile", "demo") == video_profile):
             return info
     except (OSError, ValueError):
         pass
     if not quiet:
         print(f"generating {images} demo images and {videos} videos in {out} ...", file=sys.stderr)
-    return generate(out, images=images, seed=seed, quiet=quiet, videos=videos)
+    return generate(out, images=images, seed=seed, quiet=quiet, videos=videos, video_profile=video_profile)
 
 
 def main(argv=None) -> int:
@@ -291,12 +304,14 @@ def main(argv=None) -> int:
     p.add_argument("--images", type=int, default=2000, help="number of images (default: 2000)")
     p.add_argument("--videos", type=int, default=24, help="number of videos (default: 24; 0: none)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--video-profile", choices=sorted(VIDEO_PROFILES), default="demo",
+                   help="demo: 5 s videos of every size and GOP; realistic: 10 s, GOP 60, 720p/360p")
     p.add_argument("--force", action="store_true", help="regenerate even if present")
     a = p.parse_args(argv)
     if a.images < 1 or a.videos < 0:
         p.error("--images must be >= 1 and --videos >= 0")
-    info = (generate(a.out, a.images, a.seed, videos=a.videos) if a.force
-            else ensure(a.out, a.images, a.seed, videos=a.videos))
+    info = (generate(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile) if a.force
+            else ensure(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile))
     print(json.dumps(info))
     return 0
 

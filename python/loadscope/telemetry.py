@@ -465,6 +465,23 @@ def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List
 
 # --- watching any iterable, e.g. a torch DataLoader ------------------------------------------
 
+def tree_cpu_seconds() -> float:
+    """CPU seconds of this process, of its children that have exited and been waited for
+    (DataLoader workers that are not persistent end with every epoch), and of the live ones."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for p in me.children(recursive=True):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
 class ProcessTreeSampler:
     """Samples RSS, PSS and CPU of this process and of the watched worker processes with psutil
     every `interval` seconds, from a daemon thread. Exited workers keep their last sample (their

@@ -6,9 +6,10 @@ import subprocess
 import tarfile
 
 import numpy as np
+import pytest
 from PIL import Image
 
-from loadscope import datasets
+from loadscope import ConfigError, datasets
 
 
 def digest(root):
@@ -94,3 +95,33 @@ def test_videos_are_pans_and_zooms_of_the_photographs(demo_videos):
     with tarfile.open(demo_videos / "video_shards/videos-000000.tar") as t:
         names = t.getnames()
     assert names[:4] == ["000000.mp4", "000000.cls", "000000.txt", "000000.json"]
+
+
+def test_the_realistic_video_profile_is_what_video_datasets_hold(tmp_path):
+    """10 s at 30 fps, H.264 High with B-frames, a keyframe every 60 frames, 720p then 360p:
+    read back with ffprobe, independently of the generator's own metadata."""
+    import shutil
+
+    from loadscope import datasets
+
+    if shutil.which("ffprobe") is None:
+        pytest.skip("ffprobe not available")
+    out = tmp_path / "real"
+    info = datasets.generate(str(out), images=1, seed=0, quiet=True, videos=2, video_profile="realistic")
+    assert info["video_profile"] == "realistic"
+    rows = [json.loads(line) for line in (out / "videos.jsonl").read_text().splitlines()]
+    shapes = []
+    for row in rows:
+        path = str(out / row["path"])
+        st = json.loads(subprocess.run(
+            ["ffprobe", "-v", "error", "-select_streams", "v:0", "-count_frames", "-show_entries",
+             "stream=width,height,profile,has_b_frames,nb_read_frames,avg_frame_rate", "-of", "json", path],
+            capture_output=True, text=True, check=True).stdout)["streams"][0]
+        keys = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v", "-skip_frame", "nokey", "-show_entries",
+                               "frame=pts", "-of", "csv=p=0", path], capture_output=True, text=True, check=True).stdout.split()
+        assert st["profile"] == "High" and st["has_b_frames"] > 0 and st["avg_frame_rate"] == "30/1"
+        assert int(st["nb_read_frames"]) == 300 and len(keys) == 5
+        shapes.append((st["width"], st["height"]))
+    assert shapes == [(1280, 720), (640, 360)]
+    with pytest.raises(ConfigError, match="video_profile='hd': allowed are 'demo', 'realistic'"):
+        datasets.generate(str(tmp_path / "x"), images=1, videos=1, video_profile="hd")

@@ -188,6 +188,24 @@ def dataset(root: str, layout_files: List[str], max_headers: int = 4000) -> Dict
     return info
 
 
+# The peer loaders the benchmarks can run beside loadscope (installed from PyPI into the
+# benchmark environment, requirements-dev.txt; none is a dependency of loadscope).
+PEERS = ("simplejpeg", "av", "decord", "eva-decord", "torchcodec", "spdl-io", "nvidia-dali-cuda130")
+
+
+def peer_versions() -> Dict[str, Optional[str]]:
+    """The installed version of every peer (None: not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: Dict[str, Optional[str]] = {}
+    for name in PEERS:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
 def record(data_root: Optional[str], layout_files: List[str], training_repo: Optional[str] = None,
            stage_dir: Optional[str] = None) -> Dict[str, Any]:
     import PIL
@@ -203,7 +221,7 @@ def record(data_root: Optional[str], layout_files: List[str], training_repo: Opt
         "training_repo": _git(training_repo),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "torchvision": torchvision.__version__, "pillow": PIL.__version__,
-                     **_native.library_versions()},
+                     **_native.library_versions(), "peers": peer_versions()},
         "cpu": cpu(),
         "gpu": gpus(),
         # A user pipeline's data is known only when its experiment declares [dataset] path.

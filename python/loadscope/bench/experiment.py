@@ -20,7 +20,9 @@ from .._errors import ConfigError
 
 # The pipeline settings every arm has; any of them can be the factor. (allowed, default)
 PIPELINE: Dict[str, Tuple[Any, Any]] = {
-    "loader": (("loadscope", "torch"), "loadscope"),
+    # torch: DataLoader + PIL + torchvision; simplejpeg, torchvision: the same DataLoader with a
+    # peer's JPEG decoder (torchvision's transforms on tensors), for peer-vs-loadscope experiments.
+    "loader": (("loadscope", "torch", "simplejpeg", "torchvision"), "loadscope"),
     "threads": ("int>=0", 2),          # loadscope threads; DataLoader workers (0: main process)
     "prefetch": ("int>=1", 2),         # batches ready ahead (DataLoader: prefetch_factor per worker)
     "batch_size": ("int>=1", 64),      # per device (per rank)
@@ -439,9 +441,9 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
 def _check_arm(arm: Arm) -> None:
     """Combinations no pipeline can run, refused before anything starts."""
     c = arm.config
-    if c["loader"] == "torch" and c["layout"] == "shards":
-        raise ConfigError(f"arm {arm.name}: loader='torch' reads files; use layout 'files' or 'folder'")
-    if c["loader"] == "torch" and c["decode"] == "gpu":
+    if c["loader"] != "loadscope" and c["layout"] == "shards":
+        raise ConfigError(f"arm {arm.name}: loader={c['loader']!r} reads files; use layout 'files' or 'folder'")
+    if c["loader"] != "loadscope" and c["decode"] == "gpu":
         raise ConfigError(f"arm {arm.name}: decode='gpu' is a loadscope pipeline (bytes from the loader, nvJPEG in the consumer)")
     if c["loader"] == "loadscope" and c["threads"] < 1:
         raise ConfigError(f"arm {arm.name}: loadscope needs threads >= 1 (0 is only for a DataLoader's main process)")

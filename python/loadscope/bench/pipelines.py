@@ -111,12 +111,33 @@ class LoadscopePipeline(Pipeline):
             yield images, b["cls"], b["__key__"]
 
 
+def _decode_tensor(path: str, decoder: str) -> torch.Tensor:
+    """A JPEG as uint8 [3, H, W] with a peer's decoder: simplejpeg (libjpeg-turbo through its
+    own binding) or torchvision.io.decode_jpeg (libjpeg-turbo in torchvision)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if decoder == "simplejpeg":
+        import simplejpeg
+
+        return torch.from_numpy(simplejpeg.decode_jpeg(data, colorspace="RGB")).permute(2, 0, 1)
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
+
+
+# loader -> the decoder of the DataLoader pipeline: PIL (what users write today) or a peer's
+# JPEG decoder with torchvision's transforms on tensors (installed for the benchmarks:
+# requirements-dev.txt). Every one applies the same crops (seeded by (seed, epoch, position)).
+TORCH_DECODERS = {"torch": "pil", "simplejpeg": "simplejpeg", "torchvision": "torchvision"}
+
+
 class _TorchImages(torch.utils.data.Dataset):
     """What users write today: PIL decode, RandomResizedCrop (or Resize+CenterCrop), flip,
-    PILToTensor. Indexed by position; the crop is seeded by (seed, epoch, position)."""
+    PILToTensor — or the same transforms on a tensor from a peer's decoder. Indexed by
+    position; the crop is seeded by (seed, epoch, position)."""
 
-    def __init__(self, paths: List[str], labels: List[int], c: Dict[str, Any]) -> None:
-        self.paths, self.labels, self.c = paths, labels, c
+    def __init__(self, paths: List[str], labels: List[int], c: Dict[str, Any], decoder: str = "pil") -> None:
+        self.paths, self.labels, self.c, self.decoder = paths, labels, c, decoder
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -128,9 +149,18 @@ class _TorchImages(torch.utils.data.Dataset):
         import torchvision.transforms.functional as TF
         from PIL import Image
 
+        c = self.c
+        if self.decoder != "pil":
+            x = _decode_tensor(self.paths[i], self.decoder)
+            top, left, h, w, flip = crop_params(c["crop"], c["seed"], c["flip"], x.shape[1], x.shape[2], epoch, i)
+            size = c["size"]
+            if c["crop"] == "center":
+                x = TF.center_crop(TF.resize(x, size, antialias=True), size)
+            else:
+                x = TF.resized_crop(x, top, left, h, w, [size, size], antialias=True)
+            return (TF.hflip(x) if flip else x).contiguous(), self.labels[i], self.paths[i]
         with Image.open(self.paths[i]) as im:
             im = im.convert("RGB")
-        c = self.c
         top, left, h, w, flip = crop_params(c["crop"], c["seed"], c["flip"], im.height, im.width, epoch, i)
         size = self.c["size"]
         if self.c["crop"] == "center":  # Resize(shorter side) + CenterCrop, as torchvision
@@ -184,7 +214,7 @@ class TorchPipeline(Pipeline):
             paths, labels = [p for p, _ in samples], [y for _, y in samples]
         else:
             raise ConfigError("loader='torch' reads files; use layout 'files' or 'folder'")
-        self.dataset = _TorchImages(paths, labels, c)
+        self.dataset = _TorchImages(paths, labels, c, TORCH_DECODERS[c["loader"]])
         self.sampler = _StridedBatches(len(paths), c, self.rank, self.world)
         workers = c["threads"]
         self.dl = torch.utils.data.DataLoader(
@@ -347,5 +377,5 @@ def make(root: str, config: Dict[str, Any], rank: int = 0, world: int = 1) -> Pi
     device = None
     if config["pin_memory"] or config["decode"] == "gpu":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % max(1, torch.cuda.device_count()))
-    cls = TorchPipeline if config["loader"] == "torch" else LoadscopePipeline
+    cls = LoadscopePipeline if config["loader"] == "loadscope" else TorchPipeline
     return cls(root, config, rank, world, device)

@@ -31,29 +31,13 @@ from typing import Any, Dict, Generator, Iterator, List, Optional
 
 import torch
 
+from ..telemetry import tree_cpu_seconds
 from . import pipelines
 
 
 def _percentile(sorted_xs: List[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted, non-empty list (exact: the lists are small)."""
     return sorted_xs[min(len(sorted_xs) - 1, max(0, math.ceil(q * len(sorted_xs)) - 1))]
-
-
-def _tree_cpu() -> float:
-    """CPU seconds of this process, of its children that have exited and been waited for
-    (DataLoader workers that are not persistent end with every epoch), and of the live ones."""
-    import psutil
-
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for p in me.children(recursive=True):
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
 
 
 def _tree_io() -> Dict[str, int]:
@@ -456,10 +440,10 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
-    cpu0, io0 = _tree_cpu(), _tree_io()
+    cpu0, io0 = tree_cpu_seconds(), _tree_io()
     measured_ids: List[str] = []
     n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids)
-    cpu1, io1 = _tree_cpu(), _tree_io()
+    cpu1, io1 = tree_cpu_seconds(), _tree_io()
     waits.sort()
     result: Dict[str, Any] = {
         "rank": rank, "world": world, "samples": n, "seconds": secs, "throughput": n / secs,
