@@ -295,6 +295,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--only", choices=("images", "video"), help="run one half")
+    p.add_argument("--video-repeat", type=int, default=4, help="each video listed N times per epoch (default 4)")
     p.add_argument("--out", default="results/bench_peers.json")
     a = p.parse_args()
     torch.set_num_threads(1)
@@ -312,7 +313,7 @@ def main() -> int:
                      lambda: image_pixels(a.images, 64, 224), "images/s"))
     if a.only in (None, "video"):
         datasets.ensure(a.videos, images=1, videos=24, video_profile="realistic")
-        rows = video_rows(a.videos)
+        rows = video_rows(a.videos) * a.video_repeat
         runs.append(("video clips", lambda: video_arms(rows, a.threads, 16, 2, 224, 8),
                      lambda: video_pixels(rows, 16, 2, 224), "clips/s"))
     out_lines: List[str] = []
