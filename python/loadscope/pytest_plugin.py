@@ -5,8 +5,9 @@ test item and runs it — small by default (3 repetitions of at most 128 measure
 at its declared size with ``--loadscope-full`` — writing its report folder under
 ``results/loadscope/`` (``--loadscope-out DIR``) and printing each verdict at the end of the
 session. An item fails when the experiment cannot run (an error in the experiment or in the
-user's code) and, for an experiment marked ``gate = true``, when an arm is not adopted (roll
-back) or the correctness check between arms fails: a data-pipeline regression fails CI.
+user's code) or is invalid (the correctness check between arms failed), and, for an
+experiment marked ``gate = true``, when an arm is not adopted (roll back): a data-pipeline
+regression fails CI.
 
 A TOML file is an experiment when it lies in a folder named ``experiments`` (a broken one
 there fails as an item) or when it has a ``name`` and a ``[factor]`` table. An experiment's
@@ -100,10 +101,10 @@ def run_experiment(config: Any, exp: Any, *, gate: Optional[bool] = None, full: 
         lines.append(f"{exp.name}: ERROR (the experiment is not valid): {str(e).splitlines()[0]}")
         raise ExperimentFailure(f"experiment {exp.name}: {e}") from None
     except runner.ExperimentFailed as e:
+        # Invalid whether gated or not: arms that deliver different data have no verdict, and a
+        # broken experiment must not go green in CI.
         correctness = str(e).startswith("correctness check failed")
         lines.append(f"{exp.name}: {'INVALID (correctness)' if correctness else 'FAILED'}: report {out}/report.md")
-        if correctness and not gate:
-            return _summary(out)
         raise ExperimentFailure(f"experiment {exp.name}: {e}\nreport: {out}/report.md") from None
     if summary.get("status") == "skipped":
         lines.append(f"{exp.name}: skipped: {summary['reason']}")
@@ -120,13 +121,6 @@ def run_experiment(config: Any, exp: Any, *, gate: Optional[bool] = None, full: 
         raise ExperimentFailure(f"experiment {exp.name} (gate = true, {size} run): " + " | ".join(rejected)
                                 + f"\nreport: {out}/report.md")
     return summary
-
-
-def _summary(out: str) -> Dict[str, Any]:
-    import json
-
-    with open(os.path.join(out, "summary.json")) as f:
-        return json.load(f)
 
 
 _VERDICTS = pytest.StashKey[List[str]]()

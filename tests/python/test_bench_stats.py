@@ -95,3 +95,10 @@ def test_bad_arguments_fail_with_what_is_allowed():
         stats.t_quantile(1.5, 3)
     with pytest.raises(ValueError, match="as many baseline as arm values"):
         stats.relative_effect([1, 2, 3], [1, 2], paired=True)
+
+
+def test_intervals_stay_within_what_a_quantity_can_be():
+    shares = stats.summarize([0.90, 0.99, 0.93], upper=1.0)
+    assert shares["ci_high"] <= 1.0 and shares["ci_low"] > 0
+    rates = stats.summarize([0.0, 3.0, 0.0])  # a zero among them: the plain interval, not below zero
+    assert rates["ci"] == "mean" and rates["ci_low"] == 0.0 and rates["ci_high"] > 1.0

@@ -52,15 +52,32 @@ class Images(torch.utils.data.Dataset):
         return x, self.labels[i], os.path.basename(self.paths[i])
 
 
+class Jittered(Images):
+    """A random brightness from torch's global generator: in the main process with num_workers=0."""
+
+    def __getitem__(self, i):
+        x, y, name = super().__getitem__(i)
+        return (x.float() * (0.8 + 0.4 * torch.rand(1))).clamp(0, 255).to(torch.uint8), y, name
+
+
 def make_loader(root, batch_size=8, num_workers=0, pin_memory=False, prefetch_factor=2, persistent_workers=False,
-                size=32, flip=False, reverse=False, distributed=False):
-    ds = Images(root, size, flip, reverse)
+                size=32, flip=False, reverse=False, distributed=False, shuffle=False, jitter=False):
+    ds = (Jittered if jitter else Images)(root, size, flip, reverse)
     sampler = None
     if distributed and torch.distributed.is_initialized():
         sampler = torch.utils.data.distributed.DistributedSampler(ds, shuffle=False)
     kw = dict(prefetch_factor=prefetch_factor, persistent_workers=persistent_workers) if num_workers else {}
     return torch.utils.data.DataLoader(ds, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory,
-                                       sampler=sampler, **kw)
+                                       sampler=sampler, shuffle=shuffle if sampler is None else None, **kw)
+
+
+def make_dataset(root, **kw):
+    """A mistake users make: the Dataset instead of a DataLoader over it."""
+    return Images(root)
+
+
+def none_ids(batch):
+    return None
 
 
 def make_other_loader(root, **kw):
@@ -185,8 +202,8 @@ def first_names(demo, n):
 
 def test_a_factory_argument_it_does_not_take_is_refused_with_what_it_takes(repo, tmp_path):
     exp = experiment(repo, "num_workrs", [0, 2])
-    with pytest.raises(ConfigError, match=r"arm num_workrs=0: \[pipeline\] factory = 'mytrain.data:make_loader' cannot "
-                                          r"be called with num_workrs, root.*it accepts root, batch_size, num_workers"):
+    with pytest.raises(ConfigError, match=r"arm num_workrs=0: \[pipeline\] factory = 'mytrain.data:make_loader' does "
+                                          r"not take num_workrs; it accepts root, batch_size, num_workers"):
         bench.run(exp, str(tmp_path / "out"), quiet=True)
 
 
@@ -383,6 +400,11 @@ def _marked_processes(mark):
      "num_workers=2", "ValueError: step exploded"),
     ("num_workers", [2, 0], {"pipeline": {"sample_ids": "mytrain.data:exploding_ids"}}, "num_workers=2",
      "KeyError: 'no ids here'"),
+    ("num_workers", [2, 0], {"pipeline": {"sample_ids": "mytrain.data:none_ids"}}, "num_workers=2",
+     "mytrain.data:none_ids returned None, not one id per sample of the batch"),
+    ("factory", ["mytrain.data:make_dataset", "mytrain.data:make_loader"], {}, "factory=make_dataset",
+     "returned an object of type Images, not an iterable of batches: a map-style Dataset yields samples by index; "
+     "return a DataLoader over it"),
 ])
 def test_an_exception_in_user_code_names_the_arm_and_repetition_with_the_users_traceback(repo, tmp_path, monkeypatch, factor,
                                                                                          values, change, arm, message):
@@ -393,7 +415,10 @@ def test_an_exception_in_user_code_names_the_arm_and_repetition_with_the_users_t
         bench.run(exp, str(tmp_path / "out"), quiet=True)
     msg = str(e.value)
     assert f"run 000 ({arm}, round 0) failed" in msg and message in msg
-    assert "mytrain/" in msg  # the frames of the user's own code
+    if "returned" not in message:  # an exception in the user's code: the user's frames, not the harness's
+        assert "Traceback of your code" in msg and "mytrain/" in msg and "loadscope/bench" not in msg
+    else:  # a value the harness cannot use: the message alone
+        assert "Traceback" not in msg
     assert _marked_processes(mark) == []  # no repetition, no DataLoader worker left behind
 
 
@@ -401,9 +426,13 @@ def test_a_hanging_step_is_stopped_with_its_dataloader_workers(repo, tmp_path, m
     mark = f"LOADSCOPE_TEST_{uuid.uuid4().hex}"
     monkeypatch.setenv(mark, "1")
     exp = experiment(repo, "num_workers", [2, 1], pipeline={"persistent_workers": True},
-                     step={"function": "mytrain.train:hanging_step"}, run={"timeout_s": 20.0})
-    with pytest.raises(bench.ExperimentFailed, match=r"run 000 \(num_workers=2, round 0\) failed(.|\n)*timed out after 20 s"):
+                     step={"function": "mytrain.train:hanging_step"}, run={"timeout_s": 20.0, "warmup_round": True})
+    with pytest.raises(bench.ExperimentFailed, match=r"run 000 \(num_workers=2, warm-up round\) failed") as e:
         bench.run(exp, str(tmp_path / "out"), quiet=True)
+    msg = str(e.value)
+    # where it hung: the phase, and the stacks of its threads (the user's step among them)
+    assert "timed out after 20 s, in the end-to-end phase (next() and the step)" in msg
+    assert "hanging_step" in msg and "train.py" in msg
     assert _marked_processes(mark) == []
 
 
@@ -446,7 +475,7 @@ def test_bench_baseline_refuses_what_the_factory_cannot_take(repo, tmp_path):
     r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "baseline", "mytrain.data:make_loader", "--arg",
                         "root=data", "--arg", "workers=2", "--repo", str(repo), "--out", str(tmp_path / "b")],
                        capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "cannot be called with root, workers" in r.stderr and "it accepts root" in r.stderr
+    assert r.returncode == 2 and "does not take workers; it accepts root" in r.stderr
 
 
 # --- the pytest plugin --------------------------------------------------------------------------
@@ -518,3 +547,23 @@ def test_the_suggested_next_experiment_follows_the_figures_and_is_valid(repo, tm
     assert nxt.factor == factor and [a.config[factor] for a in nxt.arms] == values
     assert nxt.correctness["overrides"] == {}  # mytrain's factory has no augmentation flag to turn off
     assert "# overrides = { your_augmentation_flag = false }" in path.read_text()
+
+
+def test_the_check_starts_from_the_repetitions_seeds_whatever_the_arms_drew(repo, tmp_path):
+    """A shuffling DataLoader whose augmentation draws from torch's global generator in the main
+    process (num_workers=0) and not in it (workers): after the measured phases the generators
+    differ between the arms, and the check's shuffle would too without a fresh seed."""
+    exp = experiment(repo, "num_workers", [0, 1], pipeline={"shuffle": True, "jitter": True},
+                     correctness={"overrides": {"jitter": False}}, run={"samples": 48})
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    check = summary["correctness"]["arms"]["num_workers=1"]
+    assert check["ok"] is True and "identical" in check["detail"], check
+
+
+def test_a_new_epochs_first_batch_is_a_metric_when_a_criterion_names_it(repo, tmp_path):
+    exp = experiment(repo, "persistent_workers", [False, True], pipeline={"num_workers": 1},
+                     criteria={"metric": "new_epoch_first_batch", "max_regression": {}})
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    for arm in ("persistent_workers=false", "persistent_workers=true"):
+        assert summary["per_arm"][arm]["new_epoch_first_batch"]["n"] == 2
+    assert "new_epoch_first_batch" in summary["verdicts"]["persistent_workers=true"]["reasons"][0]

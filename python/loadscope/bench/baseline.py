@@ -62,7 +62,7 @@ def _experiment(factory: str, kwargs: Dict[str, Any], *, setup: Optional[str], s
 
 
 def _figure(rows: List[Dict[str, Any]], key: str) -> Dict[str, Any]:
-    s = stats.summarize([r.get(key) for r in rows])
+    s = stats.summarize([r.get(key) for r in rows], upper=1.0 if key.endswith("_share") else None)
     return {"median": s["median"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
 
 
@@ -115,7 +115,10 @@ def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
             out.append(f"the training loop waits for data only {wait:.0%} of the time: compute-bound; a faster "
                        "pipeline would not speed training up, but fewer workers might save memory and cores.")
     cores = med.get("cores_used")
-    if cores is not None and usable:
+    if cores is not None and usable and cores > 1.1 * usable:
+        out.append(f"{cores:.1f} cores busy of {usable}: impossible, so the pipeline phase was too short to measure CPU "
+                   "(work done before it, e.g. by prefetching workers, was counted in it); measure more samples.")
+    elif cores is not None and usable:
         if cores > 0.85 * usable:
             out.append(f"the pipeline alone kept {cores:.1f} of {usable} usable cores busy: CPU-bound here; more workers "
                        "cannot help, less CPU work per sample can (decoding and augmenting in native threads, "
@@ -198,7 +201,7 @@ def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted
             and "persistent_workers" in accepted):
         return {"why": f"a new epoch's first batch took {new:.2f} s, {flip:.2f} s with persistent workers",
                 "factor": "persistent_workers", "values": [False, True], "needs": None,
-                "criteria": {"metric": "first_batch", "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
+                "criteria": {"metric": "new_epoch_first_batch", "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
     if cores <= 0.85 * usable and isinstance(nw, int) and nw < usable and "num_workers" in accepted:
         return {"why": f"the pipeline used {cores:.1f} of {usable} cores: another worker may use the idle ones",
                 "factor": "num_workers", "values": [nw, min(usable, max(1, 2 * nw))], "needs": None,
@@ -279,9 +282,10 @@ ROWS = [  # (key, what, unit)
     ("step_ms", "GPU time per step (CUDA events)", "ms"),
     ("gpu_idle_share", "GPU idle share, end to end", "%"),
     ("latency_p99", "next() in the pipeline phase, 99th percentile", "ms"),
-    ("first_batch", "first batch after making the loader (cold start)", "s"),
+    ("first_batch", "first batch after calling the factory (building the dataset included): the cold start", "s"),
     ("new_epoch_first_batch", "first batch of a new epoch, persistent_workers as configured", "s"),
-    ("flipped_cold_first_batch", "cold start, persistent_workers the other way", "s"),
+    ("flipped_cold_first_batch", "first batch of the same DataLoader rebuilt (dataset already built), "
+                                 "persistent_workers the other way", "s"),
     ("flipped_new_epoch_first_batch", "first batch of a new epoch, persistent_workers the other way", "s"),
     ("cpu_per_sample", "CPU time per sample, all processes", "ms"),
     ("cores_used", "cores busy in the pipeline phase", "cores"),
@@ -319,7 +323,14 @@ def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str
     coarse = (f" The pipeline phase used {cpu:.2f} CPU seconds: with 10 ms clock ticks per process the CPU figures "
               f"are uncertain by up to {error:.0%}; measure more samples (--samples) for them.") \
         if error is not None and error > 0.05 else ""
-    L += ["", "## Observed", "", f"Median over the repetitions [95% interval of the geometric mean].{coarse}", "",
+    short = ""
+    if p.get("dataloader") and p.get("num_workers"):
+        ready = p["num_workers"] * (p.get("prefetch_factor") or 2) * (o["batch_size"] or 1)
+        if exp.run["samples"] < 4 * ready:
+            short = (f"\n\n**The measured phase ({exp.run['samples']} samples) is not much longer than what the DataLoader "
+                     f"holds ready ({ready} samples: workers x prefetch_factor x batch): its throughput and CPU figures "
+                     f"include work done before it began. Measure at least {4 * ready} samples (--samples).**")
+    L += ["", "## Observed", "", f"Median over the repetitions [95% interval of the geometric mean].{coarse}{short}", "",
           "| figure | what | value |", "|---|---|---|"]
     for key, what, unit in ROWS:
         f = o[key]
@@ -388,7 +399,7 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
             tag = f"{i:03d}"
             spec = {"config": config, "step": exp.step, "run": exp.run, "root": None, "stage_dir": None, "cuda": False,
                     "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE), "check_overrides": {},
-                    "restart": True}
+                    "restart": "baseline"}
             spec_path = os.path.join(out_dir, "specs", f"{tag}.json")
             with open(spec_path, "w") as f:
                 json.dump(spec, f)

@@ -59,6 +59,9 @@ METRICS: Dict[str, Tuple[str, bool, str]] = {
     "latency_p99": ("ms", False, "next() per batch in the pipeline phase, 99th percentile"),
     "data_wait_share": ("fraction", False, "time in next() over next() plus compute, with compute"),
     "first_batch": ("s", False, "from making the loader to its first batch"),
+    "new_epoch_first_batch": ("s", False, "first batch of a new epoch after one that ended, the faster of two (a "
+                                          "DataLoader with workers: rebuilt with short epochs; else a fresh iterator); "
+                                          "measured when a criterion names it"),
     "peak_pss": ("MiB", False, "largest PSS summed over the run's processes (workers included)"),
     "cpu_per_sample": ("ms", False, "CPU time of all the run's processes per sample, pipeline phase"),
     "staging_seconds": ("s", False, "copying the dataset to local disk before loading"),

@@ -245,6 +245,11 @@ class TorchPipeline(Pipeline):
             it._shutdown_workers()
 
 
+class UserCodeError(TypeError):
+    """The user's callable returned something the harness cannot use: reported as its message
+    alone (the harness's own frames would only hide it)."""
+
+
 def set_epoch(obj: Any, e: int) -> None:
     """What a training loop does at an epoch's start: `obj.set_epoch(e)` where the object has
     one (a loadscope Loader, a webdataset pipeline), else on its sampler, its batch sampler's
@@ -276,7 +281,12 @@ class UserPipeline(Pipeline):
         self._size = user.resolve(config["batch_size_of"], "[pipeline] batch_size_of") if config.get("batch_size_of") else None
         self.obj = factory(**kwargs)
         if not hasattr(self.obj, "__iter__"):
-            raise TypeError(f"{config['factory']} returned a {type(self.obj).__name__}, not an iterable of batches")
+            kind = type(self.obj).__name__
+            hint = (": a map-style Dataset yields samples by index; return a DataLoader over it"
+                    if hasattr(self.obj, "__getitem__") and hasattr(self.obj, "__len__") else
+                    " (did the factory forget to return it?)" if self.obj is None else "")
+            raise UserCodeError(f"{config['factory']} returned {'None' if self.obj is None else 'an object of type ' + kind}, "
+                                f"not an iterable of batches{hint}")
         self.loader = self.obj if hasattr(self.obj, "start_trace") else None  # a loadscope Loader: its own telemetry
         self.watched = watch(self.obj, interval=3600.0)  # sampled at epoch ends; the runner samples on its own
 
@@ -291,7 +301,7 @@ class UserPipeline(Pipeline):
             return samples_in(batch)
         n = self._size(batch)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise TypeError(f"{self.c['batch_size_of']} returned {n!r}, not a sample count")
+            raise UserCodeError(f"{self.c['batch_size_of']} returned {n!r:.60}, not a sample count")
         return n
 
     def ids(self, batch: Any) -> Optional[List[str]]:
@@ -300,10 +310,13 @@ class UserPipeline(Pipeline):
 
             return default_ids(batch)
         got = self._ids(batch)
+        if got is None or isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
+            raise UserCodeError(f"{self.c['sample_ids']} returned {got!r:.60}, not one id per sample of the batch "
+                                "(a list, a tuple or a 1-d tensor)")
         ids = [str(i.item() if hasattr(i, "item") else i) for i in got]
         n = self.count(batch)
         if len(ids) != n:
-            raise ValueError(f"{self.c['sample_ids']} returned {len(ids)} ids for a batch of {n} samples")
+            raise UserCodeError(f"{self.c['sample_ids']} returned {len(ids)} ids for a batch of {n} samples")
         return ids
 
     def telemetry(self) -> Dict[str, Any]:

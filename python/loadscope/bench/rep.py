@@ -222,6 +222,9 @@ def _check_batches(spec: Dict[str, Any], root: str, config: Dict[str, Any], n: i
     got = []
     need: Optional[int] = None
     for r in ranks:
+        # The global generators as at the start of a repetition: what the measured phases drew
+        # from them (main-process augmentation, a persistent worker's seed) differs between arms.
+        _seed_everything(0)
         pipe = make_pipeline(spec, root, config, r, world, overrides)
         try:
             for k, batch in enumerate(pipe.epoch(0)):
@@ -291,7 +294,7 @@ def check_pass(spec: Dict[str, Any], root: str, config: Dict[str, Any], mode: st
     return {"samples": len(sums), "path": path}
 
 
-def _restart(pipe: pipelines.Pipeline, epoch: int) -> Dict[str, Any]:
+def _restart(pipe: pipelines.Pipeline, epoch: int, flip: bool = True) -> Dict[str, Any]:
     """Time to the first batch of a new epoch, twice each, as a training loop meets it.
 
     For a torch DataLoader with workers over a map-style dataset: the same DataLoader rebuilt
@@ -315,6 +318,8 @@ def _restart(pipe: pipelines.Pipeline, epoch: int) -> Dict[str, Any]:
         return out
 
     dl = getattr(pipe, "obj", None)
+    if dl is not None and iter(dl) is dl:  # a generator or other one-shot iterator: there is no next epoch
+        return {"new_epoch_first_batch": [], "after": "nothing: a one-shot iterator has no new epoch"}
     if not (isinstance(dl, torch.utils.data.DataLoader) and dl.num_workers > 0
             and not isinstance(dl.dataset, torch.utils.data.IterableDataset)):
         return {"new_epoch_first_batch": first_batches(pipe.epoch, [epoch, epoch + 1], finish=False),
@@ -340,8 +345,11 @@ def _restart(pipe: pipelines.Pipeline, epoch: int) -> Dict[str, Any]:
         return {"persistent_workers": persistent, "cold_first_batch": times[0], "new_epoch_first_batch": times[1:]}
 
     mine = measure(dl.persistent_workers)
-    return {"new_epoch_first_batch": mine["new_epoch_first_batch"], "after": "an epoch that ended",
-            "persistent_workers": dl.persistent_workers, "flipped": measure(not dl.persistent_workers)}
+    out = {"new_epoch_first_batch": mine["new_epoch_first_batch"], "after": "an epoch that ended",
+           "persistent_workers": dl.persistent_workers}
+    if flip:
+        out["flipped"] = measure(not dl.persistent_workers)
+    return out
 
 
 def run(spec: Dict[str, Any]) -> Dict[str, Any]:
@@ -381,10 +389,13 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     # training must (a rank with one step more would wait in its all-reduce forever). A user
     # pipeline's batch size is known from its first batch.
     t_make = time.monotonic()
+    phase("making the pipeline (the factory)" if user_pipeline else "making the pipeline")
     pipe = make_pipeline(spec, root, config, rank, world)
     # Experiments with a GPU arm hand every arm's batches to the GPU, so that the arms differ
     # only in the factor: a CPU batch is copied (pageable, synchronous) inside the wait.
     to_gpu = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if spec.get("cuda") and not user_pipeline else None
+    if step_def["compute"] == "user":
+        phase("the step's setup")
     step: Any = _UserStep(step_def, rank, world) if step_def["compute"] == "user" else _Step(step_def, world, to_gpu)
     it = _stream(pipe)
     first_batch: Optional[float] = None
@@ -436,6 +447,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         sampler.sample()  # memory at the end of every phase (outside its time), whatever the interval
         return done, elapsed, waits, busy, timeline
 
+    phase("the pipeline phase (next() on the pipeline)")
     if plan["warmup_samples"]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
@@ -454,6 +466,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
     }
     if step_def["compute"] != "none":
+        phase("the end-to-end phase (next() and the step)")
         take(max(1, batches_for(plan["warmup_samples"]) // 4), True)
         if world > 1:
             dist.barrier()
@@ -485,12 +498,16 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         result["pipeline"] = pipelines.describe(pipe.obj)
         result["has_ids"] = bool(measured_ids)
     it.close()  # ends the epoch in progress (a non-persistent DataLoader's workers stop here)
-    if spec.get("restart"):
-        result["restart"] = _restart(pipe, 1_000)
+    if spec.get("restart"):  # "baseline": both ways; "own": as configured (an experiment's metric)
+        phase("the new-epoch measurement")
+        result["restart"] = _restart(pipe, 1_000, flip=spec["restart"] != "own")
+        times = result["restart"]["new_epoch_first_batch"]
+        result["new_epoch_first_batch"] = min(times) if times else None
     pipe.close()
     it = pipe = None  # type: ignore[assignment]  # released before the check pass (its own pipelines)
 
     if spec.get("check") and (rank == 0 or user_pipeline):
+        phase("the correctness pass")
         done = check_pass(spec, root, config, spec["check"]["mode"], spec["check"]["samples"], world,
                           spec["check"]["path"], rank)
         if done is not None:
@@ -509,8 +526,42 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     return result
 
 
+def explain(e: BaseException) -> str:
+    """What the runner shows of an exception: for an error in the user's code, the user's own
+    frames (the harness's are left out: they only hide it; the whole traceback is in the
+    repetition's log); for a returned value the harness cannot use, the message alone; for an
+    error inside loadscope, everything."""
+    from .._errors import ConfigError
+
+    if isinstance(e, (pipelines.UserCodeError, ConfigError)):
+        return f"{type(e).__name__}: {e}\n"
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frames = traceback.extract_tb(e.__traceback__)
+    user = [f for f in frames if not os.path.abspath(f.filename).startswith(package + os.sep)]
+    if not user:
+        return "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    return ("Traceback of your code (most recent call last; loadscope's own frames left out, the whole traceback "
+            "is in the repetition's log):\n" + "".join(traceback.format_list(user))
+            + "".join(traceback.format_exception_only(type(e), e)))
+
+
+def _dump_stacks_on_sigusr1() -> None:
+    """The runner sends SIGUSR1 to a repetition that ran out of time before it kills it: every
+    thread's Python stack goes to the log, which says where it hung."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
+def phase(name: str) -> None:
+    """Marks the phase in the log (the runner names it when a repetition times out)."""
+    print(f"loadscope-phase: {name}", flush=True)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _dump_stacks_on_sigusr1()
     if len(argv) != 2:
         print("usage: python -m loadscope.bench.rep SPEC.json OUT.json", file=sys.stderr)
         return 2
@@ -522,7 +573,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         result = run(spec)
         code = 0
     except Exception as e:  # the runner reports it with the arm and repetition
-        result = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc(), "rank": rank}
+        traceback.print_exc()  # the whole of it, into the repetition's log
+        result = {"error": f"{type(e).__name__}: {e}", "traceback": explain(e), "rank": rank}
         code = 1
     with open(out, "w") as f:
         json.dump(result, f)

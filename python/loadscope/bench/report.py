@@ -48,7 +48,8 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     arms = [a.name for a in exp.arms]
     by_arm = {a: sorted((r for r in rows if r["arm"] == a), key=lambda r: r["round"]) for a in arms}
     metrics = _metrics_used(exp, rows)
-    per_arm = {a: {m: stats.summarize([r.get(m) for r in by_arm[a]], conf) for m in metrics} for a in arms}
+    per_arm = {a: {m: stats.summarize([r.get(m) for r in by_arm[a]], conf, upper=1.0 if METRICS[m][0] == "fraction" else None)
+                   for m in metrics} for a in arms}
     base = arms[0]
     paired = exp.run["order"] == "interleaved"
     effects: Dict[str, Dict[str, Any]] = {}
@@ -188,11 +189,12 @@ def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_
     for arm in s["arms"][1:]:
         e = s["effects"][arm]
         tp, cpu = e.get("throughput", {}).get("effect"), e.get("cpu_per_sample", {}).get("effect")
+        cpu_sig = stats.significant(e.get("cpu_per_sample", {})) is True
         if tp is not None and cpu is not None:
-            if cpu < -0.1:
+            if cpu < -0.1 and cpu_sig:  # only from a difference the interval shows
                 out.append(f"{arm} spends {-cpu:.0%} less CPU per sample than {base}: less work per sample "
                            "(a cheaper decode path, fewer copies or processes), not only more parallelism.")
-            elif abs(cpu) <= 0.1 and tp > 0.1:
+            elif abs(cpu) <= 0.1 and tp > 0.1 and stats.significant(e.get("throughput", {})) is True:
                 out.append(f"{arm} is faster with about the same CPU per sample: it keeps more cores busy "
                            "(more parallelism or less waiting), rather than doing less work.")
         mem = e.get("peak_pss", {}).get("effect")

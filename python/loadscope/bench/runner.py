@@ -86,6 +86,29 @@ def _kill_group(pgid: int, wait: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def _dump_stacks(procs: List[subprocess.Popen]) -> None:
+    """Asks every live rank for its threads' Python stacks (faulthandler on SIGUSR1, rep.py):
+    they go to its log at once; a second is ample before the ranks are killed."""
+    import signal
+
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+    time.sleep(1.0)
+
+
+def _last_phase(log_path: str) -> Optional[str]:
+    try:
+        with open(log_path, errors="replace") as f:
+            marks = [line.split(":", 1)[1].strip() for line in f if line.startswith("loadscope-phase:")]
+    except OSError:
+        return None
+    return marks[-1] if marks else None
+
+
 def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float,
             repo: Optional[str] = None) -> int:
     """Starts one repetition: one process, or `world` ranks with torchrun's environment
@@ -131,7 +154,11 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
             if code != 0 or time.monotonic() > deadline:
                 if code == 0:
                     code = -1
-                    logs[0].write(f"\nloadscope: timed out after {timeout:g} s\n")
+                    _dump_stacks(procs)
+                    where = _last_phase(log_path)
+                    logs[0].write(f"\nloadscope: timed out after {timeout:g} s" + (f", in {where}" if where else "")
+                                  + " (every thread's stack is above)\n")
+                    logs[0].flush()
                 break
             time.sleep(0.02)
     finally:
@@ -372,7 +399,9 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root,
                         "stage_dir": os.path.join(stage_root, tag), "cuda": bool(exp.needs_cuda()),
                         "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE),
-                        "check_overrides": exp.correctness["overrides"]}
+                        "check_overrides": exp.correctness["overrides"],
+                        "restart": "own" if "new_epoch_first_batch" in [exp.criteria["metric"], *exp.criteria["max_regression"]]
+                        else None}
                 slug = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in arm.name)
                 if first_measured and mode != "none" and check_n > 0:
                     spec["check"] = {"mode": mode, "samples": check_n,
@@ -400,7 +429,8 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                     with open(log_path) as f:
                         tail = f.read()[-3000:]
                     why = errors[0]["traceback"] if errors else tail
-                    failure = f"run {tag} ({arm.name}, round {row['round']}) failed (exit {code}):\n{why}"
+                    where = "warm-up round" if row["warmup"] else f"round {row['round']}"
+                    failure = f"run {tag} ({arm.name}, {where}) failed (exit {code}):\n{why}"
                     break
                 merged = _merge_ranks(results)
                 ids = sorted(i for r in results for i in r.pop("measured_ids", []))

@@ -48,7 +48,7 @@ def t_quantile(confidence: float, df: int) -> float:
     return (lo + hi) / 2
 
 
-def summarize(values: Sequence[Optional[float]], confidence: float = 0.95) -> Dict[str, Any]:
+def summarize(values: Sequence[Optional[float]], confidence: float = 0.95, upper: Optional[float] = None) -> Dict[str, Any]:
     """n, median, mean, standard deviation, min, max and a t interval. For positive values (all
     the harness measures: rates, times, memory) the interval is of the geometric mean, computed
     on logarithms like the effects: it stays positive and is not stretched by one slow run.
@@ -68,7 +68,11 @@ def summarize(values: Sequence[Optional[float]], confidence: float = 0.95) -> Di
             out.update(ci_low=math.exp(m - half), ci_high=math.exp(m + half), ci="geometric mean")
         else:
             half = t * out["sd"] / math.sqrt(len(xs))
-            out.update(ci_low=out["mean"] - half, ci_high=out["mean"] + half, ci="mean")
+            # Nothing measured here is negative (a rate, a time, a size): nor is its interval.
+            low = out["mean"] - half if min(xs) < 0 else max(0.0, out["mean"] - half)
+            out.update(ci_low=low, ci_high=out["mean"] + half, ci="mean")
+        if upper is not None and out["ci_high"] is not None:  # a share cannot exceed 1
+            out["ci_high"] = min(upper, out["ci_high"])
     return out
 
 

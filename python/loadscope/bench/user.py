@@ -70,11 +70,15 @@ def check_call(fn: Callable[..., Any], spec: str, what: str, args: Tuple[Any, ..
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin without a signature: nothing to check
         return
+    accepted = [p.name for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    open_ended = any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
+    unknown = [] if open_ended else sorted(set(kwargs) - set(accepted))
+    if unknown:  # the usual mistake, a misspelt argument: name it alone
+        raise ConfigError(f"{what} = {spec!r} does not take {', '.join(unknown)}; it accepts "
+                          f"{', '.join(accepted) or 'no keyword arguments'}")
     try:
         sig.bind(*args, **kwargs)
     except TypeError as e:
-        accepted = [p.name for p in sig.parameters.values()
-                    if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         given = ", ".join(sorted(kwargs)) or "no keyword arguments"
         raise ConfigError(f"{what} = {spec!r} cannot be called with {given}: {e}; it accepts "
                           f"{', '.join(accepted) or 'no keyword arguments'}") from None
