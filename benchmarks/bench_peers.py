@@ -5,8 +5,9 @@ test: it asserts nothing about speed).
 Images (the demo's real-photo JPEGs, RandomResizedCrop(224) + flip, batch 64, T threads or
 workers): loadscope; torch DataLoader + PIL; the same DataLoader decoding with simplejpeg or
 torchvision.io.decode_jpeg (torchvision's transforms on tensors); SPDL (its pipeline, FFmpeg's
-JPEG decoder and a crop/scale/flip filter). Every arm reads the same files and applies the same
-crop and flip to each (seeded by seed, epoch and position: loadscope.gpu.crop_params).
+JPEG decoder and a crop/scale/flip filter); NVIDIA DALI's CPU-only pipeline when installed
+(benchmarks/requirements-peers.txt). Every arm reads the same files and applies the same crop
+and flip to each (seeded by seed, epoch and position: loadscope.gpu.crop_params).
 
 Video clips (the "realistic" profile: 10 s, 30 fps, H.264 High with B-frames, GOP 60, 720p
 and 360p; 16 frames, stride 2, 224x224, batch 8): loadscope; a DataLoader over decord (its
@@ -113,6 +114,51 @@ def spdl_image_arm(root: str, threads: int, batch: int, size: int) -> Arm:
     return Arm(f"SPDL ({threads} threads)", epoch)
 
 
+def dali_image_arm(root: str, threads: int, batch: int, size: int) -> Arm:
+    """NVIDIA DALI's CPU-only pipeline (device_id=None): its file reader, its JPEG decoder
+    decoding only the crop (fn.decoders.image_slice, the crops fed from Python so that they are
+    the other arms' crops), fn.resize, fn.flip and a transpose to [3, H, W] — every operator on
+    its thread pool."""
+    import numpy as np
+    from nvidia.dali import fn, pipeline_def, types
+
+    rows = _image_rows(root)
+    n = len(rows)
+
+    def crops(info):  # batch k of the run is samples k*batch ... of the file order, epoch after epoch
+        anchors, shapes, flips = [], [], []
+        for j in range(batch):
+            g = info.iteration * batch + j
+            path, h, w = rows[g % n]
+            top, left, ch, cw, flip = crop_params("random_resized", 0, 0.5, h, w, g // n, g % n)
+            anchors.append(np.array([top, left], dtype=np.int32))
+            shapes.append(np.array([ch, cw], dtype=np.int32))
+            flips.append(np.array(int(flip), dtype=np.int32))
+        return anchors, shapes, flips
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, prefetch_queue_depth=2)
+    def pipe():
+        jpegs, _ = fn.readers.file(files=[r[0] for r in rows], random_shuffle=False, name="files")
+        anchor, shape, flip = fn.external_source(source=crops, num_outputs=3, batch=True, batch_info=True)
+        images = fn.decoders.image_slice(jpegs, anchor, shape, axis_names="HW", device="cpu", output_type=types.RGB)
+        images = fn.resize(images, resize_x=size, resize_y=size, antialias=True)
+        images = fn.flip(images, horizontal=flip)
+        return fn.transpose(images, perm=[2, 0, 1])
+
+    p = pipe()
+    p.build()
+    steps = -(-n // batch)  # an epoch's worth of batches (the reader runs on into the next epoch)
+
+    def epoch() -> int:
+        total = 0
+        for _ in range(steps):
+            (out,) = p.run()
+            total += len(out)
+        return total
+
+    return Arm(f"DALI CPU pipeline ({threads} threads)", epoch)
+
+
 def image_pixels(root: str, n: int, size: int) -> Dict[str, float]:
     """Mean |difference| of each arm's centre crops (Resize + CenterCrop) of the first `n`
     images against loadscope's: what differs is the decoder and the resampling filter."""
@@ -134,6 +180,21 @@ def image_pixels(root: str, n: int, size: int) -> Dict[str, float]:
         f = f"scale={sw}:{sh}:flags=bilinear,crop={size}:{size}:{(sw - size) // 2}:{(sh - size) // 2},format=rgb24"
         got.append(torch.from_numpy(np.array(spdl.io.load_image(path, filter_desc=f))).permute(2, 0, 1))
     out["spdl"] = float((torch.stack(got).float() - ref).abs().mean())
+    if _has("nvidia.dali"):  # DALI: Resize(shorter side) + centre crop as its operators
+        from nvidia.dali import fn, pipeline_def, types
+
+        @pipeline_def(batch_size=n, num_threads=1, device_id=None)
+        def centre():
+            jpegs, _ = fn.readers.file(files=[r[0] for r in _image_rows(root)[:n]], random_shuffle=False)
+            images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+            images = fn.resize(images, resize_shorter=size, antialias=True)
+            return fn.transpose(fn.crop(images, crop_h=size, crop_w=size), perm=[2, 0, 1])
+
+        pipe = centre()
+        pipe.build()
+        (batch,) = pipe.run()
+        got = torch.stack([torch.from_numpy(np.array(batch.at(i))) for i in range(n)])
+        out["dali"] = float((got.float() - ref).abs().mean())
     return out
 
 
@@ -288,6 +349,15 @@ def table(kind: str, res: Dict[str, Dict[str, List[float]]], unit: str) -> List[
     return lines
 
 
+def _has(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--images", default="data/demo", help="demo dataset for the image arms")
@@ -303,13 +373,16 @@ def main() -> int:
                                                                           **envmod.peer_versions()},
                               "threads": a.threads, "rounds": a.rounds}
     print(json.dumps(report["versions"]), flush=True)
+    if not _has("nvidia.dali"):
+        print("DALI is not installed: no DALI arm (pip install -r benchmarks/requirements-peers.txt)", flush=True)
     runs: List[Tuple[str, Callable[[], List[Arm]], Callable[[], Any], str]] = []
     if a.only in (None, "images"):
         if not os.path.isfile(os.path.join(a.images, "dataset.json")):  # make demo's dataset
             datasets.ensure(a.images)
         runs.append(("images", lambda: [builtin_image_arm(a.images, ld, a.threads, 64, 224)
                                         for ld in ("loadscope", "torch", "simplejpeg", "torchvision")]
-                     + [spdl_image_arm(a.images, a.threads, 64, 224)],
+                     + [spdl_image_arm(a.images, a.threads, 64, 224)]
+                     + ([dali_image_arm(a.images, a.threads, 64, 224)] if _has("nvidia.dali") else []),
                      lambda: image_pixels(a.images, 64, 224), "images/s"))
     if a.only in (None, "video"):
         datasets.ensure(a.videos, images=1, videos=24, video_profile="realistic")
