@@ -372,7 +372,7 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
         timeout_s: float = 900.0, quiet: bool = False) -> Dict[str, Any]:
     """Measures the user's pipeline as it is and writes diagnosis.md, baseline.json, env.json,
     raw.jsonl and next-experiment.toml into `out_dir`. Returns baseline.json's content."""
-    from .runner import ExperimentFailed, _launch, _merge_ranks
+    from .runner import ExperimentFailed, _merge_ranks, repetition
 
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     kwargs = dict(kwargs or {})
@@ -400,24 +400,12 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
             spec = {"config": config, "step": exp.step, "run": exp.run, "root": None, "stage_dir": None, "cuda": False,
                     "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE), "check_overrides": {},
                     "restart": "baseline"}
-            spec_path = os.path.join(out_dir, "specs", f"{tag}.json")
-            with open(spec_path, "w") as f:
-                json.dump(spec, f)
-            out_path = os.path.join(out_dir, "runs", f"{tag}.json")
-            log_path = os.path.join(out_dir, "logs", f"{tag}.log")
-            code = _launch(spec_path, out_path, world_size, log_path, timeout_s, exp.training_repo)
-            results = []
-            for r in range(world_size):
-                path = out_path if r == 0 else f"{out_path}.rank{r}"
-                if os.path.exists(path):
-                    with open(path) as f:
-                        results.append(json.load(f))
-            errors = [r for r in results if "error" in r]
-            if code != 0 or errors or len(results) != world_size:
-                with open(log_path) as f:
-                    tail = f.read()[-3000:]
-                raise ExperimentFailed(f"baseline repetition {tag} failed (exit {code}):\n"
-                                       + (errors[0]["traceback"] if errors else tail))
+            results, why = repetition(spec, os.path.join(out_dir, "specs", f"{tag}.json"),
+                                      os.path.join(out_dir, "runs", f"{tag}.json"),
+                                      os.path.join(out_dir, "logs", f"{tag}.log"), world_size, timeout_s,
+                                      exp.training_repo)
+            if why is not None:
+                raise ExperimentFailed(f"baseline repetition {tag} failed {why}")
             merged = _merge_ranks(results)
             merged.pop("measured_ids", None)
             merged["repetition"] = i

@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._errors import ConfigError
 
@@ -230,48 +230,56 @@ def _user_baseline(raw: Dict[str, Any]) -> Dict[str, Any]:
     return out
 
 
-def _user_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> List[Arm]:
-    if factor in USER_READING or not isinstance(factor, str) or not factor.isidentifier():
-        raise ConfigError(f"[factor] name = {factor!r}: a keyword argument of the factory, 'factory' (the swap) or "
-                          f"'world_size'; {', '.join(USER_READING)} say how to read batches and are not factors")
-    rule = USER_PIPELINE.get(factor)
-    check = (lambda where, v: _check(where, factor, v, rule)) if rule else (lambda where, v: v)  # noqa: E731
+def _arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str, check: Callable[[str, Any], Any],
+          reading: Tuple[str, ...] = ()) -> List[Arm]:
+    """The arms: the baseline with the factor set to each of [factor] values, or one per [[arms]]
+    table. `check(where, value)` validates a factor value; `reading` are the keys an arm may set
+    beside the factor (how to read its batches: they change no data)."""
     seen: Dict[str, int] = {}
     arms: List[Arm] = []
-    factor_t = raw["factor"]
-    if "values" in factor_t:
-        values = factor_t["values"]
+    if "values" in raw["factor"]:
+        values = raw["factor"]["values"]
         if not isinstance(values, list) or len(values) < 2:
             raise ConfigError(f"[factor] values = {values!r}: a list of two or more values (the first is the baseline)")
         if factor in raw.get("pipeline", {}) and raw["pipeline"][factor] != values[0]:
             raise ConfigError(f"[pipeline] {factor} = {raw['pipeline'][factor]!r} but the factor's first value (the "
                               f"baseline) is {values[0]!r}: leave {factor} out of [pipeline]")
-        for v in values:
-            arms.append(Arm(_arm_name(factor, v, seen), dict(baseline, **{factor: check("factor", v)})))
-    else:
-        tables = raw["arms"]
-        if not isinstance(tables, list) or len(tables) < 2 or not all(isinstance(t, dict) for t in tables):
-            raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
-        if factor in raw.get("pipeline", {}):
-            raise ConfigError(f"[pipeline] sets {factor}, the factor: give each arm's value in [[arms]] instead")
-        for i, t in enumerate(tables):
-            extra = sorted(set(t) - {"name", factor, *USER_READING})
-            if extra:
-                raise ConfigError(f"[[arms]] #{i + 1} ({t.get('name', 'unnamed')}) sets {', '.join(extra)}: the arms may "
-                                  f"differ only in the declared factor '{factor}' (and in {' and '.join(USER_READING)}, "
-                                  "which say how to read their batches)")
-            cfg = dict(baseline)
-            for k in USER_READING:
-                if k in t:
-                    cfg[k] = _check("arms", k, t[k], "str")
-            if factor in t:
-                cfg[factor] = check("arms", t[factor])
-            elif factor not in baseline:
-                raise ConfigError(f"[[arms]] #{i + 1} ({t.get('name', 'unnamed')}) gives no {factor}")
-            nm = t.get("name") or _arm_name(factor, cfg[factor], seen)
-            if not isinstance(nm, str):
-                raise ConfigError(f"[[arms]] #{i + 1}: name must be a string")
-            arms.append(Arm(nm, cfg))
+        return [Arm(_arm_name(factor, v, seen), dict(baseline, **{factor: check("factor", v)})) for v in values]
+    tables = raw["arms"]
+    if not isinstance(tables, list) or len(tables) < 2 or not all(isinstance(t, dict) for t in tables):
+        raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
+    if factor in raw.get("pipeline", {}):
+        raise ConfigError(f"[pipeline] sets {factor}, the factor: give each arm's value in [[arms]] instead")
+    for i, t in enumerate(tables):
+        label = f"[[arms]] #{i + 1} ({t.get('name', 'unnamed')})"
+        extra = sorted(set(t) - {"name", factor, *reading})
+        if extra:
+            # The point of the harness: one factor changes, everything else is pinned.
+            also = f" (and in {' and '.join(reading)}, which say how to read their batches)" if reading else ""
+            raise ConfigError(f"{label} sets {', '.join(extra)}: the arms may differ only in the declared factor "
+                              f"'{factor}'{also}; declare another experiment for {', '.join(extra)}")
+        cfg = dict(baseline)
+        for k in reading:
+            if k in t:
+                cfg[k] = _check("arms", k, t[k], "str")
+        if factor in t:
+            cfg[factor] = check("arms", t[factor])
+        elif factor not in baseline:
+            raise ConfigError(f"{label} gives no {factor}")
+        nm = t.get("name") or _arm_name(factor, cfg[factor], seen)
+        if not isinstance(nm, str):
+            raise ConfigError(f"[[arms]] #{i + 1}: name must be a string")
+        arms.append(Arm(nm, cfg))
+    return arms
+
+
+def _user_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> List[Arm]:
+    if factor in USER_READING or not isinstance(factor, str) or not factor.isidentifier():
+        raise ConfigError(f"[factor] name = {factor!r}: a keyword argument of the factory, 'factory' (the swap) or "
+                          f"'world_size'; {', '.join(USER_READING)} say how to read batches and are not factors")
+    rule = USER_PIPELINE.get(factor)  # the harness's own keys are checked; the factory's are its business
+    arms = _arms(raw, baseline, factor, (lambda where, v: _check(where, factor, v, rule)) if rule else (lambda where, v: v),
+                 USER_READING)
     for a in arms:
         if not a.config.get("factory"):
             raise ConfigError(f"arm {a.name}: no factory: [pipeline] factory = 'package.module:function' "
@@ -283,40 +291,7 @@ def _builtin_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) ->
     if factor not in PIPELINE:
         raise ConfigError(f"[factor] name = {factor!r}: allowed are {', '.join(PIPELINE)} (or a keyword argument of "
                           "your own pipeline's factory: [pipeline] factory = 'package.module:function')")
-    factor_t = raw["factor"]
-    seen: Dict[str, int] = {}
-    arms: List[Arm] = []
-    if "values" in factor_t:
-        values = factor_t["values"]
-        if not isinstance(values, list) or len(values) < 2:
-            raise ConfigError(f"[factor] values = {values!r}: a list of two or more values (the first is the baseline)")
-        if factor in raw.get("pipeline", {}) and raw["pipeline"][factor] != values[0]:
-            raise ConfigError(f"[pipeline] {factor} = {raw['pipeline'][factor]!r} but the factor's first value (the "
-                              f"baseline) is {values[0]!r}: leave {factor} out of [pipeline]")
-        for v in values:
-            cfg = dict(baseline, **{factor: _check("factor", factor, v, PIPELINE[factor][0])})
-            arms.append(Arm(_arm_name(factor, v, seen), cfg))
-    else:
-        tables = raw["arms"]
-        if not isinstance(tables, list) or len(tables) < 2 or not all(isinstance(t, dict) for t in tables):
-            raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
-        if factor in raw.get("pipeline", {}):
-            raise ConfigError(f"[pipeline] sets {factor}, the factor: give each arm's value in [[arms]] instead")
-        for i, t in enumerate(tables):
-            extra = sorted(set(t) - {"name", factor})
-            if extra:
-                # The point of the harness: one factor changes, everything else is pinned.
-                raise ConfigError(f"[[arms]] #{i + 1} ({t.get('name', 'unnamed')}) sets {', '.join(extra)}: the arms may "
-                                  f"differ only in the declared factor '{factor}'; declare another experiment for "
-                                  f"{', '.join(extra)}")
-            cfg = dict(baseline)
-            if factor in t:
-                cfg[factor] = _check("arms", factor, t[factor], PIPELINE[factor][0])
-            nm = t.get("name") or _arm_name(factor, cfg[factor], seen)
-            if not isinstance(nm, str):
-                raise ConfigError(f"[[arms]] #{i + 1}: name must be a string")
-            arms.append(Arm(nm, cfg))
-    return arms
+    return _arms(raw, baseline, factor, lambda where, v: _check(where, factor, v, PIPELINE[factor][0]))
 
 
 def _resolve_path(path: str, base: Optional[str]) -> str:

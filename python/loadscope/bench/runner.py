@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -170,6 +170,27 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
         for log in logs:
             log.close()
     return code
+
+
+def repetition(spec: Dict[str, Any], spec_path: str, out_path: str, log_path: str, world: int, timeout: float,
+               repo: Optional[str]) -> Tuple[List[Dict[str, Any]], Optional[str]]:
+    """Runs one repetition (all its ranks) and reads what each rank wrote: (results, None), or
+    (partial results, why it failed: the user's traceback, or the log's end)."""
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    code = _launch(spec_path, out_path, world, log_path, timeout, repo)
+    results = []
+    for r in range(world):
+        p = out_path if r == 0 else f"{out_path}.rank{r}"
+        if os.path.exists(p):
+            with open(p) as f:
+                results.append(json.load(f))
+    errors = [r for r in results if "error" in r]
+    if code == 0 and not errors and len(results) == world:
+        return results, None
+    with open(log_path) as f:
+        tail = f.read()[-3000:]
+    return results, f"(exit {code}):\n" + (errors[0]["traceback"] if errors else tail)
 
 
 def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -409,28 +430,15 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 if first_measured and exp.run["trace_batches"] > 0:
                     spec["trace"] = {"batches": exp.run["trace_batches"],
                                      "path": os.path.join(out_dir, "traces", f"{slug}.trace.json")}
-                spec_path = os.path.join(out_dir, "specs", f"{tag}.json")
-                with open(spec_path, "w") as f:
-                    json.dump(spec, f)
-                out_path = os.path.join(out_dir, "runs", f"{tag}.json")
-                log_path = os.path.join(out_dir, "logs", f"{tag}.log")
-                world = arm.config["world_size"]
                 t0 = time.monotonic()
-                code = _launch(spec_path, out_path, world, log_path, exp.run["timeout_s"], exp.training_repo)
+                results, why = repetition(spec, os.path.join(out_dir, "specs", f"{tag}.json"),
+                                          os.path.join(out_dir, "runs", f"{tag}.json"),
+                                          os.path.join(out_dir, "logs", f"{tag}.log"), arm.config["world_size"],
+                                          exp.run["timeout_s"], exp.training_repo)
                 shutil.rmtree(spec["stage_dir"], ignore_errors=True)
-                results = []
-                for r in range(world):
-                    p = out_path if r == 0 else f"{out_path}.rank{r}"
-                    if os.path.exists(p):
-                        with open(p) as f:
-                            results.append(json.load(f))
-                errors = [r for r in results if "error" in r]
-                if code != 0 or errors or len(results) != world:
-                    with open(log_path) as f:
-                        tail = f.read()[-3000:]
-                    why = errors[0]["traceback"] if errors else tail
+                if why is not None:
                     where = "warm-up round" if row["warmup"] else f"round {row['round']}"
-                    failure = f"run {tag} ({arm.name}, {where}) failed (exit {code}):\n{why}"
+                    failure = f"run {tag} ({arm.name}, {where}) failed {why}"
                     break
                 merged = _merge_ranks(results)
                 ids = sorted(i for r in results for i in r.pop("measured_ids", []))
