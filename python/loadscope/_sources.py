@@ -7,10 +7,11 @@ A sample is a key plus named members. Members are named by lower-case file exten
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 import re
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 
@@ -23,6 +24,48 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 # (name, is_path, path-or-value); paths as bytes (os.fsencode) so any file name survives.
 _Member = Tuple[str, bool, Union[str, bytes]]
+
+
+_SCHEMES = ("s3://", "http://", "https://")
+
+
+def is_url(name: str) -> bool:
+    """True for the object-storage names loadscope reads: ``s3://``, ``http://``, ``https://``."""
+    return isinstance(name, str) and name.startswith(_SCHEMES)
+
+
+def check_url(url: str, who: str) -> str:
+    """Refuses what cannot be read safely: other schemes, and credentials written into the URL
+    (they would end up in errors, logs and traces; use the environment: docs/remote.md)."""
+    if "://" in url and not is_url(url):
+        raise ConfigError(f"{who}: {url.split('://')[0]}:// is not supported; allowed are s3://, http://, https:// "
+                          "and local paths")
+    host = url.split("://", 1)[1].split("/", 1)[0] if is_url(url) else ""
+    if "@" in host:
+        raise ConfigError(f"{who}: {_native_redact(url)}: credentials in a URL are refused (they would appear in "
+                          "errors and logs); set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile instead")
+    return url
+
+
+def _native_redact(url: str) -> str:
+    from . import _native
+    return _native.redact_url(url)
+
+
+def _exists(path: str) -> bool:
+    """A local file, or a remote object that answers HEAD (a 404 is False; any other failure
+    — wrong credentials, a missing bucket, no server — raises ConfigError naming it)."""
+    if not is_url(path):
+        return os.path.isfile(path)
+    from . import _native
+    try:
+        _native.remote_stat(path)
+        return True
+    except Exception as e:  # ReadError: say why, unless it is plainly "not there"
+        reason = getattr(e, "reason", str(e))
+        if "HTTP 404" in reason and "NoSuchBucket" not in reason:
+            return False
+        raise ConfigError(reason) from None  # "HEAD <url>: HTTP 403 SignatureDoesNotMatch ... (credentials: ...)"
 
 
 class Source:
@@ -143,11 +186,17 @@ class FileList(_ListSource):
 
     def __init__(self, manifest: PathLike, *, root: Optional[PathLike] = None, path_key: str = "path") -> None:
         super().__init__()
-        manifest = os.fspath(manifest)
-        if not os.path.isfile(manifest):
-            raise ConfigError(f"FileList: manifest {manifest!r} does not exist")
+        manifest = check_url(os.fspath(manifest), "FileList")
+        if not _exists(manifest):
+            raise ConfigError(f"FileList: manifest {_native_redact(manifest) if is_url(manifest) else manifest!r} "
+                              "does not exist")
         self.manifest = manifest
-        self.root = os.fspath(root) if root is not None else os.path.dirname(os.path.abspath(manifest))
+        if root is not None:
+            self.root = check_url(os.fspath(root), "FileList(root=)")
+        elif is_url(manifest):
+            self.root = manifest.rsplit("/", 1)[0]
+        else:
+            self.root = os.path.dirname(os.path.abspath(manifest))
         kind = manifest.lower().rsplit(".", 1)[-1]
         if kind in ("jsonl", "ndjson"):
             records = self._jsonl(manifest)
@@ -159,7 +208,7 @@ class FileList(_ListSource):
             if not isinstance(record, dict) or path_key not in record:
                 found = ", ".join(map(repr, record)) if isinstance(record, dict) else type(record).__name__
                 raise ConfigError(f"FileList: {manifest}:{line}: record has no {path_key!r} field (found: {found})")
-            path = os.path.join(self.root, str(record[path_key]))
+            path = self._resolve(str(record[path_key]))
             ext = _ext(path)
             if not ext:
                 raise ConfigError(f"FileList: {manifest}:{line}: {path!r} has no extension to name its member")
@@ -177,22 +226,37 @@ class FileList(_ListSource):
         if not self._samples:
             raise ConfigError(f"FileList: {manifest!r} lists no samples")
 
+    def _resolve(self, path: str) -> str:
+        """A record's path: URLs as they are, relative paths under root (a directory or a URL)."""
+        if is_url(path):
+            return check_url(path, f"FileList: {self.manifest}")
+        if is_url(self.root):
+            return self.root.rstrip("/") + "/" + path.lstrip("/")
+        return os.path.join(self.root, path)
+
+    @staticmethod
+    def _lines(path: str, encoding: str) -> Iterator[str]:
+        if is_url(path):  # fetched whole, once (a manifest is read front to back anyway)
+            from . import _native
+            yield from io.StringIO(_native.read_bytes(path).decode(encoding), newline="")
+            return
+        with open(path, encoding=encoding, newline="") as f:
+            yield from f
+
     @staticmethod
     def _jsonl(path: str) -> Iterable[Tuple[int, dict]]:
-        with open(path, encoding="utf-8") as f:
-            for line, text in enumerate(f, 1):
-                if not text.strip():
-                    continue
-                try:
-                    yield line, json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"FileList: {path}:{line}: not JSON: {e}") from None
+        for line, text in enumerate(FileList._lines(path, "utf-8"), 1):
+            if not text.strip():
+                continue
+            try:
+                yield line, json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"FileList: {path}:{line}: not JSON: {e}") from None
 
     @staticmethod
     def _csv(path: str) -> Iterable[Tuple[int, dict]]:
-        with open(path, encoding="utf-8-sig", newline="") as f:  # -sig: Excel's BOM
-            for line, row in enumerate(csv.DictReader(f), 2):
-                yield line, row
+        for line, row in enumerate(csv.DictReader(FileList._lines(path, "utf-8-sig")), 2):  # -sig: Excel's BOM
+            yield line, row
 
     def __repr__(self) -> str:
         return f"FileList({self.manifest!r}, samples={len(self)})"
@@ -249,10 +313,14 @@ class WebDataset(Source):
             shards.extend(expand_braces(os.fspath(p)))
         if not shards:
             raise ConfigError("WebDataset: no shards given")
-        remote = [s for s in shards if "://" in s]
-        if remote:
-            raise ConfigError(f"WebDataset: only local paths are supported, got {remote[0]!r}")
-        missing = [s for s in shards if not os.path.isfile(s)]
+        shards = [check_url(s, "WebDataset") for s in shards]
+        # Local shards are all checked; of remote ones the first only (a HEAD each would cost
+        # seconds for 10^4 shards): it catches wrong credentials, a missing bucket or a typo in
+        # the pattern before any thread starts. A later missing shard is a ReadError naming it.
+        remote = [s for s in shards if is_url(s)]
+        missing = [s for s in shards if not is_url(s) and not os.path.isfile(s)]
+        if remote and not _exists(remote[0]):
+            missing.insert(0, _native_redact(remote[0]))
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise ConfigError(f"WebDataset: shard(s) not found: {', '.join(missing[:3])}{more}")
@@ -267,8 +335,22 @@ class WebDataset(Source):
     def index_paths(self) -> List[str]:
         return [s + ".idx" for s in self.shards]
 
+    def _have_indexes(self) -> List[bool]:
+        """Which shards have an ``.idx``. Remote shards are taken to be indexed alike, as
+        ``loadscope index`` leaves them: the first one's index is asked for, not every one's."""
+        remote_has = None
+        out = []
+        for p in self.index_paths():
+            if is_url(p):
+                if remote_has is None:
+                    remote_has = _exists(p)
+                out.append(remote_has)
+            else:
+                out.append(os.path.isfile(p))
+        return out
+
     def _native(self, native, need_size: bool = False):
-        have = [os.path.isfile(p) for p in self.index_paths()]
+        have = self._have_indexes()
         indexed = self.index == "scan" or (self.index == "auto" and (need_size or any(have)))
         if not indexed:
             if need_size:
@@ -280,8 +362,19 @@ class WebDataset(Source):
             raise ConfigError(f"WebDataset: {gz[0]} is gzip-compressed, so it cannot be indexed (offsets would need "
                               "the whole stream decompressed), and several ranks need the size before reading; "
                               "convert to uncompressed shards: `loadscope convert`")
-        indexes = [native.read_index(p, s) if h else native.index_shard(s)
-                   for s, p, h in zip(self.shards, self.index_paths(), have)]
+        def one(job):
+            s, p, h = job
+            return native.read_index(p, s) if h else native.index_shard(s)
+
+        jobs = list(zip(self.shards, self.index_paths(), have))
+        if any(is_url(s) for s in self.shards):
+            # A few round trips per shard (the index, the size, two fingerprint ranges): in
+            # parallel, or 10^4 shards at 20 ms each would take minutes before the first batch.
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(max_workers=min(32, len(jobs))) as pool:
+                indexes = list(pool.map(one, jobs))
+        else:
+            indexes = [one(j) for j in jobs]
         return native.IndexedTarSource(indexes, self.shuffle_buffer)
 
     def __repr__(self) -> str:

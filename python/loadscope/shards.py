@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import _native
 from ._errors import ConfigError, LoadscopeError
-from ._sources import FileList, Folder, Source, expand_braces
+from ._sources import FileList, Folder, Source, _exists, expand_braces
 
 
 def index(shards: Sequence[str], *, force: bool = False) -> List[Dict[str, Any]]:
@@ -31,7 +31,7 @@ def index(shards: Sequence[str], *, force: bool = False) -> List[Dict[str, Any]]
     for shard in shards:
         t0 = time.perf_counter()
         idx_path = shard + ".idx"
-        if not force and os.path.isfile(idx_path):
+        if not force and _exists(idx_path):
             try:
                 current = _native.read_index(idx_path, shard)
                 out.append({"shard": shard, "samples": current.samples, "written": False,
@@ -113,14 +113,24 @@ def convert(source: Source, out_dir: str, *, shard_bytes: int = 256 << 20, prefi
     return {"shards": shards, "samples": len(samples), "bytes": total, "seconds": time.perf_counter() - t0}
 
 
+def _expand(pattern: str) -> List[str]:
+    """Brace patterns; an ``s3://bucket/prefix/`` (ending in a slash) names every .tar under it."""
+    if pattern.startswith("s3://") and pattern.endswith("/"):
+        shards = [u for u in _native.remote_list(pattern) if u.endswith(".tar")]
+        if not shards:
+            raise ConfigError(f"no .tar objects under {pattern}")
+        return shards
+    return expand_braces(pattern)
+
+
 def main_index(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="loadscope index", description="Write <shard>.idx beside each tar shard "
                                 "(reads the headers only).")
     p.add_argument("shards", nargs="+", help="tar shards, or brace patterns like 'train-{000..127}.tar'")
     p.add_argument("--force", action="store_true", help="rewrite indexes that are current")
     a = p.parse_args(argv)
-    shards = [s for pat in a.shards for s in expand_braces(pat)]
     try:
+        shards = [s for pat in a.shards for s in _expand(pat)]
         rows = index(shards, force=a.force)
     except LoadscopeError as e:
         where = getattr(e, "key", None)

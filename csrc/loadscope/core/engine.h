@@ -51,6 +51,10 @@ class SampleProcessor {
   virtual std::vector<size_t> fixed_bytes_per_sample() const = 0;
   virtual size_t num_string_fields() const = 0;
   virtual void process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) = 0;
+  // Called by the planner with a batch's samples before any worker sees them, so that slow
+  // reads can start early and in parallel (remote members: io/prefetch.h). May block for
+  // back-pressure; returns promptly once `stop` is set.
+  virtual void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) {}
 };
 
 enum class ErrorPolicy { kRaise, kSkip };

@@ -4,6 +4,8 @@
 // later, so that file I/O runs in parallel and the planner thread never blocks on it.
 
 #include <cstdint>
+#include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,12 @@ struct Member {
   // the whole file. length -1: the whole file.
   uint64_t offset = 0;
   int64_t length = -1;
+
+  // Bytes fetched ahead for this member (a remote one: SampleProcessor::prepare) — they lie at
+  // `fetched_at` of the shared span, which may hold neighbouring members too. Invalid when the
+  // worker is to read the member itself.
+  std::shared_future<std::shared_ptr<const std::string>> fetched;
+  uint64_t fetched_at = 0;
 
   bool whole_file() const { return is_path && length < 0; }
 };

@@ -1,5 +1,9 @@
 #pragma once
+// Reading bytes by name: a local path, or an s3:// / http(s):// URL (remote.h). Every reader
+// of the engine (members named by path, tar shards, indexes, videos) comes through here, so a
+// source that works on local files works on object storage too.
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace loadscope::io {
@@ -14,11 +18,42 @@ void check_member_size(uint64_t bytes);  // throws ReadFailure above kMaxMemberB
 // a FIFO there would block the thread forever).
 void check_regular_file(const std::string& path);
 
+// The size of a file or object. Throws ReadFailure.
+uint64_t file_size(const std::string& path);
+
 // Reads a whole file into `out` (reusing its capacity). Throws ReadFailure with the OS reason.
 uint64_t read_file(const std::string& path, std::string& out);
 
 // Reads `length` bytes at `offset` of a file into `out` (a tar member through an index).
 // Throws ReadFailure with the OS reason, or when the file is shorter than the range.
 uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, std::string& out);
+
+// Random access to one version of a file or object, for readers that seek (FFmpeg's demuxers
+// through a custom AVIO). Remote reads are pinned to the ETag seen when opening.
+class RandomAccess {
+ public:
+  explicit RandomAccess(const std::string& path);  // throws ReadFailure
+  uint64_t size() const { return size_; }
+  const std::string& version() const { return version_; }  // ETag, or size + mtime
+  void read(uint64_t offset, uint64_t length, std::string& out) const;  // throws ReadFailure
+
+ private:
+  std::string path_;
+  uint64_t size_ = 0;
+  std::string version_;
+};
+
+// A sequential reader (a streamed tar shard). read() returns 0 at the end; throws ReadFailure.
+class ByteStream {
+ public:
+  virtual ~ByteStream() = default;
+  virtual size_t read(char* dst, size_t n) = 0;
+};
+
+// Opens a file or object for reading from its start. Remote objects arrive in ranged chunks of
+// `chunk_bytes`, the next fetched while the current one is consumed (so at most two chunks
+// are held), each retried and resumed on its own. gzip data is inflated when `gunzip` and the
+// first bytes say gzip.
+std::unique_ptr<ByteStream> open_stream(const std::string& path, bool gunzip, size_t chunk_bytes = 8u << 20);
 
 }  // namespace loadscope::io

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +10,8 @@
 #include <vector>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
 
 namespace loadscope::io {
 
@@ -101,7 +102,27 @@ void pread_exact(int fd, char* dst, size_t n, uint64_t offset, const char* what)
 
 }  // namespace
 
+namespace {
+const char* const kGzipRefused =
+    "gzip-compressed: an index needs an uncompressed tar (its offsets would need the whole stream decompressed)";
+
+// A remote shard is read once, front to back, instead of one ranged GET per header.
+std::vector<TarMemberInfo> scan_remote_tar(const std::string& url) {
+  std::string magic;
+  read_range(url, 0, std::min<uint64_t>(2, file_size(url)), magic);
+  if (magic.size() == 2 && static_cast<unsigned char>(magic[0]) == 0x1f && static_cast<unsigned char>(magic[1]) == 0x8b) {
+    throw ReadFailure(kGzipRefused);
+  }
+  std::vector<TarMemberInfo> out;
+  TarReader reader(url);
+  TarEntry e;
+  while (reader.next(e)) out.push_back(TarMemberInfo{e.name, e.offset + kBlock, e.data.size()});
+  return out;
+}
+}  // namespace
+
 std::vector<TarMemberInfo> scan_tar(const std::string& path) {
+  if (remote::is_url(path)) return scan_remote_tar(path);
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
@@ -113,8 +134,7 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
   if (file_size >= 2) {
     pread_exact(f.fd, header, 2, 0, "header");
     if (static_cast<unsigned char>(header[0]) == 0x1f && static_cast<unsigned char>(header[1]) == 0x8b) {
-      throw ReadFailure("gzip-compressed: an index needs an uncompressed tar (its offsets would need the "
-                        "whole stream decompressed)");
+      throw ReadFailure(kGzipRefused);
     }
   }
   uint64_t offset = 0;
@@ -164,42 +184,32 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
   return out;  // archives without the two zero blocks end here
 }
 
-struct TarReader::Handle {
-  gzFile file = nullptr;
-  ~Handle() {
-    if (file) gzclose(file);
-  }
-};
-
-TarReader::TarReader(const std::string& path) : handle_(std::make_unique<Handle>()), path_(path) {
-  // gzread reads plain files transparently, so one code path serves .tar and .tar.gz.
-  handle_->file = gzopen(path.c_str(), "rb");
-  if (handle_->file == nullptr) {
-    throw ReadFailure(std::string("cannot open: ") + std::strerror(errno ? errno : ENOENT));
-  }
-  gzbuffer(handle_->file, 1 << 18);
+TarReader::TarReader(const std::string& path) : path_(path) {
+  stream_ = open_stream(path, /*gunzip=*/true);  // plain or gzip, local or remote: one code path
 }
 
 TarReader::~TarReader() = default;
 
-void TarReader::read_exact(char* dst, size_t n, const char* what) {
+size_t TarReader::read_upto(char* dst, size_t n) {
   size_t done = 0;
   while (done < n) {
-    unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30));
-    int got = gzread(handle_->file, dst + done, chunk);
-    if (got < 0) {
-      int errnum = 0;
-      const char* msg = gzerror(handle_->file, &errnum);
-      throw ReadFailure(std::string("read error in ") + what + " at byte " +
-                        std::to_string(position_ + done) + ": " +
-                        (errnum == Z_ERRNO ? std::strerror(errno) : msg));
-    }
-    if (got == 0) {
-      throw ReadFailure(std::string("truncated archive: ") + what + " at byte " +
-                        std::to_string(position_) + " needs " + std::to_string(n) +
-                        " bytes, only " + std::to_string(done) + " left");
-    }
-    done += static_cast<size_t>(got);
+    const size_t got = stream_->read(dst + done, n - done);
+    if (got == 0) break;
+    done += got;
+  }
+  return done;
+}
+
+void TarReader::read_exact(char* dst, size_t n, const char* what) {
+  size_t done = 0;
+  try {
+    done = read_upto(dst, n);
+  } catch (const ReadFailure& e) {
+    throw ReadFailure(std::string("read error in ") + what + " at byte " + std::to_string(position_) + ": " + e.what());
+  }
+  if (done != n) {
+    throw ReadFailure(std::string("truncated archive: ") + what + " at byte " + std::to_string(position_) +
+                      " needs " + std::to_string(n) + " bytes, only " + std::to_string(done) + " left");
   }
   position_ += n;
 }
@@ -218,14 +228,17 @@ bool TarReader::next(TarEntry& entry) {
   char header[kBlock];
   while (true) {
     const uint64_t header_offset = position_;
-    int got = gzread(handle_->file, header, kBlock);
+    size_t got = 0;
+    try {
+      got = read_upto(header, kBlock);
+    } catch (const ReadFailure& e) {
+      throw ReadFailure("unreadable tar header at byte " + std::to_string(header_offset) + ": " + e.what());
+    }
     if (got == 0) return false;  // archives without the two zero blocks end here
-    if (got < 0 || static_cast<size_t>(got) != kBlock) {
-      position_ += got > 0 ? got : 0;
-      int errnum = 0;
-      const char* msg = got < 0 ? gzerror(handle_->file, &errnum) : "partial header block";
-      throw ReadFailure("truncated or unreadable tar header at byte " +
-                        std::to_string(header_offset) + ": " + msg);
+    if (got != kBlock) {
+      position_ += got;
+      throw ReadFailure("truncated or unreadable tar header at byte " + std::to_string(header_offset) +
+                        ": partial header block");
     }
     position_ += kBlock;
     bool zero = true;

@@ -1,12 +1,14 @@
 #pragma once
 // Sequential reader of tar archives (POSIX ustar, GNU long names, pax path records), plain or
-// gzip-compressed. Regular files only; directories, links and pax globals are passed over.
+// gzip-compressed, local or remote (file.h). Regular files only; directories, links and pax globals are passed over.
 // Not thread-safe: one reader per thread.
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "loadscope/io/file.h"
 
 namespace loadscope::io {
 
@@ -45,11 +47,11 @@ class TarReader {
   uint64_t position() const { return position_; }
 
  private:
+  size_t read_upto(char* dst, size_t n);  // fewer only at the end of the stream
   void read_exact(char* dst, size_t n, const char* what);
   void skip(uint64_t n);
 
-  struct Handle;
-  std::unique_ptr<Handle> handle_;
+  std::unique_ptr<ByteStream> stream_;
   std::string path_;
   uint64_t position_ = 0;
 };

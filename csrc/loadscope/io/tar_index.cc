@@ -14,6 +14,7 @@
 
 #include "loadscope/core/error.h"
 #include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
 #include "loadscope/io/sources.h"
 #include "loadscope/io/tar.h"
 
@@ -23,11 +24,6 @@ namespace {
 
 constexpr const char* kMagic = "loadscope-tar-index 1";
 
-uint64_t file_size(const std::string& path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
-  return static_cast<uint64_t>(st.st_size);
-}
 
 bool parse_u64(const std::string& s, uint64_t& out) {
   if (s.empty() || s.size() > 20) return false;
@@ -54,9 +50,10 @@ bool parse_hex32(const std::string& s, uint32_t& out) {
 
 }  // namespace
 
-uint32_t shard_fingerprint(const std::string& tar_path) {
+uint32_t shard_fingerprint(const std::string& tar_path) { return shard_fingerprint(tar_path, file_size(tar_path)); }
+
+uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size) {
   constexpr uint64_t kEdge = 8192;
-  const uint64_t size = file_size(tar_path);
   std::string head, tail;
   read_range(tar_path, 0, std::min(size, kEdge), head);
   read_range(tar_path, size - std::min(size, kEdge), std::min(size, kEdge), tail);
@@ -75,11 +72,22 @@ uint64_t ShardIndex::member_bytes() const {
   return total;
 }
 
+namespace {
+// The size of a shard; a remote one's ETag is pinned from here on (remote::pin_etag), so a
+// shard rewritten after it was indexed fails its reads instead of mixing two versions.
+uint64_t shard_size(const std::string& tar_path) {
+  if (!remote::is_url(tar_path)) return file_size(tar_path);
+  const remote::ObjectInfo info = remote::stat(tar_path);
+  remote::pin_etag(tar_path, info.etag);
+  return info.size;
+}
+}  // namespace
+
 ShardIndex index_shard(const std::string& tar_path) {
   ShardIndex index;
   index.path = tar_path;
-  index.tar_bytes = file_size(tar_path);
-  index.fingerprint = shard_fingerprint(tar_path);
+  index.tar_bytes = shard_size(tar_path);
+  index.fingerprint = shard_fingerprint(tar_path, index.tar_bytes);
   std::string key, ext;
   for (auto& m : scan_tar(tar_path)) {
     if (!split_member_name(m.name, key, ext)) continue;  // no extension: in no sample (as WebDataset)
@@ -101,19 +109,25 @@ ShardIndex index_shard(const std::string& tar_path) {
 }
 
 void write_index(const ShardIndex& index, const std::string& idx_path) {
+  std::ostringstream text;
+  char fp[16];
+  std::snprintf(fp, sizeof fp, "%08x", index.fingerprint);
+  text << kMagic << "\ntar_bytes " << index.tar_bytes << "\nfingerprint " << fp << "\nsamples "
+       << index.samples.size() << "\n";
+  for (const auto& s : index.samples) {
+    text << s.key;
+    for (const auto& m : s.members) text << '\t' << m.name << '\t' << m.offset << '\t' << m.size;
+    text << '\n';
+  }
+  if (remote::is_url(idx_path)) {
+    remote::put(idx_path, text.str());  // an object PUT is atomic already
+    return;
+  }
   const std::string tmp = idx_path + ".partial";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw ReadFailure(tmp + ": cannot write: " + std::strerror(errno));
-    char fp[16];
-    std::snprintf(fp, sizeof fp, "%08x", index.fingerprint);
-    out << kMagic << "\ntar_bytes " << index.tar_bytes << "\nfingerprint " << fp << "\nsamples "
-        << index.samples.size() << "\n";
-    for (const auto& s : index.samples) {
-      out << s.key;
-      for (const auto& m : s.members) out << '\t' << m.name << '\t' << m.offset << '\t' << m.size;
-      out << '\n';
-    }
+    out << text.str();
     out.flush();
     if (!out) throw ReadFailure(tmp + ": write failed: " + std::strerror(errno));
   }
@@ -194,8 +208,8 @@ ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) 
   uint64_t actual = 0;
   uint32_t fingerprint = 0;
   try {
-    actual = file_size(tar_path);
-    fingerprint = shard_fingerprint(tar_path);
+    actual = shard_size(tar_path);
+    fingerprint = shard_fingerprint(tar_path, actual);
   } catch (const ReadFailure& e) {
     throw ReadFailure(tar_path + ": " + e.what());
   }

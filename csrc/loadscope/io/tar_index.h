@@ -45,6 +45,7 @@ struct ShardIndex {
 
 // CRC-32 of the shard's size, first 8 KiB and last 8 KiB. Throws ReadFailure.
 uint32_t shard_fingerprint(const std::string& tar_path);
+uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size);  // size known already
 
 // Indexes a shard by reading its headers only (scan_tar), grouping consecutive members with the
 // same key into samples as WebDataset does. Throws ReadFailure naming what is wrong (gzip,

@@ -14,6 +14,7 @@
 #include "loadscope/decode/png/png_decoder.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
 
 namespace loadscope::pipeline {
 
@@ -374,6 +375,31 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
   if (t) ctx.slot->scratch_bytes.store(scratch().bytes(), std::memory_order_relaxed);
 }
 
+FieldProcessor::~FieldProcessor() = default;
+
+void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) {
+  std::vector<Member*> remote_members;
+  for (Sample& sample : samples) {
+    for (const FieldSpec& f : fields_) {
+      for (const auto& key : f.keys) {
+        Member* m = nullptr;
+        for (auto& candidate : sample.members) {
+          if (candidate.name == key) m = &candidate;
+        }
+        if (m == nullptr) continue;
+        // Whole remote videos are read by the decoder, a range at a time, as it seeks.
+        const bool decoder_reads = f.kind == FieldKind::kVideo && m->whole_file();
+        if (m->is_path && !decoder_reads && io::remote::is_url(m->path)) remote_members.push_back(m);
+        break;
+      }
+    }
+  }
+  if (remote_members.empty()) return;
+  std::lock_guard<std::mutex> lock(prefetcher_mutex_);
+  if (!prefetcher_) prefetcher_ = io::Prefetcher::from_environment();
+  prefetcher_->fetch(remote_members, stop);
+}
+
 void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int slot,
                                    SampleContext& ctx) {
   Scratch& s = scratch();
@@ -408,16 +434,25 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
     if (m->is_path && (f.kind != FieldKind::kVideo || !m->whole_file())) {
       telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kRead, kind);
       try {
-        const uint64_t n = m->whole_file() ? io::read_file(m->path, s.file)
-                                           : io::read_range(m->path, m->offset, static_cast<uint64_t>(m->length), s.file);
+        uint64_t n = 0;
+        if (m->fetched.valid()) {  // fetched ahead by prepare(): wait for it (rethrows its failure)
+          const std::shared_ptr<const std::string> span = m->fetched.get();
+          const uint64_t want = m->whole_file() ? span->size() : static_cast<uint64_t>(m->length);
+          if (m->fetched_at + want > span->size()) throw ReadFailure("short read of a prefetched range");
+          s.file.assign(*span, static_cast<size_t>(m->fetched_at), static_cast<size_t>(want));
+          n = want;
+        } else {
+          n = m->whole_file() ? io::read_file(m->path, s.file)
+                              : io::read_range(m->path, m->offset, static_cast<uint64_t>(m->length), s.file);
+        }
         ctx.bytes_read += n;
         timer.add_bytes(n);
       } catch (const ReadFailure& e) {
-        throw SampleError(m->whole_file() ? m->path : sample.key, e.what(), FailureKind::kRead);
+        throw SampleError(m->whole_file() ? io::remote::redact(m->path) : sample.key, e.what(), FailureKind::kRead);
       }
       bytes = &s.file;
     }
-    const std::string& where = m->whole_file() ? m->path : sample.key;
+    const std::string where = m->whole_file() ? io::remote::redact(m->path) : sample.key;
     (void)kind;
     switch (f.kind) {
       case FieldKind::kImage: {
@@ -484,9 +519,9 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
   decode::VideoDecoder& dec = *s.video;
   const VideoSpec& v = f.video;
   const FieldSlots& out = slots_[index];
-  const std::string& where = m.whole_file() ? m.path : sample.key;
+  const std::string where = m.whole_file() ? io::remote::redact(m.path) : sample.key;
   const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
-  if (m.whole_file()) {
+  if (m.whole_file() && !io::remote::is_url(m.path)) {
     try {
       io::check_regular_file(m.path);  // before FFmpeg opens it: a FIFO would block it forever
     } catch (const ReadFailure& e) {
@@ -541,7 +576,11 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
         ", \"rotation\": " + std::to_string(info.rotation) + ", \"codec\": " +
         json_string(info.codec) + ", \"stream\": " + std::to_string(info.stream) + "}";
   } catch (const DecodeFailure& e) {
+    // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
+    if (!dec.input_error().empty()) throw SampleError(where, dec.input_error(), FailureKind::kRead);
     throw SampleError(where, m.name + ": " + e.what(), FailureKind::kDecode);
+  } catch (const ReadFailure& e) {
+    throw SampleError(where, e.what(), FailureKind::kRead);
   }
 }
 

@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "loadscope/core/engine.h"
 #include "loadscope/core/rng.h"
+#include "loadscope/io/prefetch.h"
 #include "loadscope/pipeline/clips.h"
 
 namespace loadscope::pipeline {
@@ -71,6 +73,9 @@ class FieldProcessor : public SampleProcessor {
   std::vector<size_t> fixed_bytes_per_sample() const override;
   size_t num_string_fields() const override { return num_strings_; }
   void process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) override;
+  // Remote members the fields will read are fetched ahead (io/prefetch.h).
+  void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) override;
+  ~FieldProcessor() override;
 
   const std::vector<FieldSpec>& fields() const { return fields_; }
   const FieldSlots& slots(size_t field) const { return slots_[field]; }
@@ -84,6 +89,8 @@ class FieldProcessor : public SampleProcessor {
   std::vector<FieldSlots> slots_;
   std::vector<size_t> fixed_bytes_;
   size_t num_strings_ = 0;
+  std::mutex prefetcher_mutex_;
+  std::unique_ptr<io::Prefetcher> prefetcher_;  // made on the first remote member
 };
 
 // Where decode_image spent its time, when asked.

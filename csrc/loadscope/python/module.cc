@@ -21,6 +21,7 @@
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/sources.h"
 #include "loadscope/io/faults.h"
+#include "loadscope/io/remote.h"
 #include "loadscope/io/tar_index.h"
 #include "loadscope/pipeline/fields.h"
 
@@ -594,6 +595,106 @@ PYBIND11_MODULE(_native, m) {
     d["threads"] = p.threads;
     return d;
   }, py::arg("pss") = true);
+  // Object storage (io/remote.h). A failure is a ReadError naming the URL (redacted).
+  auto remote_call = [](const std::string& url, auto&& fn) {
+    try {
+      return fn();
+    } catch (const ReadFailure& e) {
+      throw SampleError(io::remote::redact(url), e.what(), FailureKind::kRead);
+    }
+  };
+  m.def("is_url", &io::remote::is_url, py::arg("name"));
+  m.def("redact_url", &io::remote::redact, py::arg("url"));
+  m.def(
+      "remote_stat",
+      [remote_call](const std::string& url) {
+        const auto info = remote_call(url, [&] {
+          py::gil_scoped_release release;
+          return io::remote::stat(url);
+        });
+        return py::make_tuple(info.size, info.etag);
+      },
+      py::arg("url"), "HEAD: (size, etag).");
+  m.def(
+      "read_bytes",
+      [remote_call](const std::string& path, uint64_t offset, int64_t length) {
+        std::string out;
+        remote_call(path, [&] {
+          py::gil_scoped_release release;
+          return length < 0 && offset == 0 ? io::read_file(path, out) : io::read_range(path, offset, static_cast<uint64_t>(length), out);
+        });
+        return py::bytes(out);
+      },
+      py::arg("path"), py::arg("offset") = 0, py::arg("length") = -1,
+      "A whole file or object, or a byte range of it (a local path or a URL).");
+  m.def(
+      "remote_put",
+      [remote_call](const std::string& url, const py::bytes& data) {
+        std::string bytes = data;
+        remote_call(url, [&] {
+          py::gil_scoped_release release;
+          io::remote::put(url, bytes);
+          return 0;
+        });
+      },
+      py::arg("url"), py::arg("data"));
+  m.def(
+      "remote_list",
+      [remote_call](const std::string& prefix) {
+        return remote_call(prefix, [&] {
+          py::gil_scoped_release release;
+          return io::remote::list(prefix);
+        });
+      },
+      py::arg("prefix"), "The keys under an s3:// prefix, as sorted s3:// URLs.");
+  m.def("remote_environment", [] {
+    py::dict d;
+    d["s3_endpoint"] = io::remote::s3_endpoint();
+    d["s3_region"] = io::remote::s3_region();
+    d["s3_credentials"] = io::remote::credentials_source();
+    const auto o = io::remote::options();
+    d["max_attempts"] = o.max_attempts;
+    d["stall_seconds"] = o.stall_seconds;
+    d["ca_bundle"] = o.ca_bundle;
+    return d;
+  });
+  m.def(
+      "remote_configure",
+      [](int max_attempts, double backoff_base, double backoff_cap, double stall_seconds, double connect_timeout) {
+        io::remote::Options o = io::remote::options();
+        o.max_attempts = std::max(1, max_attempts);
+        o.backoff_base = backoff_base;
+        o.backoff_cap = backoff_cap;
+        o.stall_seconds = stall_seconds;
+        o.connect_timeout = connect_timeout;
+        io::remote::configure(o);
+      },
+      py::arg("max_attempts"), py::arg("backoff_base"), py::arg("backoff_cap"), py::arg("stall_seconds"),
+      py::arg("connect_timeout"));
+  m.def(
+      "remote_configure_ca",
+      [](const std::string& ca_bundle) {
+        io::remote::Options o = io::remote::options();
+        o.ca_bundle = ca_bundle;
+        io::remote::configure(o);
+      },
+      py::arg("ca_bundle"), "The CA bundle TLS peers are verified against (empty: the system's).");
+  m.def("network_stats", [] {
+    const io::remote::Stats st = io::remote::stats();
+    py::dict d;
+    d["requests"] = st.requests;
+    d["bytes"] = st.bytes;
+    d["failures"] = st.failures;
+    d["retries_server"] = st.retries_server;
+    d["retries_network"] = st.retries_network;
+    d["resumed"] = st.resumed;
+    d["busy_s"] = static_cast<double>(st.busy_ns) * 1e-9;
+    d["first_byte"] = histogram_dict(st.first_byte_ns, 1e-9);
+    d["request"] = histogram_dict(st.request_ns, 1e-9);
+    return d;
+  });
+  m.def("reset_network_stats", &io::remote::reset_stats);
+
   m.def("now_ns", [] { return telemetry::now_ns(); });
   m.def("library_versions", [] {
     py::dict d;

@@ -17,6 +17,8 @@ extern "C" {
 }
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 
 namespace loadscope::decode {
@@ -52,6 +54,55 @@ int64_t memory_seek(void* opaque, int64_t offset, int whence) {
                                    : -1;
   if (p < 0 || p > static_cast<int64_t>(m->size)) return AVERROR(EINVAL);
   m->pos = static_cast<size_t>(p);
+  return p;
+}
+
+// A remote video, read through a custom AVIO in blocks fetched with ranged GETs: a clip takes
+// the blocks its packets lie in, never the whole file. (The index is still built by demuxing
+// every packet the first time: docs/video.md.) An exception must not cross FFmpeg's C frames:
+// a failed fetch is kept here and rethrown once FFmpeg gives up.
+struct RangeInput {
+  static constexpr uint64_t kBlock = 1 << 20;
+  std::unique_ptr<io::RandomAccess> source;
+  uint64_t pos = 0;
+  uint64_t block_at = UINT64_MAX;
+  std::string block;
+  std::string error;
+};
+
+int range_read(void* opaque, uint8_t* buf, int n) {
+  auto* r = static_cast<RangeInput*>(opaque);
+  const uint64_t size = r->source->size();
+  if (r->pos >= size) return AVERROR_EOF;
+  const uint64_t at = r->pos / RangeInput::kBlock * RangeInput::kBlock;
+  if (at != r->block_at) {
+    try {
+      r->block_at = UINT64_MAX;
+      r->source->read(at, std::min(RangeInput::kBlock, size - at), r->block);
+      r->block_at = at;
+    } catch (const std::exception& e) {
+      r->error = e.what();
+      return AVERROR(EIO);
+    }
+  }
+  const size_t in = static_cast<size_t>(r->pos - at);
+  const size_t k = std::min(r->block.size() - in, static_cast<size_t>(n));
+  std::memcpy(buf, r->block.data() + in, k);
+  r->pos += k;
+  return static_cast<int>(k);
+}
+
+int64_t range_seek(void* opaque, int64_t offset, int whence) {
+  auto* r = static_cast<RangeInput*>(opaque);
+  const auto size = static_cast<int64_t>(r->source->size());
+  if (whence & AVSEEK_SIZE) return size;
+  whence &= ~AVSEEK_FORCE;
+  int64_t p = whence == SEEK_SET   ? offset
+              : whence == SEEK_CUR ? static_cast<int64_t>(r->pos) + offset
+              : whence == SEEK_END ? size + offset
+                                   : -1;
+  if (p < 0 || p > size) return AVERROR(EINVAL);
+  r->pos = static_cast<uint64_t>(p);
   return p;
 }
 
@@ -145,6 +196,7 @@ struct VideoDecoder::State {
   AVFormatContext* fmt = nullptr;
   AVIOContext* avio = nullptr;
   MemoryInput memory;
+  RangeInput range;
   ffmpeg::CodecContextPtr codec;
   AVStream* stream = nullptr;
   VideoInfo info;
@@ -171,6 +223,7 @@ struct VideoDecoder::State {
     }
     stream = nullptr;
     keys.clear();
+    range = RangeInput{};
   }
 };
 
@@ -204,6 +257,7 @@ std::string with_log(std::string what, const ffmpeg::LogCapture& log) {
 
 const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bool rotate,
                                          int threads) {
+  if (io::remote::is_url(path)) return open_remote(path, stream, rotate, threads);
   ffmpeg::LogCapture log;
   s_->close();
   struct stat st {};
@@ -224,17 +278,29 @@ const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bo
   return s_->info;
 }
 
+const VideoInfo& VideoDecoder::open_remote(const std::string& url, int stream, bool rotate, int threads) {
+  s_->close();
+  s_->range.source = std::make_unique<io::RandomAccess>(url);  // throws ReadFailure
+  cache_key_ = url + '\n' + s_->range.source->version() + '\n' + std::to_string(stream);
+  return open_custom(&s_->range, &range_read, &range_seek, stream, rotate, threads);
+}
+
 const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int stream,
                                            bool rotate, int threads) {
-  ffmpeg::LogCapture log;
   s_->close();
   cache_key_.clear();
   s_->memory = MemoryInput{data, size, 0};
+  return open_custom(&s_->memory, &memory_read, &memory_seek, stream, rotate, threads);
+}
+
+const VideoInfo& VideoDecoder::open_custom(void* opaque, int (*read)(void*, uint8_t*, int),
+                                           int64_t (*seek)(void*, int64_t, int), int stream, bool rotate,
+                                           int threads) {
+  ffmpeg::LogCapture log;
   constexpr int kBuffer = 1 << 16;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
   if (buffer == nullptr) throw std::bad_alloc();
-  s_->avio = avio_alloc_context(buffer, kBuffer, 0, &s_->memory, &memory_read, nullptr,
-                                &memory_seek);
+  s_->avio = avio_alloc_context(buffer, kBuffer, 0, opaque, read, nullptr, seek);
   if (s_->avio == nullptr) {
     av_free(buffer);
     throw std::bad_alloc();
@@ -248,6 +314,7 @@ const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int
   av_dict_free(&opts);
   if (rc < 0) {
     s_->fmt = nullptr;  // freed by avformat_open_input on failure
+    if (!s_->range.error.empty()) throw ReadFailure(s_->range.error);
     throw DecodeFailure(with_log("video: cannot open (not a video container loadscope reads?): " +
                                      error_string(rc), log));
   }
@@ -574,6 +641,8 @@ void convert(SwsContext*& sws, std::vector<uint8_t>& rgb,
 }  // namespace
 
 size_t VideoDecoder::buffer_bytes() const { return s_->rgb.capacity() + s_->upright.capacity(); }
+
+const std::string& VideoDecoder::input_error() const { return s_->range.error; }
 
 uint64_t VideoDecoder::bytes_read() const {
   return s_->fmt && s_->fmt->pb ? static_cast<uint64_t>(s_->fmt->pb->bytes_read) : 0;

@@ -51,6 +51,11 @@ class VideoDecoder {
   const VideoInfo& open_file(const std::string& path, int stream, bool rotate, int threads);
   const VideoInfo& open_memory(const uint8_t* data, size_t size, int stream, bool rotate,
                                int threads);
+  // An s3:// or http(s):// video, read by byte ranges (open_file passes URLs here). A failed
+  // fetch is a ReadFailure; io/remote.h retries first.
+  const VideoInfo& open_remote(const std::string& url, int stream, bool rotate, int threads);
+  // The remote read that failed during the last decode, if one did (else empty).
+  const std::string& input_error() const;
 
   // Presentation timestamps of the stream's frames, ascending, in time_base ticks.
   //
@@ -90,6 +95,8 @@ class VideoDecoder {
   std::vector<int64_t> pts_;
   uint64_t convert_ns_ = 0;
   void open_common(int stream, bool rotate, int threads);
+  const VideoInfo& open_custom(void* opaque, int (*read)(void*, uint8_t*, int), int64_t (*seek)(void*, int64_t, int),
+                               int stream, bool rotate, int threads);
   void scan_index(const ffmpeg::LogCapture& log);
   void index_by_decoding();
   std::string cache_key_;  // set for files opened by path: see Note [index cache]

@@ -1,0 +1,129 @@
+#include "loadscope/io/prefetch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
+
+#include "loadscope/core/error.h"
+#include "loadscope/io/remote.h"
+
+namespace loadscope::io {
+
+namespace {
+uint64_t env_uint(const char* name, uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (*end != '\0' || n == 0) throw ConfigError(std::string(name) + "=" + v + ": expected a whole number >= 1");
+  return n;
+}
+}  // namespace
+
+std::unique_ptr<Prefetcher> Prefetcher::from_environment() {
+  const uint64_t connections = std::min<uint64_t>(256, env_uint("LOADSCOPE_REMOTE_CONNECTIONS", 16));
+  return std::make_unique<Prefetcher>(static_cast<int>(connections),
+                                      env_uint("LOADSCOPE_REMOTE_INFLIGHT", uint64_t{256} << 20));
+}
+
+Prefetcher::Prefetcher(int connections, uint64_t budget_bytes)
+    : budget_(budget_bytes), held_(std::make_shared<std::atomic<uint64_t>>(0)) {
+  for (int i = 0; i < std::max(1, connections); ++i) threads_.emplace_back([this] { run(); });
+}
+
+Prefetcher::~Prefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    for (auto& t : queue_) {
+      t.promise.set_exception(std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
+    }
+    queue_.clear();
+  }
+  work_cv_.notify_all();
+  space_cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bool>& stop) {
+  // Per object, in offset order; whole objects are spans of their own.
+  std::map<std::string, std::vector<Member*>> by_url;
+  for (Member* m : members) by_url[m->path].push_back(m);
+  for (auto& [url, list] : by_url) {
+    std::sort(list.begin(), list.end(), [](const Member* a, const Member* b) { return a->offset < b->offset; });
+    size_t i = 0;
+    while (i < list.size()) {
+      Task task;
+      task.url = url;
+      std::vector<Member*> covered{list[i]};
+      if (list[i]->whole_file()) {
+        ++i;
+      } else {
+        task.offset = list[i]->offset;
+        uint64_t end = list[i]->offset + static_cast<uint64_t>(list[i]->length);
+        uint64_t useful = static_cast<uint64_t>(list[i]->length), waste = 0;
+        for (++i; i < list.size() && !list[i]->whole_file(); ++i) {
+          const uint64_t next_end = list[i]->offset + static_cast<uint64_t>(list[i]->length);
+          const uint64_t gap = list[i]->offset > end ? list[i]->offset - end : 0;
+          // Bytes read only to be thrown away stay below the bytes wanted: a shuffled batch's
+          // scattered members cost at most twice their size, in shard order nearly nothing.
+          if (gap > kMaxGap || waste + gap > useful || std::max(end, next_end) - task.offset > kMaxSpan) break;
+          waste += gap;
+          useful += static_cast<uint64_t>(list[i]->length);
+          end = std::max(end, next_end);
+          covered.push_back(list[i]);
+        }
+        task.length = static_cast<int64_t>(end - task.offset);
+      }
+      std::shared_future<std::shared_ptr<const std::string>> future = task.promise.get_future().share();
+      for (Member* m : covered) {
+        m->fetched = future;
+        m->fetched_at = m->whole_file() ? 0 : m->offset - task.offset;
+      }
+      const uint64_t reserve = task.length > 0 ? static_cast<uint64_t>(task.length) : 0;
+      std::unique_lock<std::mutex> lock(mutex_);
+      // Spans are released by the workers' samples, outside this lock: the wait polls too.
+      while (!(stopping_ || stop.load() || held_->load() == 0 || held_->load() + reserve <= budget_)) {
+        space_cv_.wait_for(lock, std::chrono::milliseconds(20));
+      }
+      if (stopping_ || stop.load()) {
+        task.promise.set_exception(std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
+        continue;
+      }
+      held_->fetch_add(reserve);
+      queue_.push_back(std::move(task));
+      work_cv_.notify_one();
+    }
+  }
+}
+
+void Prefetcher::run() {
+  while (true) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_ && queue_.empty()) return;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    const uint64_t reserved = task.length > 0 ? static_cast<uint64_t>(task.length) : 0;
+    try {
+      auto bytes = std::make_unique<std::string>();
+      remote::get(task.url, task.offset, task.length, *bytes);
+      const uint64_t charge = reserved ? reserved : bytes->size();  // a whole object: known now
+      if (!reserved) held_->fetch_add(charge);
+      task.promise.set_value(std::shared_ptr<const std::string>(bytes.release(), [held = held_, charge](const std::string* p) {
+        held->fetch_sub(charge);
+        delete p;
+      }));
+    } catch (...) {
+      held_->fetch_sub(reserved);
+      task.promise.set_exception(std::current_exception());
+    }
+    space_cv_.notify_all();
+  }
+}
+
+}  // namespace loadscope::io

@@ -1,0 +1,94 @@
+#pragma once
+// Objects in S3 (s3://bucket/key) and on HTTP(S) servers, read with libcurl.
+//
+// Every read is a GET of a byte range (or of the whole object), retried as object stores ask:
+// exponential backoff with full jitter on 5xx, 429 and network failures; a body cut short is
+// resumed with Range from the last byte received, pinned to the first answer's ETag (If-Match),
+// so a retry never delivers bytes twice or bytes of a different object. A request that
+// receives nothing for `stall_seconds` counts as failed. When the attempts run out, a
+// ReadFailure names the URL, the HTTP status and the server's error code.
+//
+// S3 requests are signed with SigV4 (libcurl's CURLOPT_AWS_SIGV4) from the standard places:
+// AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, else AWS_PROFILE (default
+// "default") in AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials, else unsigned (public
+// buckets). Region: AWS_REGION, AWS_DEFAULT_REGION, else us-east-1. AWS_ENDPOINT_URL (or
+// AWS_ENDPOINT_URL_S3) names an S3-compatible server, addressed path-style
+// (endpoint/bucket/key); without it, AWS's virtual-host style. Errors name the credentials'
+// source, never the secret.
+//
+// One curl handle per thread keeps its connections alive between requests, so connections per
+// host are bounded by the threads that read. Thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loadscope/telemetry/histogram.h"
+
+namespace loadscope::io::remote {
+
+// True for s3://, http:// and https:// names.
+bool is_url(const std::string& name);
+
+struct ObjectInfo {
+  uint64_t size = 0;
+  std::string etag;  // as the server sent it, quotes included; empty if none
+};
+
+// HEAD. Throws ReadFailure (404, 403, network) naming the URL.
+ObjectInfo stat(const std::string& url);
+
+// Bytes [offset, offset + length) of the object (length < 0: to its end) into `out`.
+// `etag` non-empty: the object must still have it (If-Match); a changed object is a
+// ReadFailure saying so. Returns the bytes read.
+uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::string& out,
+             const std::string& etag = "");
+
+// Makes every later get() of `url` require `etag` (If-Match): the shard an index describes must
+// stay the object that was indexed, for the whole run. An empty etag unpins.
+void pin_etag(const std::string& url, const std::string& etag);
+
+// PUT of a whole object (an index written next to its shard). Throws ReadFailure.
+void put(const std::string& url, const std::string& data);
+
+// The keys under an s3:// prefix (ListObjectsV2, every page), as s3:// URLs, sorted.
+std::vector<std::string> list(const std::string& s3_prefix);
+
+// The URL with userinfo and query string cut ("https://h/p?X-Amz-Signature=..." ->
+// "https://h/p?..."): what errors, logs and telemetry may show. Local paths are returned as
+// they are.
+std::string redact(const std::string& url);
+
+// Settings, read from the environment once (docs/remote.md); tests change them with configure().
+struct Options {
+  int max_attempts = 8;           // LOADSCOPE_REMOTE_ATTEMPTS
+  double backoff_base = 0.1;      // seconds; attempt k waits uniform(0, min(cap, base * 2^k))
+  double backoff_cap = 5.0;
+  double connect_timeout = 10.0;  // seconds
+  double stall_seconds = 30.0;    // LOADSCOPE_REMOTE_STALL: no byte for this long = failed
+  std::string ca_bundle;          // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE
+  bool verify_tls = true;
+};
+Options options();
+void configure(const Options& opts);
+
+// Where the S3 credentials come from, for errors and the environment record (no secret).
+std::string credentials_source();
+// The endpoint as "scheme://host[:port]" and the region, for the environment record.
+std::string s3_endpoint();
+std::string s3_region();
+
+// Process-wide counters of the network stage, read by telemetry.
+struct Stats {
+  uint64_t requests = 0, bytes = 0, failures = 0;
+  uint64_t retries_server = 0;   // 5xx and 429 answers retried
+  uint64_t retries_network = 0;  // connect/reset/stall retried
+  uint64_t resumed = 0;          // bodies cut short and resumed with Range
+  uint64_t busy_ns = 0;          // summed request time
+  telemetry::HistogramData first_byte_ns;  // time to first byte, per request
+  telemetry::HistogramData request_ns;     // whole request, per request
+};
+Stats stats();
+void reset_stats();
+
+}  // namespace loadscope::io::remote
