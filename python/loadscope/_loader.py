@@ -214,7 +214,8 @@ class Loader:
         # CPU and I/O are reported since the loader was made: the process's counters now.
         p0 = _native.process_stats(pss=False)
         self._baseline = {"wall": time.monotonic(), "cpu_user": p0["cpu_user"], "cpu_system": p0["cpu_system"],
-                          "io_rchar": p0["io_rchar"], "io_read_bytes": p0["io_read_bytes"], "io_syscr": p0["io_syscr"]}
+                          "io_rchar": p0["io_rchar"], "io_read_bytes": p0["io_read_bytes"], "io_syscr": p0["io_syscr"],
+                          "network": _native.network_stats()}
         self._outputs = []  # (name, field, fixed slots, string slots)
         for i, (name, f) in enumerate(self.fields.items()):
             fixed, strings = self._pipeline.slots(i)

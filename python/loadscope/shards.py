@@ -21,28 +21,36 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import _native
 from ._errors import ConfigError, LoadscopeError
+from ._progress import Progress
 from ._sources import FileList, Folder, Source, _exists, expand_braces
 
 
-def index(shards: Sequence[str], *, force: bool = False) -> List[Dict[str, Any]]:
+def index(shards: Sequence[str], *, force: bool = False, show_progress: bool = False) -> List[Dict[str, Any]]:
     """Writes ``<shard>.idx`` for each shard (skipping those whose index is current unless
-    ``force``). Returns one record per shard: samples, bytes, seconds, whether it was written."""
-    out = []
-    for shard in shards:
+    ``force``). Returns one record per shard: samples, bytes, seconds, whether it was written.
+    Shards may be s3:// or http(s):// URLs (an index is then PUT next to an s3:// shard)."""
+
+    def one(shard: str) -> Dict[str, Any]:
         t0 = time.perf_counter()
         idx_path = shard + ".idx"
         if not force and _exists(idx_path):
             try:
                 current = _native.read_index(idx_path, shard)
-                out.append({"shard": shard, "samples": current.samples, "written": False,
-                            "seconds": time.perf_counter() - t0})
-                continue
+                return {"shard": shard, "samples": current.samples, "bytes": current.tar_bytes, "written": False,
+                        "seconds": time.perf_counter() - t0}
             except LoadscopeError:
                 pass  # stale or unreadable: rewrite it
         ix = _native.index_shard(shard)
         ix.write(idx_path)
-        out.append({"shard": shard, "samples": ix.samples, "bytes": ix.tar_bytes, "written": True,
-                    "seconds": time.perf_counter() - t0})
+        return {"shard": shard, "samples": ix.samples, "bytes": ix.tar_bytes, "written": True,
+                "seconds": time.perf_counter() - t0}
+
+    out = []
+    bar = Progress("index", len(shards), quiet=not show_progress)
+    for shard in shards:
+        out.append(one(shard))
+        bar.update(1, out[-1]["bytes"])
+    bar.close()
     return out
 
 
@@ -131,7 +139,7 @@ def main_index(argv: Optional[List[str]] = None) -> int:
     a = p.parse_args(argv)
     try:
         shards = [s for pat in a.shards for s in _expand(pat)]
-        rows = index(shards, force=a.force)
+        rows = index(shards, force=a.force, show_progress=True)
     except LoadscopeError as e:
         where = getattr(e, "key", None)
         print(f"loadscope index: {where}: {e.reason}" if where else f"loadscope index: {e}", file=sys.stderr)

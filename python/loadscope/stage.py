@@ -1,11 +1,13 @@
 """Staging a dataset to local disk: ``loadscope stage SRC DST``.
 
-Copies every file under SRC (or the listed ones) to the same relative path under DST with
+Copies every file under SRC (a local folder, or every object under an ``s3://bucket/prefix/``;
+or the listed ones) to the same relative path under DST with
 several threads, hashes each file while copying, reads the copy back and compares (size and
 BLAKE2b), and only then renames it into place and records it in ``DST/.loadscope-stage.jsonl``.
 Interrupted (killed, Ctrl-C, a full disk), it is restartable: a rerun skips the files the
 journal lists with the source's size and modification time unchanged and copies the rest;
-``--verify`` re-hashes those too. Reports bytes, seconds and throughput. The staging
+``--verify`` re-hashes those too. Objects are fetched in ranged chunks, each retried and
+resumed, and count as current while their size and ETag are unchanged. Reports bytes, seconds and throughput. The staging
 experiment of the A/B harness (benchmarks/experiments/staging.toml) uses it."""
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ._errors import ConfigError
+from ._errors import ConfigError, LoadscopeError
+from ._progress import Progress
 
 JOURNAL = ".loadscope-stage.jsonl"
 PARTIAL = ".loadscope-partial"  # a file being copied (a name no dataset uses)
@@ -63,6 +66,28 @@ def _copy_one(src: str, dst: str) -> Dict[str, Any]:
     return {"size": n, "blake2b": digest}
 
 
+def _copy_remote_one(url: str, size: int, etag: str, dst: str) -> Dict[str, Any]:
+    """Downloads an object in ranged chunks (each retried and resumed by the native client,
+    pinned to the ETag listed), through dst + PARTIAL, then renames it into place."""
+    from . import _native
+
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    tmp = dst + PARTIAL
+    h = hashlib.blake2b(digest_size=16)
+    with open(tmp, "wb") as fo:
+        for at in range(0, size, 8 * CHUNK):
+            b = _native.read_bytes(url, at, min(8 * CHUNK, size - at))
+            h.update(b)
+            fo.write(b)
+        fo.flush()
+        os.fsync(fo.fileno())
+    if os.path.getsize(tmp) != size:
+        os.unlink(tmp)
+        raise OSError(f"{dst}: {os.path.getsize(tmp)} of {size} bytes written")
+    os.replace(tmp, dst)
+    return {"size": size, "blake2b": h.hexdigest(), "etag": etag}
+
+
 def _list_files(src: str) -> List[str]:
     out = []
     for dirpath, dirnames, filenames in os.walk(src):
@@ -75,18 +100,32 @@ def _list_files(src: str) -> List[str]:
 
 
 def stage(src: str, dst: str, *, files: Optional[Sequence[str]] = None, threads: int = 8, verify: bool = False,
-          progress: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
+          progress: Optional[Callable[[Dict[str, Any]], None]] = None, show_progress: bool = False) -> Dict[str, Any]:
     """Copies ``files`` (paths relative to src; default: every file under it) to dst. Returns
     {files, copied, skipped, bytes, bytes_copied, seconds, mb_per_s, root}. ``progress`` is
-    called after each file with its record (raising there interrupts the staging)."""
-    src, dst = os.path.realpath(src), os.path.realpath(dst)  # links resolved: no copying into the source
-    if not os.path.isdir(src):
+    called after each file with its record (raising there interrupts the staging); show_progress
+    writes files, bytes, rate and time left to stderr (loadscope._progress)."""
+    remote = src.startswith("s3://")
+    if not remote and "://" in src:
+        raise ConfigError(f"{src}: staging reads local folders and s3:// prefixes (an HTTP server cannot be listed)")
+    if remote:
+        src = src.rstrip("/") + "/"
+        dst = os.path.realpath(dst)
+    else:
+        src, dst = os.path.realpath(src), os.path.realpath(dst)  # links resolved: no copying into the source
+    if not remote and not os.path.isdir(src):
         raise ConfigError(f"{src} is not a directory")
     if dst == src or dst.startswith(src + os.sep):
         raise ConfigError(f"the destination {dst} lies inside the source {src}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ConfigError(f"threads must be an int >= 1, got {threads!r}")
-    rel = list(files) if files is not None else _list_files(src)
+    if remote:
+        from . import _native
+        rel = list(files) if files is not None else [u[len(src):] for u in _native.remote_list(src)]
+        if not rel:
+            raise ConfigError(f"no objects under {src}")
+    else:
+        rel = list(files) if files is not None else _list_files(src)
     for r in rel:
         norm = os.path.normpath(r)
         if os.path.isabs(r) or norm == ".." or norm.startswith(".." + os.sep):
@@ -103,25 +142,33 @@ def stage(src: str, dst: str, *, files: Optional[Sequence[str]] = None, threads:
                 except (ValueError, KeyError):
                     continue  # a line cut by the interruption: that file is copied again
     lock = threading.Lock()
+    bar = Progress(f"stage {src}", len(rel), quiet=not show_progress)
     t0 = time.perf_counter()
     stats = {"copied": 0, "skipped": 0, "bytes": 0, "bytes_copied": 0}
 
     def one(r: str) -> None:
-        s = os.path.join(src, r)
         d = os.path.join(dst, r)
-        st = os.stat(s)
         rec = done.get(r)
-        current = (rec is not None and rec.get("size") == st.st_size and rec.get("mtime_ns") == st.st_mtime_ns
-                   and os.path.isfile(d) and os.path.getsize(d) == st.st_size)
+        if remote:
+            size, etag = _native.remote_stat(src + r)
+            current = rec is not None and rec.get("size") == size and rec.get("etag") == etag
+        else:
+            st = os.stat(os.path.join(src, r))
+            size = st.st_size
+            current = rec is not None and rec.get("size") == size and rec.get("mtime_ns") == st.st_mtime_ns
+        current = current and os.path.isfile(d) and os.path.getsize(d) == size
         if current and verify:
             current = _hash_file(d) == rec.get("blake2b")
         if current:
             with lock:
                 stats["skipped"] += 1
-                stats["bytes"] += st.st_size
-            out = dict(rec, skipped=True)
+                stats["bytes"] += size
+            out = dict(rec or {}, skipped=True)
+        elif remote:
+            out = {"path": r, **_copy_remote_one(src + r, size, etag, d)}
         else:
-            out = {"path": r, "mtime_ns": st.st_mtime_ns, **_copy_one(s, d)}
+            out = {"path": r, "mtime_ns": st.st_mtime_ns, **_copy_one(os.path.join(src, r), d)}
+        if not current:
             with lock:
                 with open(journal_path, "a") as j:
                     j.write(json.dumps(out) + "\n")
@@ -130,6 +177,7 @@ def stage(src: str, dst: str, *, files: Optional[Sequence[str]] = None, threads:
                 stats["copied"] += 1
                 stats["bytes"] += out["size"]
                 stats["bytes_copied"] += out["size"]
+        bar.update(1, out.get("size", 0))
         if progress is not None:
             progress(out)
 
@@ -142,6 +190,7 @@ def stage(src: str, dst: str, *, files: Optional[Sequence[str]] = None, threads:
             for fut in futures:
                 fut.cancel()
             raise
+    bar.close()
     secs = time.perf_counter() - t0
     return {"root": dst, "files": len(rel), **stats, "seconds": secs,
             "mb_per_s": stats["bytes_copied"] / secs / 1e6 if secs > 0 else 0.0}
@@ -156,8 +205,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--verify", action="store_true", help="re-hash files already staged by an earlier run")
     a = p.parse_args(argv)
     try:
-        r = stage(a.src, a.dst, threads=a.threads, verify=a.verify)
-    except (ConfigError, OSError) as e:
+        r = stage(a.src, a.dst, threads=a.threads, verify=a.verify, show_progress=True)
+    except (ConfigError, OSError, LoadscopeError) as e:
         print(f"loadscope stage: {e}", file=sys.stderr)
         return 1
     print(f"{r['files']} files, {r['bytes'] / 1e6:.1f} MB in {r['root']}: {r['copied']} copied "

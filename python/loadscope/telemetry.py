@@ -180,6 +180,13 @@ class Snapshot:
         c = d["cpu"]
         lines.append(f"cpu: process {c['cores']:.2f} cores busy since the loader was made; engine threads "
                      + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
+        n = d.get("network") or {}
+        if n.get("requests"):
+            lines.append(f"network: {n['requests']} requests, {_mb(n['bytes'])} ({_mb(n['bytes_per_s'])}/s over epochs), "
+                         f"first byte p50 {_t(n['first_byte']['p50'])} p99 {_t(n['first_byte']['p99'])}, request p50 "
+                         f"{_t(n['request']['p50'])} p99 {_t(n['request']['p99'])}; retries {n['retries']} "
+                         f"({n['retries_server']} server 5xx/429, {n['retries_network']} network, {n['resumed']} bodies "
+                         f"resumed), {n['failures']} failed")
         io = d["io"]
         lines.append(f"storage: engine read {_mb(io['engine_bytes'])} in {io['engine_reads']} reads "
                      f"({_mb(io['engine_bytes_per_s'])}/s over epochs); since the loader was made the process "
@@ -239,6 +246,15 @@ class Snapshot:
         metric("cpu_seconds_total", "counter", "Process CPU time since the loader was made.",
                [({"mode": "user"}, d["cpu"]["user"]), ({"mode": "system"}, d["cpu"]["system"])])
         metric("engine_read_bytes_total", "counter", "Bytes the engine read.", [({}, d["io"]["engine_bytes"])])
+        n = d.get("network") or {}
+        if n:
+            metric("network_requests_total", "counter", "Object storage requests.", [({}, n["requests"])])
+            metric("network_bytes_total", "counter", "Object storage bytes received.", [({}, n["bytes"])])
+            metric("network_retries_total", "counter", "Requests retried, by cause.",
+                   [({"cause": "server"}, n["retries_server"]), ({"cause": "network"}, n["retries_network"])])
+            metric("network_failures_total", "counter", "Requests that failed after their retries.", [({}, n["failures"])])
+            metric("network_first_byte_seconds", "summary", "Time to first byte (process-wide).",
+                   [({"quantile": "0." + q[1:]}, n["first_byte"][q]) for q in ("p50", "p90", "p99")])
         return "\n".join(out) + "\n"
 
 
@@ -283,9 +299,26 @@ def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, A
                "engine_bytes_per_s": engine_bytes / active if active else 0.0,
                "engine_reads_per_s": reads / active if active else 0.0,
                "proc_rchar": since("io_rchar"), "proc_read_bytes": since("io_read_bytes"), "proc_syscr": since("io_syscr")}
+    d["network"] = network_section(_native.network_stats(), baseline.get("network"), active)
     d["transfer"] = transfer
     d["config"] = config
     return Snapshot(d)
+
+
+_NETWORK_COUNTERS = ("requests", "bytes", "failures", "retries_server", "retries_network", "resumed", "busy_s")
+
+
+def network_section(now: Dict[str, Any], before: Optional[Dict[str, Any]], active: float) -> Dict[str, Any]:
+    """Object storage reads (s3://, http(s)://) since the loader was made: counters as
+    differences; the latency quantiles (time to first byte, whole request) are the process's,
+    as the client is shared by every loader in it (docs/remote.md)."""
+    out: Dict[str, Any] = {k: now[k] - (before or {}).get(k, 0) for k in _NETWORK_COUNTERS}
+    out["retries"] = out["retries_server"] + out["retries_network"]
+    out["bytes_per_s"] = out["bytes"] / active if active else 0.0
+    out["first_byte"] = now["first_byte"]
+    out["request"] = now["request"]
+    out["environment"] = _native.remote_environment() if out["requests"] else {}
+    return out
 
 
 # Paths (dot-separated, * for any key) whose difference between two snapshots is the
@@ -299,6 +332,8 @@ _COUNTERS = (
     "queue.back_pressure_seconds", "queue.ready_batch_seconds", "queue.in_flight_batch_seconds",
     "cpu.user", "cpu.system", "io.engine_bytes", "io.engine_reads", "io.proc_rchar", "io.proc_read_bytes",
     "io.proc_syscr", "threads.*.cpu_seconds", "transfer.batches", "transfer.bytes",
+    "network.requests", "network.bytes", "network.failures", "network.retries", "network.retries_server",
+    "network.retries_network", "network.resumed", "network.busy_s",
 )
 
 

@@ -321,7 +321,9 @@ def test_the_secret_appears_in_no_output(s3, s3_demo, tmp_path, capsys):
     outputs = [repr(L), repr(L.state_dict()), str(L.telemetry().summary()), L.telemetry().to_prometheus(),
                Path(trace).read_text(), repr(_native.remote_environment()), repr(_native.network_stats())]
     from loadscope.bench import env as bench_env
-    outputs.append(repr(bench_env.collect()) if hasattr(bench_env, "collect") else "")
+    outputs.append(repr(bench_env.record(None, [])))
+    summary = L.telemetry().summary()
+    assert "network:" in summary and "requests" in summary  # the network stage is reported
     try:
         ls.WebDataset("s3://demo-shards/train/missing-one.tar")
     except ls.ConfigError as e:
@@ -331,3 +333,23 @@ def test_the_secret_appears_in_no_output(s3, s3_demo, tmp_path, capsys):
     secret = s3[SECRET_ENV]
     for text in outputs:
         assert secret not in text
+
+
+def test_stage_copies_an_s3_prefix_verified_and_restartable(s3, s3_demo, tmp_path):
+    dst = tmp_path / "nvme"
+    cmd = [os.sys.executable, "-m", "loadscope", "stage", "s3://demo-shards/train/", str(dst)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    for p in s3_demo:
+        assert (dst / p.name).read_bytes() == p.read_bytes()
+    objects = len(_native.remote_list("s3://demo-shards/train/"))  # the shards, and indexes if written
+    assert f"{objects} copied" in r.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "0 copied" in again.stdout and f"{objects} already staged" in again.stdout
+    # The staged copy reads like the bucket.
+    urls = [f"s3://demo-shards/train/{p.name}" for p in s3_demo]
+    assert digest(ls.WebDataset(sorted(str(p) for p in dst.glob("*.tar")), index="off")) == \
+        digest(ls.WebDataset(urls, index="off"))
+    bad = subprocess.run([os.sys.executable, "-m", "loadscope", "stage", "s3://demo-shards/nothing-here/", str(dst)],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "no objects under s3://demo-shards/nothing-here/" in bad.stderr

@@ -229,4 +229,6 @@ def record(data_root: Optional[str], layout_files: List[str], training_repo: Opt
         "staging_storage": storage(stage_dir) if stage_dir else None,  # where staging arms copy to
         "dataset": dataset(data_root, layout_files) if data_root else None,
         "torch_threads": torch.get_num_threads(),
+        # Where s3:// would be read from: endpoint, region, the credentials' source (never a secret).
+        "object_storage": _native.remote_environment(),
     }
