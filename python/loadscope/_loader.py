@@ -12,7 +12,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -76,6 +76,28 @@ def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Dict[str, An
     return {"rank": 0, "world_size": 1, "from": "default"}
 
 
+def _cache_args(cache_dir: Any, cache_limit: Any) -> Optional[Tuple[str, int]]:
+    """(dir, limit bytes) for the native cache, or None to leave it as the environment says."""
+    if cache_dir is None:
+        if cache_limit is not None:
+            raise ConfigError("cache_limit needs a cache_dir")
+        return None
+    from .shards import _parse_size
+    limit = 0
+    if cache_limit is not None:
+        if isinstance(cache_limit, bool) or not isinstance(cache_limit, (int, str)):
+            raise ConfigError(f"cache_limit must be bytes (an int) or a size like '500GB', got {cache_limit!r}")
+        limit = _parse_size(cache_limit, "cache_limit=") if isinstance(cache_limit, str) else cache_limit
+        if limit < 1:
+            raise ConfigError(f"cache_limit={cache_limit!r}: must be >= 1 byte (None: no limit)")
+    path = os.fspath(cache_dir)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"cache_dir={path!r}: cannot create it: {e.strerror}") from None
+    return os.path.abspath(path), limit
+
+
 def _bool_arg(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be True or False, got {value!r}")
@@ -105,6 +127,11 @@ class Loader:
             loadscope._transfer; a ConfigError where CUDA is not available).
         telemetry: measure everything (``telemetry()``, ``report_every``, traces); ``False``
             turns every clock read off.
+        cache_dir, cache_limit: keep remote objects (s3://, http(s)://) whole in this local
+            directory, at most ``cache_limit`` bytes (an int, or "500GB", "1TiB"; None: no
+            limit), shared by every process of the node, so that later epochs read nothing from
+            the network (docs/remote.md#a-node-local-cache). Process-wide; the environment's
+            LOADSCOPE_CACHE_DIR / LOADSCOPE_CACHE_LIMIT when not given.
         rank, world_size: this process's share of each epoch under data-parallel training.
             Default (None): from ``torch.distributed`` when it is initialised, else from the
             ``RANK`` and ``WORLD_SIZE`` that torchrun sets, else 0 of 1. Rank r takes batches
@@ -139,6 +166,8 @@ class Loader:
         telemetry: bool = True,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        cache_limit: Union[int, str, None] = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -172,6 +201,7 @@ class Loader:
             prefetch=_int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
             device=device, telemetry=_bool_arg("telemetry", telemetry),
             distributed=resolve_rank(rank, world_size),
+            cache=_cache_args(cache_dir, cache_limit),
         )
         self._build()
         self._epoch = 0
@@ -183,6 +213,13 @@ class Loader:
 
     def _build(self) -> None:
         a = self._args
+        # Before the source reads its indexes. One cache per process: the last loader made sets
+        # it (without cache_dir: the environment's, or none).
+        if a["cache"] is not None:
+            _native.remote_cache(*a["cache"])
+        else:
+            _native.remote_cache(os.environ.get("LOADSCOPE_CACHE_DIR", ""),
+                                 int(os.environ.get("LOADSCOPE_CACHE_LIMIT", "0") or 0))
         self.source: Source = a["source"]
         self.fields: Dict[str, Field] = a["fields"]
         self.batch_size: int = a["batch_size"]

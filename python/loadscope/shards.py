@@ -54,11 +54,11 @@ def index(shards: Sequence[str], *, force: bool = False, show_progress: bool = F
     return out
 
 
-def _parse_size(text: str) -> int:
+def _parse_size(text: str, what: str = "--shard-size") -> int:
     """'256MB' (10^6), '1GiB' (2^30), '1000000' (bytes)."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?)b?|b)?\s*", str(text).lower())
     if not m:
-        raise ConfigError(f"--shard-size {text!r}: a size like 256MB, 1GiB or 1000000 (bytes)")
+        raise ConfigError(f"{what} {text!r}: a size like 256MB, 1GiB or 1000000 (bytes)")
     power = " kmgt".index(m.group(2)) if m.group(2) else 0
     return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
 

@@ -353,3 +353,43 @@ def test_stage_copies_an_s3_prefix_verified_and_restartable(s3, s3_demo, tmp_pat
     bad = subprocess.run([os.sys.executable, "-m", "loadscope", "stage", "s3://demo-shards/nothing-here/", str(dst)],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "no objects under s3://demo-shards/nothing-here/" in bad.stderr
+
+
+def test_a_node_local_cache_serves_later_epochs_and_other_processes(s3, s3_demo, tmp_path):
+    urls = [f"s3://demo-shards/train/{p.name}" for p in s3_demo]
+    cache = tmp_path / "cache"
+    want = digest(ls.WebDataset([str(p) for p in s3_demo], index="scan"), shuffle=True)
+    _native.reset_network_stats()
+    assert digest(ls.WebDataset(urls, index="scan"), shuffle=True, cache_dir=cache) == want
+    first = _native.network_stats()
+    # Every shard once (and its .idx, where the index test has written one).
+    assert len(urls) <= first["cache_misses"] <= 2 * len(urls)
+    assert first["cache_bytes_fetched"] >= sum(p.stat().st_size for p in s3_demo)
+    L = ls.Loader(ls.WebDataset(urls, index="scan"), fields={"jpg": ls.Image(48)}, batch_size=8, cache_dir=cache)
+    _native.reset_network_stats()
+    for _ in L:
+        pass
+    assert _native.network_stats()["bytes"] == 0  # a warm epoch reads nothing from the network
+    # Another process on the node: metadata only (HEADs, 16 KiB fingerprints), no shard again.
+    code = ("import loadscope as ls, sys; from loadscope import _native as n; "
+            f"L = ls.Loader(ls.WebDataset({urls!r}, index='scan'), fields={{'cls': ls.Int()}}, batch_size=8, "
+            f"cache_dir={str(cache)!r}); sum(1 for _ in L); s = n.network_stats(); "
+            "print(s['cache_misses'], s['bytes'])")
+    r = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    misses, fetched = map(int, r.stdout.split())
+    assert misses == 0 and fetched <= 32 * 1024 * len(urls)
+
+
+def test_a_cache_too_small_for_one_pass_is_an_error_not_a_thrash(s3, s3_demo, tmp_path):
+    urls = [f"s3://demo-shards/train/{p.name}" for p in s3_demo]
+    largest = max(p.stat().st_size for p in s3_demo)
+    with pytest.raises(ls.ReadError, match="more than cache_limit"):
+        digest(ls.WebDataset(urls, index="off"), cache_dir=tmp_path / "tiny", cache_limit=largest // 2)
+    L = ls.Loader(ls.WebDataset(urls, index="off"), fields={"cls": ls.Int()}, batch_size=8,
+                  cache_dir=tmp_path / "small", cache_limit=2 * largest)
+    assert sum(1 for _ in L) > 0  # one pass fits: shards are evicted as the pass moves on
+    with pytest.raises(ls.ReadError, match="below what one pass over the data needs"):
+        sum(1 for _ in L)  # the second pass would fetch everything again
+    with pytest.raises(ls.ConfigError, match="cache_limit needs a cache_dir"):
+        ls.Loader(ls.WebDataset(urls), fields={"cls": ls.Int()}, batch_size=8, cache_limit="1GB")

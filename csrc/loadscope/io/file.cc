@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/cache.h"
 #include "loadscope/io/faults.h"
 #include "loadscope/io/remote.h"
 
@@ -62,9 +63,17 @@ uint64_t file_size(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+// The cached copy of a remote object when a cache is configured (cache.h), else "".
+static std::string cached(const std::string& path) {
+  return remote::is_url(path) ? cache::local_copy(path) : std::string();
+}
+
 uint64_t read_file(const std::string& path, std::string& out) {
   check_read_fault(path);
-  if (remote::is_url(path)) return remote::get(path, 0, -1, out);
+  if (remote::is_url(path)) {
+    const std::string local = cached(path);
+    return local.empty() ? remote::get(path, 0, -1, out) : read_file(local, out);
+  }
   struct stat st {};
   Fd f{open_regular(path, st)};
   check_member_size(static_cast<uint64_t>(st.st_size));
@@ -90,6 +99,8 @@ uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, s
   check_read_fault(path);
   check_member_size(length);
   if (remote::is_url(path)) {
+    const std::string local = cached(path);
+    if (!local.empty()) return read_range(local, offset, length, out);
     remote::get(path, offset, static_cast<int64_t>(length), out);
     if (out.size() != length) {
       throw ReadFailure("short read: " + std::to_string(length) + " bytes at byte " + std::to_string(offset) +
@@ -120,13 +131,17 @@ uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, s
 
 RandomAccess::RandomAccess(const std::string& path) : path_(path) {
   if (remote::is_url(path)) {
-    const remote::ObjectInfo info = remote::stat(path);
-    size_ = info.size;
-    version_ = info.etag;
-    return;
+    const std::string local = cached(path);
+    if (local.empty()) {
+      const remote::ObjectInfo info = remote::stat(path);
+      size_ = info.size;
+      version_ = info.etag;
+      return;
+    }
+    path_ = local;  // the cached copy, read like any local file
   }
   struct stat st {};
-  Fd f{open_regular(path, st)};
+  Fd f{open_regular(path_, st)};
   size_ = static_cast<uint64_t>(st.st_size);
   version_ = std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
 }
@@ -314,7 +329,10 @@ class GunzipStream : public ByteStream {
 std::unique_ptr<ByteStream> open_stream(const std::string& path, bool gunzip, size_t chunk_bytes) {
   check_read_fault(path);
   std::unique_ptr<ByteStream> raw;
-  if (remote::is_url(path)) {
+  const std::string local = cached(path);
+  if (!local.empty()) {
+    raw = std::make_unique<LocalStream>(local);
+  } else if (remote::is_url(path)) {
     raw = std::make_unique<RemoteStream>(path, chunk_bytes);
   } else {
     raw = std::make_unique<LocalStream>(path);

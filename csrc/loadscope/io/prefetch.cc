@@ -6,7 +6,7 @@
 #include <map>
 
 #include "loadscope/core/error.h"
-#include "loadscope/io/remote.h"
+#include "loadscope/io/file.h"
 
 namespace loadscope::io {
 
@@ -111,7 +111,12 @@ void Prefetcher::run() {
     const uint64_t reserved = task.length > 0 ? static_cast<uint64_t>(task.length) : 0;
     try {
       auto bytes = std::make_unique<std::string>();
-      remote::get(task.url, task.offset, task.length, *bytes);
+      // Through the read seam (file.h), so that a node-local cache serves it when configured.
+      if (task.length < 0) {
+        read_file(task.url, *bytes);
+      } else {
+        read_range(task.url, task.offset, static_cast<uint64_t>(task.length), *bytes);
+      }
       const uint64_t charge = reserved ? reserved : bytes->size();  // a whole object: known now
       if (!reserved) held_->fetch_add(charge);
       task.promise.set_value(std::shared_ptr<const std::string>(bytes.release(), [held = held_, charge](const std::string* p) {

@@ -55,8 +55,13 @@ uint32_t shard_fingerprint(const std::string& tar_path) { return shard_fingerpri
 uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size) {
   constexpr uint64_t kEdge = 8192;
   std::string head, tail;
-  read_range(tar_path, 0, std::min(size, kEdge), head);
-  read_range(tar_path, size - std::min(size, kEdge), std::min(size, kEdge), tail);
+  if (remote::is_url(tar_path)) {  // two small ranges, never through the cache (a whole shard)
+    remote::get(tar_path, 0, static_cast<int64_t>(std::min(size, kEdge)), head);
+    remote::get(tar_path, size - std::min(size, kEdge), static_cast<int64_t>(std::min(size, kEdge)), tail);
+  } else {
+    read_range(tar_path, 0, std::min(size, kEdge), head);
+    read_range(tar_path, size - std::min(size, kEdge), std::min(size, kEdge), tail);
+  }
   uLong crc = crc32(0L, Z_NULL, 0);
   const std::string sz = std::to_string(size);
   crc = crc32(crc, reinterpret_cast<const Bytef*>(sz.data()), static_cast<uInt>(sz.size()));

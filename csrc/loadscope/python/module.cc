@@ -20,6 +20,7 @@
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/sources.h"
+#include "loadscope/io/cache.h"
 #include "loadscope/io/faults.h"
 #include "loadscope/io/remote.h"
 #include "loadscope/io/tar_index.h"
@@ -689,11 +690,28 @@ PYBIND11_MODULE(_native, m) {
     d["retries_network"] = st.retries_network;
     d["resumed"] = st.resumed;
     d["busy_s"] = static_cast<double>(st.busy_ns) * 1e-9;
+    const io::cache::Stats c = io::cache::stats();
+    d["cache_hits"] = c.hits;
+    d["cache_misses"] = c.misses;
+    d["cache_evictions"] = c.evictions;
+    d["cache_bytes_fetched"] = c.bytes_fetched;
     d["first_byte"] = histogram_dict(st.first_byte_ns, 1e-9);
     d["request"] = histogram_dict(st.request_ns, 1e-9);
     return d;
   });
-  m.def("reset_network_stats", &io::remote::reset_stats);
+  m.def("reset_network_stats", [] {
+    io::remote::reset_stats();
+    io::cache::reset_stats();
+  });
+  m.def(
+      "remote_cache",
+      [](const std::string& dir, uint64_t limit) { io::cache::configure(io::cache::Settings{dir, limit}); },
+      py::arg("dir"), py::arg("limit") = 0,
+      "The node-local cache of remote objects (io/cache.h); dir='' turns it off. Process-wide.");
+  m.def("remote_cache_settings", [] {
+    const auto s = io::cache::settings();
+    return py::make_tuple(s.dir, s.limit);
+  });
 
   m.def("now_ns", [] { return telemetry::now_ns(); });
   m.def("library_versions", [] {

@@ -1,0 +1,234 @@
+#include "loadscope/io/cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "loadscope/core/error.h"
+#include "loadscope/io/remote.h"
+
+namespace loadscope::io::cache {
+
+namespace {
+
+std::mutex g_mutex;
+std::unique_ptr<Settings> g_settings;
+std::unordered_map<std::string, std::string> g_checked;  // url -> its file, verified by this process
+std::unordered_set<std::string> g_fetched;               // cache files this process fetched
+std::atomic<uint64_t> g_hits{0}, g_misses{0}, g_evictions{0}, g_bytes{0};
+
+Settings from_environment() {
+  Settings s;
+  if (const char* d = std::getenv("LOADSCOPE_CACHE_DIR")) s.dir = d;
+  if (const char* l = std::getenv("LOADSCOPE_CACHE_LIMIT")) s.limit = std::strtoull(l, nullptr, 10);
+  return s;
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// "<hash>-<file name>": the hash keeps URLs apart, the name keeps the cache readable.
+std::string file_for(const std::string& dir, const std::string& url) {
+  std::string name = url.substr(url.find_last_of('/') + 1);
+  name = name.substr(0, name.find('?'));
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') c = '_';
+  }
+  if (name.size() > 64) name = name.substr(name.size() - 64);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(url)));
+  return dir + "/" + hex + "-" + name;
+}
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+std::string read_small(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+struct LockFile {
+  int fd = -1;
+  explicit LockFile(const std::string& path, bool wait) {
+    fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (fd < 0) throw ReadFailure("cache: cannot open " + path + ": " + std::strerror(errno));
+    if (::flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ~LockFile() {
+    if (fd >= 0) ::close(fd);  // releases the flock
+  }
+  bool held() const { return fd >= 0; }
+};
+
+// Evicts least recently used objects (not `keep`, not being fetched) until `need` more bytes fit.
+void make_room(const Settings& s, uint64_t need, const std::string& keep) {
+  if (s.limit == 0) return;
+  struct Entry {
+    int64_t mtime;
+    uint64_t size;
+    std::string path;
+  };
+  std::vector<Entry> entries;
+  uint64_t total = 0;
+  if (DIR* d = ::opendir(s.dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      const std::string name = e->d_name;
+      if (name[0] == '.' || ends_with(name, ".etag") || ends_with(name, ".lock") || name.find(".partial") != std::string::npos) continue;
+      struct stat st {};
+      const std::string path = s.dir + "/" + name;
+      if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+      entries.push_back({static_cast<int64_t>(st.st_mtime), static_cast<uint64_t>(st.st_size), path});
+      total += static_cast<uint64_t>(st.st_size);
+    }
+    ::closedir(d);
+  }
+  if (total + need <= s.limit) return;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.mtime < b.mtime; });
+  for (const Entry& e : entries) {
+    if (total + need <= s.limit) return;
+    if (e.path == keep) continue;
+    LockFile busy(e.path + ".lock", /*wait=*/false);
+    if (!busy.held()) continue;  // being fetched right now
+    if (::unlink(e.path.c_str()) == 0) {
+      ::unlink((e.path + ".etag").c_str());
+      total -= std::min(total, e.size);
+      g_evictions.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  if (total + need > s.limit) {
+    throw ReadFailure("cache: " + std::to_string(need) + " more bytes do not fit in cache_limit " +
+                      std::to_string(s.limit) + " (" + s.dir + " holds " + std::to_string(total) +
+                      " bytes that are being fetched): raise cache_limit above what the loaders of this node "
+                      "read at once (the open shards of every rank)");
+  }
+}
+
+void fetch(const std::string& url, const remote::ObjectInfo& info, const std::string& path) {
+  const std::string tmp = path + ".partial." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw ReadFailure("cache: cannot write " + tmp + ": " + std::strerror(errno));
+    std::string chunk;
+    constexpr uint64_t kChunk = 8u << 20;
+    for (uint64_t at = 0; at < info.size; at += kChunk) {
+      remote::get(url, at, static_cast<int64_t>(std::min(kChunk, info.size - at)), chunk, info.etag);
+      out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    }
+    out.flush();
+    if (!out) {
+      ::unlink(tmp.c_str());
+      throw ReadFailure("cache: writing " + tmp + " failed: " + std::strerror(errno) + " (disk full?)");
+    }
+  }
+  {
+    std::ofstream etag(path + ".etag", std::ios::trunc);
+    etag << info.etag << "\n";
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw ReadFailure("cache: cannot rename into " + path + ": " + std::strerror(errno));
+  }
+}
+
+}  // namespace
+
+void configure(const Settings& s) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_settings = std::make_unique<Settings>(s);
+  g_checked.clear();
+}
+
+Settings settings() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_settings) g_settings = std::make_unique<Settings>(from_environment());
+  return *g_settings;
+}
+
+std::string local_copy(const std::string& url) {
+  const Settings s = settings();
+  if (s.dir.empty()) return "";
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_checked.find(url);
+    if (it != g_checked.end()) {
+      struct stat st {};
+      if (::stat(it->second.c_str(), &st) == 0) {
+        g_hits.fetch_add(1, std::memory_order_relaxed);
+        return it->second;
+      }
+      g_checked.erase(it);  // evicted by another process: fetched again below
+    }
+  }
+  ::mkdir(s.dir.c_str(), 0755);
+  const std::string path = file_for(s.dir, url);
+  const remote::ObjectInfo info = remote::stat(url);
+  if (s.limit > 0 && info.size > s.limit) {
+    throw ReadFailure("cache: the object has " + std::to_string(info.size) + " bytes, more than cache_limit " +
+                      std::to_string(s.limit));
+  }
+  LockFile lock(path + ".lock", /*wait=*/true);  // another process fetching it: wait for that
+  struct stat st {};
+  const bool present = ::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == info.size &&
+                       read_small(path + ".etag") == info.etag;
+  if (present) {
+    g_hits.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    bool again = false;
+    {
+      std::lock_guard<std::mutex> guard(g_mutex);
+      again = g_fetched.count(path) > 0;
+    }
+    if (again && s.limit > 0) {
+      // Fetched by this process, evicted since, needed again: every pass over the data would
+      // fetch everything again. Say so instead of running at network speed with a full disk.
+      throw ReadFailure("cache: fetched before and evicted since: cache_limit " + std::to_string(s.limit) +
+                        " bytes is below what one pass over the data needs; raise it, or drop cache_dir to stream");
+    }
+    make_room(s, info.size, path);
+    fetch(url, info, path);
+    g_misses.fetch_add(1, std::memory_order_relaxed);
+    g_bytes.fetch_add(info.size, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> guard(g_mutex);
+    g_fetched.insert(path);
+  }
+  ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // used now: last in the eviction order
+  std::lock_guard<std::mutex> guard(g_mutex);
+  g_checked[url] = path;
+  return path;
+}
+
+Stats stats() {
+  return Stats{g_hits.load(), g_misses.load(), g_evictions.load(), g_bytes.load()};
+}
+
+void reset_stats() {
+  for (auto* a : {&g_hits, &g_misses, &g_evictions, &g_bytes}) a->store(0);
+}
+
+}  // namespace loadscope::io::cache

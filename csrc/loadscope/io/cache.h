@@ -1,0 +1,43 @@
+#pragma once
+// A node-local cache of remote objects (LOADSCOPE_CACHE_DIR, LOADSCOPE_CACHE_LIMIT; the Loader's
+// cache_dir= and cache_limit= set them): whole objects kept on local disk, so a second epoch
+// reads nothing from the network and the ranks and DataLoader workers of a node fetch each
+// object once between them.
+//
+//   <dir>/<16 hex digits of the URL's hash>-<file name>          the object's bytes
+//   <dir>/<same>.etag                                             its ETag when it was fetched
+//   <dir>/<same>.lock                                             flock()ed while fetching
+//
+// A process checks a cached object against the server (HEAD: size and ETag) the first time it
+// uses it, then trusts it for its life. Fetching takes the object's lock, so concurrent
+// processes wait for one download instead of racing; the file appears by rename only once
+// complete. Before a download, least recently used objects (by mtime, touched on every first
+// use in a process) are evicted until the new one fits under the limit. An object evicted and
+// needed again within one run is a thrash: the limit is below the working set, and that is an
+// error saying so, not a silent re-download of every shard every epoch.
+
+#include <cstdint>
+#include <string>
+
+namespace loadscope::io::cache {
+
+struct Settings {
+  std::string dir;     // empty: no cache
+  uint64_t limit = 0;  // bytes; 0: no limit
+};
+void configure(const Settings& s);
+Settings settings();
+
+// The local file holding `url`'s current version, fetched into the cache if needed; empty when
+// no cache is configured. Throws ReadFailure (the fetch failed, the object does not fit, or it
+// was evicted and is needed again).
+std::string local_copy(const std::string& url);
+
+struct Stats {
+  uint64_t hits = 0, misses = 0, evictions = 0;
+  uint64_t bytes_fetched = 0;  // into the cache
+};
+Stats stats();
+void reset_stats();
+
+}  // namespace loadscope::io::cache
