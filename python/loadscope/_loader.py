@@ -215,11 +215,10 @@ class Loader:
         a = self._args
         # Before the source reads its indexes. One cache per process: the last loader made sets
         # it (without cache_dir: the environment's, or none).
-        if a["cache"] is not None:
-            _native.remote_cache(*a["cache"])
-        else:
-            _native.remote_cache(os.environ.get("LOADSCOPE_CACHE_DIR", ""),
-                                 int(os.environ.get("LOADSCOPE_CACHE_LIMIT", "0") or 0))
+        _native.remote_reload_environment()
+        cache = a["cache"] or _cache_args(os.environ.get("LOADSCOPE_CACHE_DIR") or None,
+                                          os.environ.get("LOADSCOPE_CACHE_LIMIT") or None)
+        _native.remote_cache(*(cache or ("", 0)))
         self.source: Source = a["source"]
         self.fields: Dict[str, Field] = a["fields"]
         self.batch_size: int = a["batch_size"]

@@ -40,7 +40,12 @@ def check_url(url: str, who: str) -> str:
     if "://" in url and not is_url(url):
         raise ConfigError(f"{who}: {url.split('://')[0]}:// is not supported; allowed are s3://, http://, https:// "
                           "and local paths")
-    host = url.split("://", 1)[1].split("/", 1)[0] if is_url(url) else ""
+    if not is_url(url):
+        return url
+    host = url.split("://", 1)[1].split("/", 1)[0]
+    if "?" in url or "#" in url:
+        raise ConfigError(f"{who}: {_native_redact(url)}: URLs with a query string (presigned URLs) are not supported: "
+                          "name objects s3://bucket/key and give credentials in the environment (docs/remote.md)")
     if "@" in host:
         raise ConfigError(f"{who}: {_native_redact(url)}: credentials in a URL are refused (they would appear in "
                           "errors and logs); set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile instead")
@@ -52,7 +57,15 @@ def _native_redact(url: str) -> str:
     return _native.redact_url(url)
 
 
-def _exists(path: str) -> bool:
+def _remote_setup(names: Sequence[str]) -> None:
+    """Lets the native client see the environment as it is now (it is read from this thread,
+    never from the loader's threads: getenv races with os.environ assignments)."""
+    if any(is_url(n) for n in names):
+        from . import _native
+        _native.remote_reload_environment()
+
+
+def _exists(path: str, absent_if_denied: bool = False) -> bool:
     """A local file, or a remote object that answers HEAD (a 404 is False; any other failure
     — wrong credentials, a missing bucket, no server — raises ConfigError naming it)."""
     if not is_url(path):
@@ -64,6 +77,9 @@ def _exists(path: str) -> bool:
     except Exception as e:  # ReadError: say why, unless it is plainly "not there"
         reason = getattr(e, "reason", str(e))
         if "HTTP 404" in reason and "NoSuchBucket" not in reason:
+            return False
+        # S3 answers 403, not 404, for a missing key to a role that may not list the bucket.
+        if absent_if_denied and "HTTP 403 AccessDenied" in reason:
             return False
         raise ConfigError(reason) from None  # "HEAD <url>: HTTP 403 SignatureDoesNotMatch ... (credentials: ...)"
 
@@ -187,6 +203,7 @@ class FileList(_ListSource):
     def __init__(self, manifest: PathLike, *, root: Optional[PathLike] = None, path_key: str = "path") -> None:
         super().__init__()
         manifest = check_url(os.fspath(manifest), "FileList")
+        _remote_setup([manifest, os.fspath(root) if root is not None else ""])
         if not _exists(manifest):
             raise ConfigError(f"FileList: manifest {_native_redact(manifest) if is_url(manifest) else manifest!r} "
                               "does not exist")
@@ -314,6 +331,7 @@ class WebDataset(Source):
         if not shards:
             raise ConfigError("WebDataset: no shards given")
         shards = [check_url(s, "WebDataset") for s in shards]
+        _remote_setup(shards)
         # Local shards are all checked; of remote ones the first only (a HEAD each would cost
         # seconds for 10^4 shards): it catches wrong credentials, a missing bucket or a typo in
         # the pattern before any thread starts. A later missing shard is a ReadError naming it.
@@ -342,15 +360,15 @@ class WebDataset(Source):
         out = []
         for p in self.index_paths():
             if is_url(p):
-                if remote_has is None:
-                    remote_has = _exists(p)
+                if remote_has is None:  # the shard itself was readable: a denied .idx is a missing one
+                    remote_has = _exists(p, absent_if_denied=True)
                 out.append(remote_has)
             else:
                 out.append(os.path.isfile(p))
         return out
 
     def _native(self, native, need_size: bool = False):
-        have = self._have_indexes()
+        have = [False] * len(self.shards) if self.index == "off" else self._have_indexes()
         indexed = self.index == "scan" or (self.index == "auto" and (need_size or any(have)))
         if not indexed:
             if need_size:

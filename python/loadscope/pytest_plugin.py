@@ -41,6 +41,10 @@ SMALL = {"repetitions": 3, "samples": 128, "check_samples": 32}
 def pytest_addoption(parser: Any) -> None:
     g = parser.getgroup("loadscope", "loadscope experiments")
     g.addoption("--loadscope-full", action="store_true", help="run experiment TOMLs at their declared size")
+    g.addoption("--loadscope-gates", choices=("enforce", "report"), default="enforce",
+                help="enforce (default): a gated experiment that does not adopt fails its test; report: its "
+                     "verdict is printed and the test passes (a noisy shared machine, or a smoke run of the "
+                     "experiments that must not turn a speed measurement into a pass/fail)")
     g.addoption("--loadscope-out", default=None, metavar="DIR",
                 help="where experiment reports go (default: <rootdir>/results/loadscope)")
 
@@ -117,7 +121,9 @@ def run_experiment(config: Any, exp: Any, *, gate: Optional[bool] = None, full: 
         if v["decision"] != "adopt":
             rejected.append(f"{arm}: {v['decision']}: " + "; ".join(v["reasons"]))
     lines.append(f"{exp.name}: report {out}/report.md")
-    if gate and rejected:
+    if gate and rejected and config.getoption("loadscope_gates") == "report":
+        lines.append(f"{exp.name}: gate not enforced (--loadscope-gates=report): " + " | ".join(rejected))
+    elif gate and rejected:
         raise ExperimentFailure(f"experiment {exp.name} (gate = true, {size} run): " + " | ".join(rejected)
                                 + f"\nreport: {out}/report.md")
     return summary

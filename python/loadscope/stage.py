@@ -76,14 +76,15 @@ def _copy_remote_one(url: str, size: int, etag: str, dst: str) -> Dict[str, Any]
     h = hashlib.blake2b(digest_size=16)
     with open(tmp, "wb") as fo:
         for at in range(0, size, 8 * CHUNK):
-            b = _native.read_bytes(url, at, min(8 * CHUNK, size - at))
+            b = _native.read_bytes(url, at, min(8 * CHUNK, size - at), etag)  # one version, or an error
             h.update(b)
             fo.write(b)
         fo.flush()
         os.fsync(fo.fileno())
-    if os.path.getsize(tmp) != size:
+    got = os.path.getsize(tmp)
+    if got != size:
         os.unlink(tmp)
-        raise OSError(f"{dst}: {os.path.getsize(tmp)} of {size} bytes written")
+        raise OSError(f"{dst}: {got} of {size} bytes written")
     os.replace(tmp, dst)
     return {"size": size, "blake2b": h.hexdigest(), "etag": etag}
 

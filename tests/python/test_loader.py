@@ -226,3 +226,17 @@ def test_stats_count_what_was_delivered(demo):
     for _ in shards:
         pass
     assert shards.stats()["bytes_read"] > on_disk  # all members (jpg, cls, txt, json) are read
+
+
+def test_tar_gz_of_several_gzip_members_with_trailing_padding_reads_like_gzip(demo, tmp_path):
+    """gzip -d's rules: concatenated members are one stream, trailing zeros are ignored
+    (pigz and `cat a.gz b.gz` make the first; tape-style padding the second)."""
+    import gzip
+
+    data = (demo / "shards/train-000000.tar").read_bytes()
+    half = len(data) // 2 // 512 * 512
+    (tmp_path / "m.tar.gz").write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]) + b"\0" * 1024)
+    fields = {"jpg": ls.Image(32, crop="center"), "cls": ls.Int()}
+    keys = lambda p: [k.split(":")[-1] for b in ls.Loader(ls.WebDataset(str(p), index="off"), fields=fields, batch_size=50)  # noqa: E731
+                      for k in b["__key__"]]
+    assert keys(tmp_path / "m.tar.gz") == keys(demo / "shards/train-000000.tar")

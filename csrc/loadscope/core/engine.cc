@@ -529,6 +529,7 @@ void EpochRun::stop() {
     space_cv_.notify_all();
     ready_cv_.notify_all();
   }
+  processor_->cancel();  // a worker waiting for a fetch must not wait out a dead server
   if (planner_.joinable()) planner_.join();
   {
     // Queued tasks see the stop flag and return at once; running ones finish their sample.

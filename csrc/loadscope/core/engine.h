@@ -55,6 +55,9 @@ class SampleProcessor {
   // reads can start early and in parallel (remote members: io/prefetch.h). May block for
   // back-pressure; returns promptly once `stop` is set.
   virtual void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) {}
+  // The epoch is stopping: reads started by prepare() may be abandoned (their samples fail
+  // with a read error nobody will see). Called before waiting for the workers.
+  virtual void cancel() {}
 };
 
 enum class ErrorPolicy { kRaise, kSkip };

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <thread>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,7 +36,11 @@ std::atomic<uint64_t> g_hits{0}, g_misses{0}, g_evictions{0}, g_bytes{0};
 Settings from_environment() {
   Settings s;
   if (const char* d = std::getenv("LOADSCOPE_CACHE_DIR")) s.dir = d;
-  if (const char* l = std::getenv("LOADSCOPE_CACHE_LIMIT")) s.limit = std::strtoull(l, nullptr, 10);
+  if (const char* l = std::getenv("LOADSCOPE_CACHE_LIMIT"); l && *l) {
+    char* end = nullptr;
+    s.limit = std::strtoull(l, &end, 10);
+    if (*end != '\0') throw ConfigError(std::string("LOADSCOPE_CACHE_LIMIT=") + l + ": expected bytes, a whole number");
+  }
   return s;
 }
 
@@ -75,9 +80,19 @@ struct LockFile {
   explicit LockFile(const std::string& path, bool wait) {
     fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (fd < 0) throw ReadFailure("cache: cannot open " + path + ": " + std::strerror(errno));
-    if (::flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
+    int rc;
+    do {
+      rc = ::flock(fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB);
+    } while (rc != 0 && errno == EINTR);
+    if (rc != 0) {
+      const int err = errno;
       ::close(fd);
       fd = -1;
+      // Busy is an answer for a try; anything else (no locks on this file system) is an error:
+      // fetching unlocked would let processes write over each other.
+      if (!wait && err == EWOULDBLOCK) return;
+      throw ReadFailure("cache: cannot lock " + path + ": " + std::strerror(err) +
+                        " (cache_dir must be on a local file system with flock)");
     }
   }
   ~LockFile() {
@@ -129,11 +144,29 @@ void make_room(const Settings& s, uint64_t need, const std::string& keep) {
   }
 }
 
+void write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) throw ReadFailure("cache: cannot write " + path + ": " + std::strerror(errno));
+}
+
+// Removes a temporary file unless it was renamed into place.
+struct TempFile {
+  std::string path;
+  bool kept = false;
+  ~TempFile() {
+    if (!kept) ::unlink(path.c_str());
+  }
+};
+
 void fetch(const std::string& url, const remote::ObjectInfo& info, const std::string& path) {
-  const std::string tmp = path + ".partial." + std::to_string(::getpid());
+  // Unique per process and thread; another process waits on the lock instead.
+  TempFile tmp{path + ".partial." + std::to_string(::getpid()) + "." +
+               std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffffff)};
   {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw ReadFailure("cache: cannot write " + tmp + ": " + std::strerror(errno));
+    std::ofstream out(tmp.path, std::ios::binary | std::ios::trunc);
+    if (!out) throw ReadFailure("cache: cannot write " + tmp.path + ": " + std::strerror(errno));
     std::string chunk;
     constexpr uint64_t kChunk = 8u << 20;
     for (uint64_t at = 0; at < info.size; at += kChunk) {
@@ -141,19 +174,20 @@ void fetch(const std::string& url, const remote::ObjectInfo& info, const std::st
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     }
     out.flush();
-    if (!out) {
-      ::unlink(tmp.c_str());
-      throw ReadFailure("cache: writing " + tmp + " failed: " + std::strerror(errno) + " (disk full?)");
-    }
+    if (!out) throw ReadFailure("cache: writing " + tmp.path + " failed: " + std::strerror(errno) + " (disk full?)");
   }
-  {
-    std::ofstream etag(path + ".etag", std::ios::trunc);
-    etag << info.etag << "\n";
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
+  // The data first, then its ETag: a crash between the two leaves an ETag that does not match,
+  // so the object is fetched again; the other order could pair old bytes with a new ETag.
+  if (::rename(tmp.path.c_str(), path.c_str()) != 0) {
     throw ReadFailure("cache: cannot rename into " + path + ": " + std::strerror(errno));
   }
+  tmp.kept = true;
+  TempFile etag{path + ".etag.partial"};
+  write_file(etag.path, info.etag + "\n");
+  if (::rename(etag.path.c_str(), (path + ".etag").c_str()) != 0) {
+    throw ReadFailure("cache: cannot rename into " + path + ".etag: " + std::strerror(errno));
+  }
+  etag.kept = true;
 }
 
 }  // namespace
@@ -180,6 +214,8 @@ std::string local_copy(const std::string& url) {
       struct stat st {};
       if (::stat(it->second.c_str(), &st) == 0) {
         g_hits.fetch_add(1, std::memory_order_relaxed);
+        // Used now: kept last in the eviction order (mtime, refreshed at most once a second).
+        if (::time(nullptr) > st.st_mtime) ::utimensat(AT_FDCWD, it->second.c_str(), nullptr, 0);
         return it->second;
       }
       g_checked.erase(it);  // evicted by another process: fetched again below
@@ -189,13 +225,13 @@ std::string local_copy(const std::string& url) {
   const std::string path = file_for(s.dir, url);
   const remote::ObjectInfo info = remote::stat(url);
   if (s.limit > 0 && info.size > s.limit) {
-    throw ReadFailure("cache: the object has " + std::to_string(info.size) + " bytes, more than cache_limit " +
-                      std::to_string(s.limit));
+    throw ReadFailure("cache: " + remote::redact(url) + " has " + std::to_string(info.size) +
+                      " bytes, more than cache_limit " + std::to_string(s.limit));
   }
   LockFile lock(path + ".lock", /*wait=*/true);  // another process fetching it: wait for that
   struct stat st {};
-  const bool present = ::stat(path.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) == info.size &&
-                       read_small(path + ".etag") == info.etag;
+  const bool exists = ::stat(path.c_str(), &st) == 0;
+  const bool present = exists && static_cast<uint64_t>(st.st_size) == info.size && read_small(path + ".etag") == info.etag;
   if (present) {
     g_hits.fetch_add(1, std::memory_order_relaxed);
   } else {
@@ -204,10 +240,11 @@ std::string local_copy(const std::string& url) {
       std::lock_guard<std::mutex> guard(g_mutex);
       again = g_fetched.count(path) > 0;
     }
-    if (again && s.limit > 0) {
+    if (again && !exists && s.limit > 0) {  // (an object that changed on the server is just fetched again)
       // Fetched by this process, evicted since, needed again: every pass over the data would
       // fetch everything again. Say so instead of running at network speed with a full disk.
-      throw ReadFailure("cache: fetched before and evicted since: cache_limit " + std::to_string(s.limit) +
+      throw ReadFailure("cache: " + remote::redact(url) + " was fetched before and evicted since: cache_limit " +
+                        std::to_string(s.limit) +
                         " bytes is below what one pass over the data needs; raise it, or drop cache_dir to stream");
     }
     make_room(s, info.size, path);

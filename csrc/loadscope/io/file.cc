@@ -72,7 +72,13 @@ uint64_t read_file(const std::string& path, std::string& out) {
   check_read_fault(path);
   if (remote::is_url(path)) {
     const std::string local = cached(path);
-    return local.empty() ? remote::get(path, 0, -1, out) : read_file(local, out);
+    if (local.empty()) return remote::get(path, 0, -1, out);
+    try {
+      return read_file(local, out);
+    } catch (const ReadFailure&) {
+      if (::access(local.c_str(), F_OK) == 0) throw;
+      return read_file(cached(path), out);  // evicted by another process just now: once more
+    }
   }
   struct stat st {};
   Fd f{open_regular(path, st)};
@@ -100,7 +106,14 @@ uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, s
   check_member_size(length);
   if (remote::is_url(path)) {
     const std::string local = cached(path);
-    if (!local.empty()) return read_range(local, offset, length, out);
+    if (!local.empty()) {
+      try {
+        return read_range(local, offset, length, out);
+      } catch (const ReadFailure&) {
+        if (::access(local.c_str(), F_OK) == 0) throw;
+        return read_range(cached(path), offset, length, out);  // evicted just now: once more
+      }
+    }
     remote::get(path, offset, static_cast<int64_t>(length), out);
     if (out.size() != length) {
       throw ReadFailure("short read: " + std::to_string(length) + " bytes at byte " + std::to_string(offset) +
@@ -259,6 +272,11 @@ class GunzipStream : public ByteStream {
  public:
   explicit GunzipStream(std::unique_ptr<ByteStream> raw) : raw_(std::move(raw)), in_(1 << 18, '\0') {
     fill();
+    while (have_ == 1) {  // the magic's two bytes may arrive in two reads
+      const size_t got = raw_->read(in_.data() + 1, in_.size() - 1);
+      if (got == 0) break;
+      have_ += got;
+    }
     gzip_ = have_ >= 2 && static_cast<unsigned char>(in_[0]) == 0x1f && static_cast<unsigned char>(in_[1]) == 0x8b;
     if (gzip_) {
       if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) throw ReadFailure("inflateInit2 failed");
@@ -294,6 +312,16 @@ class GunzipStream : public ByteStream {
       }
       if (ended_) {
         // Another gzip member follows, or trailing bytes (zero padding) that gzip ignores too.
+        // Its magic may straddle two reads: keep the byte left over and read on.
+        while (z_.avail_in < 2) {
+          const size_t left = z_.avail_in;
+          std::memmove(in_.data(), z_.next_in, left);
+          const size_t got = raw_->read(in_.data() + left, in_.size() - left);
+          have_ = left + got;
+          z_.next_in = reinterpret_cast<Bytef*>(in_.data());
+          z_.avail_in = static_cast<uInt>(have_);
+          if (got == 0) break;
+        }
         if (z_.avail_in < 2 || z_.next_in[0] != 0x1f || z_.next_in[1] != 0x8b) {
           finished_ = true;
           break;

@@ -7,6 +7,7 @@
 
 #include "loadscope/core/error.h"
 #include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
 
 namespace loadscope::io {
 
@@ -46,7 +47,20 @@ Prefetcher::~Prefetcher() {
   for (auto& t : threads_) t.join();
 }
 
+void Prefetcher::cancel() {
+  cancelled_.store(true);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& t : queue_) {
+    held_->fetch_sub(t.length > 0 ? static_cast<uint64_t>(t.length) : 0);
+    t.promise.set_exception(std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
+  }
+  queue_.clear();
+  space_cv_.notify_all();
+}
+
 void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bool>& stop) {
+  cancelled_.store(false);
+  uint64_t own = 0;  // reserved by this batch: not consumable until it is submitted
   // Per object, in offset order; whole objects are spans of their own.
   std::map<std::string, std::vector<Member*>> by_url;
   for (Member* m : members) by_url[m->path].push_back(m);
@@ -84,7 +98,8 @@ void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bo
       const uint64_t reserve = task.length > 0 ? static_cast<uint64_t>(task.length) : 0;
       std::unique_lock<std::mutex> lock(mutex_);
       // Spans are released by the workers' samples, outside this lock: the wait polls too.
-      while (!(stopping_ || stop.load() || held_->load() == 0 || held_->load() + reserve <= budget_)) {
+      auto others = [&] { return held_->load() - std::min(held_->load(), own); };
+      while (!(stopping_ || stop.load() || others() == 0 || others() + own + reserve <= budget_)) {
         space_cv_.wait_for(lock, std::chrono::milliseconds(20));
       }
       if (stopping_ || stop.load()) {
@@ -92,6 +107,7 @@ void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bo
         continue;
       }
       held_->fetch_add(reserve);
+      own += reserve;
       queue_.push_back(std::move(task));
       work_cv_.notify_one();
     }
@@ -109,6 +125,7 @@ void Prefetcher::run() {
       queue_.pop_front();
     }
     const uint64_t reserved = task.length > 0 ? static_cast<uint64_t>(task.length) : 0;
+    remote::set_thread_cancel_flag(&cancelled_);
     try {
       auto bytes = std::make_unique<std::string>();
       // Through the read seam (file.h), so that a node-local cache serves it when configured.

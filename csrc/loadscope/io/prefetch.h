@@ -10,8 +10,9 @@
 // only for what has not arrived yet (Member::fetched), and that wait is its read time.
 //
 // Memory stays bounded: the planner waits while more than `budget_bytes` are fetched or being
-// fetched and not yet consumed (one span is always allowed, so a member larger than the budget
-// cannot deadlock the epoch).
+// fetched and not yet consumed. Only earlier batches' bytes count against the wait (this
+// batch's own spans cannot be consumed before it is submitted), so a batch larger than the
+// budget waits for the earlier ones to drain and then goes ahead: no deadlock.
 
 #include <atomic>
 #include <condition_variable>
@@ -46,6 +47,10 @@ class Prefetcher {
   // over budget, unless `stop`.
   void fetch(const std::vector<Member*>& members, const std::atomic<bool>& stop);
 
+  // Fails what is queued and aborts what is in flight ("the loader stopped"); the next fetch()
+  // starts afresh.
+  void cancel();
+
   uint64_t held_bytes() const { return held_->load(std::memory_order_relaxed); }
   int connections() const { return static_cast<int>(threads_.size()); }
 
@@ -64,6 +69,7 @@ class Prefetcher {
   std::condition_variable work_cv_, space_cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  std::atomic<bool> cancelled_{false};  // watched by the transfers (remote::set_thread_cancel_flag)
   std::vector<std::thread> threads_;
 };
 

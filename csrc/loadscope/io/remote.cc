@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -102,6 +103,11 @@ struct Credentials {
   std::string key, secret, token, source;
 };
 
+// An access key id shown in errors and records: enough to tell keys apart, not the whole id.
+std::string masked(const std::string& key) {
+  return key.size() <= 8 ? std::string(key.size(), '*') : "..." + key.substr(key.size() - 6);
+}
+
 // ~/.aws/credentials (or AWS_SHARED_CREDENTIALS_FILE): the [profile] section's keys.
 bool profile_credentials(Credentials& out) {
   std::string profile = env("AWS_PROFILE");
@@ -137,37 +143,61 @@ bool profile_credentials(Credentials& out) {
 
 // Read per request (a few getenv calls, nothing next to a network round trip), so credentials
 // rotated in the environment take effect without a restart.
-Credentials credentials() {
+Credentials read_credentials() {
   Credentials c;
   c.key = env("AWS_ACCESS_KEY_ID");
   c.secret = env("AWS_SECRET_ACCESS_KEY");
   if (!c.key.empty() && !c.secret.empty()) {
     c.token = env("AWS_SESSION_TOKEN");
-    c.source = "environment (AWS_ACCESS_KEY_ID " + c.key + ")";
+    c.source = "environment (AWS_ACCESS_KEY_ID " + masked(c.key) + ")";
     return c;
   }
   Credentials p;
   if (profile_credentials(p)) {
-    p.source += " (key " + p.key + ")";
+    p.source += " (key " + masked(p.key) + ")";
     return p;
   }
   return Credentials{"", "", "", "none (unsigned requests: no AWS_ACCESS_KEY_ID, no profile)"};
 }
 
-std::string region() {
+std::string read_region() {
   for (const char* name : {"AWS_REGION", "AWS_DEFAULT_REGION"}) {
     if (!env(name).empty()) return env(name);
   }
   return "us-east-1";
 }
 
-std::string endpoint() {
+std::string read_endpoint() {
   for (const char* name : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
     std::string e = env(name);
     while (!e.empty() && e.back() == '/') e.pop_back();
     if (!e.empty()) return e;
   }
   return "";
+}
+
+// What the environment says, read at once and kept: worker threads never call getenv, which
+// races with Python's os.environ assignments (putenv). reload_environment() re-reads it from
+// the thread that builds a loader.
+struct Environment {
+  Credentials cred;
+  std::string region, endpoint;
+};
+std::mutex g_env_mutex;
+std::shared_ptr<const Environment> g_env;
+
+std::shared_ptr<const Environment> load_environment() {
+  auto e = std::make_shared<Environment>();
+  e->cred = read_credentials();
+  e->region = read_region();
+  e->endpoint = read_endpoint();
+  return e;
+}
+
+std::shared_ptr<const Environment> environment() {
+  std::lock_guard<std::mutex> lock(g_env_mutex);
+  if (!g_env) g_env = load_environment();
+  return g_env;
 }
 
 struct Target {
@@ -193,19 +223,29 @@ Target target(const std::string& url) {
   t.bucket = rest.substr(0, slash);
   t.key = slash == std::string::npos ? "" : rest.substr(slash + 1);
   if (t.bucket.empty()) throw ReadFailure(url + ": no bucket");
-  const std::string ep = endpoint();
-  if (!ep.empty()) {
-    t.http_url = ep + "/" + t.bucket + "/" + percent_encode(t.key, true);
+  const auto env = environment();
+  if (!env->endpoint.empty()) {
+    t.http_url = env->endpoint + "/" + t.bucket + "/" + percent_encode(t.key, true);
+  } else if (t.bucket.find('.') != std::string::npos) {
+    // A dotted bucket name would not match AWS's wildcard certificate as a host name.
+    t.http_url = "https://s3." + env->region + ".amazonaws.com/" + t.bucket + "/" + percent_encode(t.key, true);
   } else {
-    t.http_url = "https://" + t.bucket + ".s3." + region() + ".amazonaws.com/" + percent_encode(t.key, true);
+    t.http_url = "https://" + t.bucket + ".s3." + env->region + ".amazonaws.com/" + percent_encode(t.key, true);
   }
   return t;
 }
 
 // ---- one request -----------------------------------------------------------------------------
 
+thread_local const std::atomic<bool>* t_cancel = nullptr;
+
+bool cancelled() { return t_cancel != nullptr && t_cancel->load(std::memory_order_relaxed); }
+
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return cancelled() ? 1 : 0; }
+
 struct Easy {
   CURL* h = nullptr;
+  pid_t pid = ::getpid();
   Easy() {
     static std::once_flag once;
     std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -218,9 +258,16 @@ struct Easy {
 // One handle per thread: curl_easy_reset keeps its connection cache, so consecutive requests
 // of a thread reuse a kept-alive connection (TLS handshakes included).
 CURL* thread_handle() {
-  thread_local Easy easy;
-  curl_easy_reset(easy.h);
-  return easy.h;
+  thread_local std::unique_ptr<Easy> easy;
+  if (easy && easy->pid != ::getpid()) {
+    // A forked child (a DataLoader worker): the kept-alive sockets are the parent's too, and
+    // two processes reading one connection would take each other's responses. Leaked, not
+    // cleaned up: cleanup would talk on those sockets.
+    (void)easy.release();
+  }
+  if (!easy) easy = std::make_unique<Easy>();
+  curl_easy_reset(easy->h);
+  return easy->h;
 }
 
 struct Response {
@@ -236,6 +283,7 @@ struct Response {
   int64_t want = -1;       // bytes wanted, -1: all
   int64_t content_length = -1;
   bool too_large = false;
+  bool complete = false;   // the body was cut by us once `want` bytes had arrived
   std::string* sink = nullptr;
   uint64_t first_byte_ns = 0;
   char curl_error[CURL_ERROR_SIZE] = {0};
@@ -282,7 +330,13 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
     r->skip -= from;
   }
   size_t take = bytes - from;
-  if (r->want >= 0) take = static_cast<size_t>(std::min<uint64_t>(take, static_cast<uint64_t>(r->want) - r->received));
+  if (r->want >= 0) {
+    take = static_cast<size_t>(std::min<uint64_t>(take, static_cast<uint64_t>(r->want) - r->received));
+    if (take == 0 && r->skip == 0) {  // all we asked for (from a server that sends more): stop here
+      r->complete = true;
+      return 0;
+    }
+  }
   if (r->sink->size() + take > kMaxMemberBytes) {
     r->too_large = true;
     return 0;  // aborts the transfer (CURLE_WRITE_ERROR)
@@ -339,6 +393,8 @@ Response perform(const Request& req, std::string* sink) {
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(opts.stall_seconds)));
   }
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &on_progress);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, opts.verify_tls ? 1L : 0L);
   curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, opts.verify_tls ? 2L : 0L);
   if (!opts.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opts.ca_bundle.c_str());
@@ -364,11 +420,14 @@ Response perform(const Request& req, std::string* sink) {
   Credentials cred;
   std::string sigv4;
   if (t.s3) {
-    cred = credentials();
+    const auto env = environment();
+    cred = env->cred;
+    // The key as given: curl would resolve "a/../b" to another key (and sign that one).
+    curl_easy_setopt(h, CURLOPT_PATH_AS_IS, 1L);
     if (!cred.key.empty()) {
       // curl 7.88 neither adds x-amz-content-sha256 (S3 answers 403 without it) nor derives
       // the scope from an IP address: both given explicitly (REMOTE-NOTES).
-      sigv4 = "aws:amz:" + region() + ":s3";
+      sigv4 = "aws:amz:" + env->region + ":s3";
       curl_easy_setopt(h, CURLOPT_AWS_SIGV4, sigv4.c_str());
       curl_easy_setopt(h, CURLOPT_USERNAME, cred.key.c_str());
       curl_easy_setopt(h, CURLOPT_PASSWORD, cred.secret.c_str());
@@ -446,12 +505,13 @@ std::string describe(const Response& r, const Target& t) {
   const std::string code = xml_field(r.error_body, "Code"), message = xml_field(r.error_body, "Message");
   if (!code.empty()) s += " " + code;
   if (!message.empty()) s += ": " + message;
-  if (t.s3 && (r.status == 403 || r.status == 401)) s += " (credentials: " + credentials().source + ")";
+  if (t.s3 && (r.status == 403 || r.status == 401)) s += " (credentials: " + environment()->cred.source + ")";
   if (t.s3 && r.status == 404 && code.empty()) s += " (no such bucket or key)";
   return s;
 }
 
 void backoff(int attempt, const Options& opts) {
+  if (cancelled()) return;
   thread_local std::mt19937_64 gen{std::random_device{}()};
   const double ceiling = std::min(opts.backoff_cap, opts.backoff_base * std::pow(2.0, attempt));
   std::uniform_real_distribution<double> wait(0.0, ceiling);  // "full jitter" (AWS)
@@ -483,16 +543,42 @@ std::string redact(const std::string& url) {
 
 Options options() { return current_options(); }
 
+void set_thread_cancel_flag(const std::atomic<bool>* flag) { t_cancel = flag; }
+
 void configure(const Options& opts) {
+  if (opts.max_attempts < 1 || !(opts.backoff_base >= 0) || !(opts.backoff_cap >= 0) || !(opts.stall_seconds >= 0) ||
+      !(opts.connect_timeout > 0)) {
+    throw ConfigError("remote options: max_attempts >= 1, backoff and stall seconds >= 0, connect_timeout > 0");
+  }
   std::lock_guard<std::mutex> lock(g_options_mutex);
   g_options = std::make_unique<Options>(opts);
 }
 
-std::string credentials_source() { return credentials().source; }
-std::string s3_region() { return region(); }
+void reload_environment() {
+  auto e = load_environment();
+  Options o = from_environment();
+  {
+    std::lock_guard<std::mutex> lock(g_env_mutex);
+    g_env = std::move(e);
+  }
+  std::lock_guard<std::mutex> lock(g_options_mutex);
+  if (g_options) {  // keep what configure() set programmatically; take the environment's attempts etc.
+    o.backoff_base = g_options->backoff_base;
+    o.backoff_cap = g_options->backoff_cap;
+    o.connect_timeout = g_options->connect_timeout;
+    if (g_options->ca_bundle_set) {
+      o.ca_bundle = g_options->ca_bundle;
+      o.ca_bundle_set = true;
+    }
+  }
+  g_options = std::make_unique<Options>(o);
+}
+
+std::string credentials_source() { return environment()->cred.source; }
+std::string s3_region() { return environment()->region; }
 std::string s3_endpoint() {
-  const std::string e = endpoint();
-  return e.empty() ? "https://s3." + region() + ".amazonaws.com" : redact(e);
+  const auto env = environment();
+  return env->endpoint.empty() ? "https://s3." + env->region + ".amazonaws.com" : redact(env->endpoint);
 }
 
 ObjectInfo stat(const std::string& url) {
@@ -546,12 +632,16 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
     const uint64_t before = out.size();
     Request req;
     req.url = url;
-    req.if_match = pinned;
+    // A weak ETag (W/"...") never matches If-Match, which compares strongly (RFC 9110): such
+    // objects are read unpinned.
+    req.if_match = pinned.rfind("W/", 0) == 0 ? "" : pinned;
     req.ranged = offset > 0 || length >= 0 || before > 0;
     req.from = offset + before;
     req.length = length >= 0 ? length - static_cast<int64_t>(before) : -1;
     Response r = perform(req, &out);
+    if (r.complete) r.code = CURLE_OK;
     const uint64_t received = out.size();
+    if (cancelled()) throw ReadFailure("GET " + redact(url) + ": cancelled (the loader stopped)");
     if (r.too_large) {
       g_failures.fetch_add(1, std::memory_order_relaxed);
       check_member_size(received + kMaxMemberBytes);  // throws the usual message

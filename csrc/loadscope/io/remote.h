@@ -19,6 +19,7 @@
 // One curl handle per thread keeps its connections alive between requests, so connections per
 // host are bounded by the threads that read. Thread-safe.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,16 +68,27 @@ struct Options {
   double connect_timeout = 10.0;  // seconds
   double stall_seconds = 30.0;    // LOADSCOPE_REMOTE_STALL: no byte for this long = failed
   std::string ca_bundle;          // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE
+  bool ca_bundle_set = false;     // given by configure(): reload_environment() keeps it
   bool verify_tls = true;
 };
 Options options();
 void configure(const Options& opts);
+
+// Re-reads credentials, region, endpoint and the LOADSCOPE_REMOTE_* settings from the
+// environment. They are read once otherwise (worker threads never call getenv); the Python
+// layer calls this when it builds a source or a loader, from its own thread.
+void reload_environment();
 
 // Where the S3 credentials come from, for errors and the environment record (no secret).
 std::string credentials_source();
 // The endpoint as "scheme://host[:port]" and the region, for the environment record.
 std::string s3_endpoint();
 std::string s3_region();
+
+// A flag the calling thread's requests watch: when it is set, a transfer in progress is aborted
+// and no retry starts (ReadFailure "cancelled"). The prefetch pool sets it per task so that a
+// stopped loader does not wait out a dead server's timeouts. nullptr: none.
+void set_thread_cancel_flag(const std::atomic<bool>* flag);
 
 // Process-wide counters of the network stage, read by telemetry.
 struct Stats {

@@ -1,5 +1,7 @@
 #include "loadscope/pipeline/fields.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cctype>
@@ -384,20 +386,37 @@ void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<boo
       for (const auto& key : f.keys) {
         Member* m = nullptr;
         for (auto& candidate : sample.members) {
-          if (candidate.name == key) m = &candidate;
+          if (candidate.name == key) {
+            m = &candidate;  // the first, as process_field takes it
+            break;
+          }
         }
         if (m == nullptr) continue;
         // Whole remote videos are read by the decoder, a range at a time, as it seeks.
         const bool decoder_reads = f.kind == FieldKind::kVideo && m->whole_file();
-        if (m->is_path && !decoder_reads && io::remote::is_url(m->path)) remote_members.push_back(m);
+        const bool listed = std::find(remote_members.begin(), remote_members.end(), m) != remote_members.end();
+        if (m->is_path && !decoder_reads && !listed && io::remote::is_url(m->path)) remote_members.push_back(m);
         break;
       }
     }
   }
   if (remote_members.empty()) return;
   std::lock_guard<std::mutex> lock(prefetcher_mutex_);
-  if (!prefetcher_) prefetcher_ = io::Prefetcher::from_environment();
+  if (prefetcher_ && prefetcher_pid_ != ::getpid()) {
+    // Made before a fork: this process (a DataLoader worker) has none of its threads. Leaked,
+    // not destroyed: its destructor would join threads that do not exist here.
+    (void)prefetcher_.release();
+  }
+  if (!prefetcher_) {
+    prefetcher_ = io::Prefetcher::from_environment();
+    prefetcher_pid_ = ::getpid();
+  }
   prefetcher_->fetch(remote_members, stop);
+}
+
+void FieldProcessor::cancel() {
+  std::lock_guard<std::mutex> lock(prefetcher_mutex_);
+  if (prefetcher_ && prefetcher_pid_ == ::getpid()) prefetcher_->cancel();
 }
 
 void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int slot,

@@ -75,6 +75,7 @@ class FieldProcessor : public SampleProcessor {
   void process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) override;
   // Remote members the fields will read are fetched ahead (io/prefetch.h).
   void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) override;
+  void cancel() override;
   ~FieldProcessor() override;
 
   const std::vector<FieldSpec>& fields() const { return fields_; }
@@ -91,6 +92,7 @@ class FieldProcessor : public SampleProcessor {
   size_t num_strings_ = 0;
   std::mutex prefetcher_mutex_;
   std::unique_ptr<io::Prefetcher> prefetcher_;  // made on the first remote member
+  int prefetcher_pid_ = 0;                      // by this process (a fork gets its own)
 };
 
 // Where decode_image spent its time, when asked.

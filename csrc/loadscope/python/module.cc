@@ -618,16 +618,21 @@ PYBIND11_MODULE(_native, m) {
       py::arg("url"), "HEAD: (size, etag).");
   m.def(
       "read_bytes",
-      [remote_call](const std::string& path, uint64_t offset, int64_t length) {
+      [remote_call](const std::string& path, uint64_t offset, int64_t length, const std::string& etag) {
+        if (length < 0 && offset != 0) throw ConfigError("read_bytes: an offset needs a length");
         std::string out;
         remote_call(path, [&] {
           py::gil_scoped_release release;
-          return length < 0 && offset == 0 ? io::read_file(path, out) : io::read_range(path, offset, static_cast<uint64_t>(length), out);
+          if (!etag.empty()) return io::remote::get(path, offset, length, out, etag);  // pinned to that version
+          return length < 0 ? io::read_file(path, out) : io::read_range(path, offset, static_cast<uint64_t>(length), out);
         });
         return py::bytes(out);
       },
-      py::arg("path"), py::arg("offset") = 0, py::arg("length") = -1,
-      "A whole file or object, or a byte range of it (a local path or a URL).");
+      py::arg("path"), py::arg("offset") = 0, py::arg("length") = -1, py::arg("etag") = "",
+      "A whole file or object, or a byte range of it (a local path or a URL); etag: an object that "
+      "no longer has it is an error.");
+  m.def("remote_reload_environment", &io::remote::reload_environment,
+        "Re-reads AWS_* and LOADSCOPE_REMOTE_* (call from the thread that changes os.environ).");
   m.def(
       "remote_put",
       [remote_call](const std::string& url, const py::bytes& data) {
@@ -663,7 +668,7 @@ PYBIND11_MODULE(_native, m) {
       "remote_configure",
       [](int max_attempts, double backoff_base, double backoff_cap, double stall_seconds, double connect_timeout) {
         io::remote::Options o = io::remote::options();
-        o.max_attempts = std::max(1, max_attempts);
+        o.max_attempts = max_attempts;
         o.backoff_base = backoff_base;
         o.backoff_cap = backoff_cap;
         o.stall_seconds = stall_seconds;
@@ -677,6 +682,7 @@ PYBIND11_MODULE(_native, m) {
       [](const std::string& ca_bundle) {
         io::remote::Options o = io::remote::options();
         o.ca_bundle = ca_bundle;
+        o.ca_bundle_set = true;
         io::remote::configure(o);
       },
       py::arg("ca_bundle"), "The CA bundle TLS peers are verified against (empty: the system's).");
