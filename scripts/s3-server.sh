@@ -152,7 +152,7 @@ osd max object name len = 460
 osd max object namespace len = 64
 
 [client.rgw.test]
-rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
+rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT tcp_nodelay=1
 rgw data = $D/rgw
 rgw dns name = localhost
 EOF

@@ -248,7 +248,7 @@ void EpochRun::plan() {
         slot->cpu_ns.fetch_add(cpu - cpu_last, std::memory_order_relaxed);
         cpu_last = cpu;
       }
-      processor_->prepare(job->samples, stop_flag_);
+      processor_->prepare(job->samples, stop_flag_, options_.batch_stride);
       submit(std::move(job));
       if (end) break;
     }

@@ -54,7 +54,10 @@ class SampleProcessor {
   // Called by the planner with a batch's samples before any worker sees them, so that slow
   // reads can start early and in parallel (remote members: io/prefetch.h). May block for
   // back-pressure; returns promptly once `stop` is set.
-  virtual void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) {}
+  // `stride`: this run takes every stride-th batch of the stream (ranks x DataLoader workers);
+  // 1 means every sample near these ones will be wanted soon, so reading ahead in large blocks
+  // wastes nothing.
+  virtual void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop, int64_t stride) {}
   // The epoch is stopping: reads started by prepare() may be abandoned (their samples fail
   // with a read error nobody will see). Called before waiting for the workers.
   virtual void cancel() {}

@@ -616,7 +616,8 @@ ObjectInfo stat(const std::string& url) {
   }
 }
 
-uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::string& out, const std::string& etag) {
+uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::string& out, const std::string& etag,
+             bool upto) {
   const Options opts = current_options();
   if (length >= 0) check_member_size(static_cast<uint64_t>(length));
   std::string pinned = etag;
@@ -648,8 +649,8 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
     }
     const bool ok_status = r.status >= 200 && r.status < 300;
     if (ok_status && pinned.empty()) pinned = r.etag;  // a resumed body must be the same object
-    if (r.code == CURLE_OK && ok_status && (length < 0 || received == static_cast<uint64_t>(length))) {
-      return received;
+    if (r.code == CURLE_OK && ok_status && (length < 0 || received == static_cast<uint64_t>(length) || upto)) {
+      return received;  // (upto: a complete answer may be shorter, at the object's end)
     }
     const std::string range = req.ranged ? " bytes=" + std::to_string(req.from) + "-" : "";
     if (r.status == 412) {

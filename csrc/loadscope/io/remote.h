@@ -42,8 +42,10 @@ ObjectInfo stat(const std::string& url);
 // Bytes [offset, offset + length) of the object (length < 0: to its end) into `out`.
 // `etag` non-empty: the object must still have it (If-Match); a changed object is a
 // ReadFailure saying so. Returns the bytes read.
+// upto: the object may end before offset + length; fewer bytes are then returned (a block of
+// a shard read ahead, whose size the caller does not know).
 uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::string& out,
-             const std::string& etag = "");
+             const std::string& etag = "", bool upto = false);
 
 // Makes every later get() of `url` require `etag` (If-Match): the shard an index describes must
 // stay the object that was indexed, for the whole run. An empty etag unpins.

@@ -379,7 +379,7 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
 
 FieldProcessor::~FieldProcessor() = default;
 
-void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) {
+void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop, int64_t stride) {
   std::vector<Member*> remote_members;
   for (Sample& sample : samples) {
     for (const FieldSpec& f : fields_) {
@@ -411,7 +411,7 @@ void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<boo
     prefetcher_ = io::Prefetcher::from_environment();
     prefetcher_pid_ = ::getpid();
   }
-  prefetcher_->fetch(remote_members, stop);
+  prefetcher_->fetch(remote_members, stop, /*dense=*/stride == 1);
 }
 
 void FieldProcessor::cancel() {

@@ -74,7 +74,7 @@ class FieldProcessor : public SampleProcessor {
   size_t num_string_fields() const override { return num_strings_; }
   void process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) override;
   // Remote members the fields will read are fetched ahead (io/prefetch.h).
-  void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop) override;
+  void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop, int64_t stride) override;
   void cancel() override;
   ~FieldProcessor() override;
 
