@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from . import _native
 from ._errors import ConfigError, LoadscopeError
 from ._progress import Progress
-from ._sources import FileList, Folder, Source, _exists, expand_braces
+from ._sources import FileList, Folder, Source, _exists, expand_braces, is_url
 
 
 def index(shards: Sequence[str], *, force: bool = False, show_progress: bool = False) -> List[Dict[str, Any]]:
@@ -65,13 +65,16 @@ def _parse_size(text: str, what: str = "--shard-size") -> int:
 
 def _member_bytes(value: Any, is_path: bool) -> bytes:
     if is_path:
-        with open(os.fsdecode(value), "rb") as f:
+        path = os.fsdecode(value)
+        if is_url(path):  # a file list whose files are in object storage
+            return _native.read_bytes(path)
+        with open(path, "rb") as f:
             return f.read()
     return value if isinstance(value, bytes) else str(value).encode()
 
 
 def convert(source: Source, out_dir: str, *, shard_bytes: int = 256 << 20, prefix: str = "shard",
-            quiet: bool = False) -> Dict[str, Any]:
+            quiet: bool = False, on_shard: Optional[Any] = None) -> Dict[str, Any]:
     """Writes the samples of a Folder or FileList, in its order, into uncompressed tar shards
     of about ``shard_bytes`` each (``{prefix}-000000.tar``, ...) with their indexes. Sample i
     becomes key ``{i:09d}``; its members keep their names (``jpg``, ``cls``, ...) and bytes."""
@@ -80,6 +83,8 @@ def convert(source: Source, out_dir: str, *, shard_bytes: int = 256 << 20, prefi
         raise ConfigError(f"convert reads a Folder or FileList, got {type(source).__name__}")
     if shard_bytes < 1:
         raise ConfigError("shard size must be >= 1 byte")
+    if is_url(out_dir):
+        return _convert_to_s3(source, out_dir, shard_bytes=shard_bytes, prefix=prefix, quiet=quiet)
     root = source.root if isinstance(source, Folder) else None
     if root is not None:
         r, o = os.path.realpath(root), os.path.realpath(out_dir)
@@ -100,13 +105,17 @@ def convert(source: Source, out_dir: str, *, shard_bytes: int = 256 << 20, prefi
         if tf is not None:
             tf.close()
             index([shards[-1]], force=True)
+            if on_shard is not None:
+                on_shard(shards[-1])
 
+    bar = Progress("convert", len(samples), quiet=quiet)
     for i, (_key, members) in enumerate(samples):
         if tf is None or size >= shard_bytes:
             close()
             shards.append(os.path.join(out_dir, f"{prefix}-{len(shards):06d}.tar"))
             tf = tarfile.open(shards[-1], "w", format=tarfile.USTAR_FORMAT)
             size = 0
+        before = size
         for name, is_path, value in members:
             data = _member_bytes(value, is_path)
             info = tarfile.TarInfo(f"{i:09d}.{os.fsdecode(name)}")
@@ -115,9 +124,9 @@ def convert(source: Source, out_dir: str, *, shard_bytes: int = 256 << 20, prefi
             tf.addfile(info, io.BytesIO(data))
             size += 512 + (len(data) + 511) // 512 * 512
             total += len(data)
-        if not quiet and (i + 1) % 10000 == 0:
-            print(f"  {i + 1}/{len(samples)} samples, {len(shards)} shards", flush=True)
+        bar.update(1, size - before)
     close()
+    bar.close()
     return {"shards": shards, "samples": len(samples), "bytes": total, "seconds": time.perf_counter() - t0}
 
 
@@ -129,6 +138,37 @@ def _expand(pattern: str) -> List[str]:
             raise ConfigError(f"no .tar objects under {pattern}")
         return shards
     return expand_braces(pattern)
+
+
+def _convert_to_s3(source: Source, out: str, *, shard_bytes: int, prefix: str, quiet: bool) -> Dict[str, Any]:
+    """convert() into an s3:// prefix: each shard is written and indexed in a local temporary
+    directory, then uploaded with its index (read from disk as it is sent) and removed, so the
+    local disk holds one shard at a time."""
+    import shutil
+    import tempfile
+
+    if not out.startswith("s3://"):
+        raise ConfigError(f"convert: {out}: shards can be written to a local directory or an s3:// prefix")
+    out = out.rstrip("/")
+    existing = [u for u in _native.remote_list(out + "/") if u.rsplit("/", 1)[-1].startswith(prefix + "-")]
+    if existing:
+        raise ConfigError(f"convert: {out}/ already holds {prefix}-* objects ({existing[0]}, ...); choose an empty prefix")
+    tmp = tempfile.mkdtemp(prefix="loadscope-convert-")
+    uploaded: List[str] = []
+    t0 = time.perf_counter()
+    try:
+        def upload(shard: str) -> None:
+            url = f"{out}/{os.path.basename(shard)}"
+            _native.remote_put_file(url, shard)
+            _native.remote_put_file(url + ".idx", shard + ".idx")
+            uploaded.append(url)
+            os.unlink(shard)
+            os.unlink(shard + ".idx")
+
+        r = convert(source, tmp, shard_bytes=shard_bytes, prefix=prefix, quiet=quiet, on_shard=upload)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dict(r, shards=uploaded, seconds=time.perf_counter() - t0)
 
 
 def main_index(argv: Optional[List[str]] = None) -> int:
@@ -153,7 +193,7 @@ def main_index(argv: Optional[List[str]] = None) -> int:
 def main_convert(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="loadscope convert", description="Folder or file list -> indexed tar shards.")
     p.add_argument("source", help="an image folder (ImageFolder layout) or a .jsonl/.csv file list")
-    p.add_argument("out", help="output directory (empty or new)")
+    p.add_argument("out", help="output directory (empty or new), or an s3://bucket/prefix")
     p.add_argument("--shard-size", default="256MB", help="target shard size: 256MB (10^6), 1GiB (2^30), bytes (default 256MB)")
     p.add_argument("--prefix", default="shard", help="shard file names: PREFIX-000000.tar (default shard)")
     p.add_argument("--labels", default="auto", choices=("auto", "subfolders", "none"), help="folders: class labels (as ls.Folder)")
@@ -161,7 +201,7 @@ def main_convert(argv: Optional[List[str]] = None) -> int:
     try:
         if os.path.isdir(a.source):
             src: Source = Folder(a.source, labels=a.labels)
-        elif os.path.isfile(a.source) and a.source.lower().endswith((".jsonl", ".csv")):
+        elif (os.path.isfile(a.source) or is_url(a.source)) and a.source.lower().endswith((".jsonl", ".csv")):
             src = FileList(a.source)
         else:
             raise ConfigError(f"{a.source!r} is not a folder or a .jsonl/.csv file list")

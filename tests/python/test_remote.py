@@ -452,3 +452,21 @@ def test_a_cache_too_small_for_one_pass_is_an_error_not_a_thrash(s3, s3_demo, tm
         sum(1 for _ in L)  # the second pass would fetch everything again
     with pytest.raises(ls.ConfigError, match="cache_limit needs a cache_dir"):
         ls.Loader(ls.WebDataset(urls), fields={"cls": ls.Int()}, batch_size=8, cache_limit="1GB")
+
+
+def test_convert_writes_indexed_shards_into_s3_that_read_like_the_folder(s3, demo, tmp_path):
+    out = "s3://converted/train"
+    assert curl_s3(s3, "-X", "PUT", f"{s3['AWS_ENDPOINT_URL']}/converted") in ("200", "409")
+    r = subprocess.run([os.sys.executable, "-m", "loadscope", "convert", str(demo / "folder"), out, "--shard-size", "1MB"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    objects = _native.remote_list(out + "/")
+    shards = [u for u in objects if u.endswith(".tar")]
+    assert len(shards) > 1 and sorted(objects) == sorted(shards + [u + ".idx" for u in shards])
+    fields = {"jpg": ls.Image(40), "cls": ls.Int()}
+    want = [b["jpg"].numpy().tobytes() for b in ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=10)]
+    got = [b["jpg"].numpy().tobytes() for b in ls.Loader(ls.WebDataset(shards), fields=fields, batch_size=10)]
+    assert got == want
+    again = subprocess.run([os.sys.executable, "-m", "loadscope", "convert", str(demo / "folder"), out],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and "already holds shard-* objects" in again.stderr

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -346,13 +348,20 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   return bytes;
 }
 
+// What a PUT sends: bytes in memory, or a file read as curl asks (a shard is not held whole).
 struct Upload {
-  const std::string* data;
+  const std::string* data = nullptr;
+  std::FILE* file = nullptr;
+  uint64_t size = 0;
   size_t at = 0;
 };
 
 size_t on_upload(char* dst, size_t size, size_t n, void* user) {
   auto* u = static_cast<Upload*>(user);
+  if (u->file) {
+    const size_t got = std::fread(dst, 1, size * n, u->file);
+    return std::ferror(u->file) ? CURL_READFUNC_ABORT : got;
+  }
   const size_t take = std::min(size * n, u->data->size() - u->at);
   std::memcpy(dst, u->data->data() + u->at, take);
   u->at += take;
@@ -367,7 +376,7 @@ struct Request {
   uint64_t from = 0;
   int64_t length = -1;         // bytes wanted from `from`, -1: to the end
   std::string if_match;
-  const std::string* upload = nullptr;
+  Upload* upload = nullptr;
 };
 
 Response perform(const Request& req, std::string* sink) {
@@ -400,15 +409,14 @@ Response perform(const Request& req, std::string* sink) {
   if (!opts.ca_bundle.empty()) curl_easy_setopt(h, CURLOPT_CAINFO, opts.ca_bundle.c_str());
   curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, t.s3 ? 0L : 1L);  // a signed request must not wander
   curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
-  Upload up{req.upload};
   const std::string method(req.method);
   if (method == "HEAD") {
     curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
   } else if (method == "PUT") {
     curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(h, CURLOPT_READFUNCTION, &on_upload);
-    curl_easy_setopt(h, CURLOPT_READDATA, &up);
-    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.upload->size()));
+    curl_easy_setopt(h, CURLOPT_READDATA, req.upload);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.upload->size));
   }
   struct curl_slist* headers = nullptr;
   auto add = [&](const std::string& hdr) { headers = curl_slist_append(headers, hdr.c_str()); };
@@ -685,14 +693,17 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
   }
 }
 
-void put(const std::string& url, const std::string& data) {
+namespace {
+void put_upload(const std::string& url, Upload& up) {
   const Options opts = current_options();
   Request req;
   req.method = "PUT";
   req.url = url;
-  req.upload = &data;
+  req.upload = &up;
   std::string sink;
   for (int attempt = 0;; ++attempt) {
+    up.at = 0;  // every attempt sends from the start
+    if (up.file) std::rewind(up.file);
     Response r = perform(req, &sink);
     if (r.code == CURLE_OK && r.status >= 200 && r.status < 300) return;
     const bool network = r.code != CURLE_OK;
@@ -704,6 +715,25 @@ void put(const std::string& url, const std::string& data) {
     g_failures.fetch_add(1, std::memory_order_relaxed);
     throw ReadFailure("PUT " + redact(url) + ": " + describe(r, target(url)));
   }
+}
+}  // namespace
+
+void put(const std::string& url, const std::string& data) {
+  Upload up;
+  up.data = &data;
+  up.size = data.size();
+  put_upload(url, up);
+}
+
+void put_file(const std::string& url, const std::string& path) {
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
+  if (!f) throw ReadFailure(path + ": cannot open: " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(::fileno(f.get()), &st) != 0) throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
+  Upload up;
+  up.file = f.get();
+  up.size = static_cast<uint64_t>(st.st_size);
+  put_upload(url, up);
 }
 
 std::vector<std::string> list(const std::string& s3_prefix) {

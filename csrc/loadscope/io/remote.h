@@ -53,6 +53,8 @@ void pin_etag(const std::string& url, const std::string& etag);
 
 // PUT of a whole object (an index written next to its shard). Throws ReadFailure.
 void put(const std::string& url, const std::string& data);
+// PUT of a local file, read as it is sent (a single PUT: S3 takes up to 5 GB so).
+void put_file(const std::string& url, const std::string& path);
 
 // The keys under an s3:// prefix (ListObjectsV2, every page), as s3:// URLs, sorted.
 std::vector<std::string> list(const std::string& s3_prefix);

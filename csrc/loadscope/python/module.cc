@@ -645,6 +645,16 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("url"), py::arg("data"));
   m.def(
+      "remote_put_file",
+      [remote_call](const std::string& url, const std::string& path) {
+        remote_call(url, [&] {
+          py::gil_scoped_release release;
+          io::remote::put_file(url, path);
+          return 0;
+        });
+      },
+      py::arg("url"), py::arg("path"), "Uploads a local file (read as it is sent).");
+  m.def(
       "remote_list",
       [remote_call](const std::string& prefix) {
         return remote_call(prefix, [&] {
