@@ -13,21 +13,9 @@
 
 namespace loadscope::io {
 
-namespace {
-uint64_t env_uint(const char* name, uint64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(v, &end, 10);
-  if (*end != '\0' || n == 0) throw ConfigError(std::string(name) + "=" + v + ": expected a whole number >= 1");
-  return n;
-}
-}  // namespace
-
 std::unique_ptr<Prefetcher> Prefetcher::from_environment() {
-  const uint64_t connections = std::min<uint64_t>(256, env_uint("LOADSCOPE_REMOTE_CONNECTIONS", 16));
-  return std::make_unique<Prefetcher>(static_cast<int>(connections),
-                                      env_uint("LOADSCOPE_REMOTE_INFLIGHT", uint64_t{256} << 20));
+  const remote::Options o = remote::options();  // read from the environment by the Python thread
+  return std::make_unique<Prefetcher>(o.connections, o.inflight);
 }
 
 Prefetcher::Prefetcher(int connections, uint64_t budget_bytes)

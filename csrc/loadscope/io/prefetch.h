@@ -39,7 +39,7 @@ class Prefetcher {
   static constexpr uint64_t kBlock = 4u << 20;    // dense reading: aligned blocks of an object
 
   // LOADSCOPE_REMOTE_CONNECTIONS (default 16) and LOADSCOPE_REMOTE_INFLIGHT (bytes, default
-  // 256 MiB), read from the environment.
+  // 256 MiB), as remote::options() read them.
   static std::unique_ptr<Prefetcher> from_environment();
 
   Prefetcher(int connections, uint64_t budget_bytes);

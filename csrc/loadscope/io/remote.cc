@@ -50,6 +50,12 @@ Options from_environment() {
   Options o;
   o.max_attempts = std::max(1, static_cast<int>(env_number("LOADSCOPE_REMOTE_ATTEMPTS", o.max_attempts)));
   o.stall_seconds = env_number("LOADSCOPE_REMOTE_STALL", o.stall_seconds);
+  const double connections = env_number("LOADSCOPE_REMOTE_CONNECTIONS", o.connections);
+  if (connections < 1 || connections > 256) throw ConfigError("LOADSCOPE_REMOTE_CONNECTIONS: 1 to 256");
+  o.connections = static_cast<int>(connections);
+  const double inflight = env_number("LOADSCOPE_REMOTE_INFLIGHT", static_cast<double>(o.inflight));
+  if (inflight < 1) throw ConfigError("LOADSCOPE_REMOTE_INFLIGHT: bytes, at least 1");
+  o.inflight = static_cast<uint64_t>(inflight);
   for (const char* name : {"LOADSCOPE_CA_BUNDLE", "CURL_CA_BUNDLE", "AWS_CA_BUNDLE"}) {
     if (!env(name).empty()) {
       o.ca_bundle = env(name);

@@ -74,6 +74,8 @@ struct Options {
   std::string ca_bundle;          // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE
   bool ca_bundle_set = false;     // given by configure(): reload_environment() keeps it
   bool verify_tls = true;
+  int connections = 16;                 // LOADSCOPE_REMOTE_CONNECTIONS: the fetch pool (prefetch.h)
+  uint64_t inflight = uint64_t{256} << 20;  // LOADSCOPE_REMOTE_INFLIGHT: bytes fetched ahead
 };
 Options options();
 void configure(const Options& opts);

@@ -93,6 +93,7 @@ class FieldProcessor : public SampleProcessor {
   std::mutex prefetcher_mutex_;
   std::unique_ptr<io::Prefetcher> prefetcher_;  // made on the first remote member
   int prefetcher_pid_ = 0;                      // by this process (a fork gets its own)
+  int64_t batches_in_run_ = 0;                  // prepared since the run started
 };
 
 // Where decode_image spent its time, when asked.
