@@ -4,6 +4,7 @@
 # `make test` run `start DIR`, source DIR/env, and `stop DIR` (kills by pid file) when done.
 #   scripts/s3-server.sh start DIR   # prints (and writes to DIR/env) AWS_* export lines
 #   scripts/s3-server.sh stop DIR    # idempotent
+#   scripts/s3-server.sh restart-rgw DIR  # radosgw killed (SIGKILL) and started again, same port
 #   scripts/s3-server.sh env DIR
 # The Debian packages are downloaded and unpacked with `dpkg -x` (their install scripts want
 # systemd and a ceph user) into ${LOADSCOPE_SERVER_CACHE:-.servers}; later starts reuse it.
@@ -80,11 +81,32 @@ s3_ok() {  # a signed ListBuckets: proves radosgw, its pools and the user all wo
     --user "$ACCESS:$SECRET" -H 'x-amz-content-sha256: UNSIGNED-PAYLOAD' "http://127.0.0.1:$RGW_PORT/")" = 200 ]
 }
 
+use_packages() {  # the unpacked ceph packages on PATH and the library path
+  export PATH=$R/usr/bin:$PATH PYTHONPATH=$R/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}
+  export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu:$R/usr/lib/x86_64-linux-gnu/ceph:$R/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
+# Kills radosgw as a crash would (SIGKILL) and starts it again on its port: the tests' "server
+# restarted mid-epoch". The data lives in the OSD, which keeps running.
+restart_rgw() {
+  use_packages
+  local p
+  p=$(live_pids "$D"/run/client.*.pid)
+  if [ -n "$p" ]; then
+    kill -KILL $p 2>/dev/null || true
+    while running $p; do sleep 0.1; done
+  fi
+  RGW_PORT=$(sed -n 's|.*AWS_ENDPOINT_URL=http://127.0.0.1:\([0-9]*\).*|\1|p' "$D/env")
+  [ -n "$RGW_PORT" ] || die "no endpoint in $D/env (not started?)"
+  local rlog=$D/log/client.rgw.test.log
+  radosgw -c "$D/ceph.conf" -n client.rgw.test >>"$rlog" 2>&1 || fail "radosgw failed to restart" "$rlog"
+  wait_for "signed S3 answer after the restart" "$rlog" s3_ok
+}
+
 start() {
   [ -z "$(live_pids "$D"/run/*.pid)" ] || die "daemons already running under $D (stop it first)"
   fetch
-  export PATH=$R/usr/bin:$PATH PYTHONPATH=$R/usr/lib/python3/dist-packages${PYTHONPATH:+:$PYTHONPATH}
-  export LD_LIBRARY_PATH=$R/usr/lib/x86_64-linux-gnu:$R/usr/lib/x86_64-linux-gnu/ceph:$R/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  use_packages
   rm -rf "$D"/{ceph.conf,monmap,mon,osd,rgw,run,log,env}
   mkdir -p "$D"/{mon,osd,rgw,run,log}
   local fsid uuid id
@@ -180,13 +202,14 @@ EOF
   cat "$D/env"
 }
 
-[ $# -eq 2 ] || die "usage: $0 start|stop|env DIR"
+[ $# -eq 2 ] || die "usage: $0 start|stop|restart-rgw|env DIR"
 [ "$1" != start ] || mkdir -p "$2"
 [ -d "$2" ] || { [ "$1" = stop ] && exit 0; die "no directory $2"; }
 D=$(cd "$2" && pwd)
 case $1 in
   start) start ;;
   stop) stop ;;
+  restart-rgw) restart_rgw ;;
   env) cat "$D/env" ;;
-  *) die "usage: $0 start|stop|env DIR" ;;
+  *) die "usage: $0 start|stop|restart-rgw|env DIR" ;;
 esac
