@@ -12,7 +12,9 @@ The demo's 2000 real-photo JPEGs in 10 indexed tar shards, RandomResizedCrop(224
 The servers run on the same 2 cores as the loader (and so does the shaping proxy): what they
 cost is in the figures. Rounds are interleaved after a warm-up epoch per arm; per round the ratio
 of each arm's samples/s to local's; median and range. Also: time to the first batch (a new
-Loader, indexes read), and the bytes fetched to resume half-way through an epoch.
+Loader, indexes read), the bytes fetched to resume half-way through an epoch, and the requests
+an epoch makes (a shuffled one from one rank: 4 MiB blocks; the arm s3-rank0of2 reads rank 0's
+half of the epoch as two ranks would, spans of its own members only).
 
     .venv/bin/python benchmarks/bench_remote.py [--rounds 3] [--threads 2] [--latency-ms 10] [--mbit 400]
 """
@@ -92,13 +94,13 @@ def free_port():
     return port
 
 
-def epoch(shards, threads, batch, seed, **kw):
+def epoch(shards, threads, batch, seed, loader_args=None, **kw):
     L = ls.Loader(ls.WebDataset(shards, **kw), fields={"jpg": ls.Image(224), "cls": ls.Int()}, batch_size=batch,
-                  threads=threads, shuffle=True, seed=seed)
-    n, t0, c0 = 0, time.perf_counter(), tree_cpu_seconds()
+                  threads=threads, shuffle=True, seed=seed, **(loader_args or {}))
+    n, t0, c0, r0 = 0, time.perf_counter(), tree_cpu_seconds(), _native.network_stats()["requests"]
     for b in L:
         n += len(b["cls"])
-    return n / (time.perf_counter() - t0), (tree_cpu_seconds() - c0) / n
+    return n / (time.perf_counter() - t0), (tree_cpu_seconds() - c0) / n, _native.network_stats()["requests"] - r0
 
 
 def first_batch(shards, threads, batch, **kw):
@@ -179,6 +181,7 @@ def main():
             "s3-stream": s3_arm(s3["AWS_ENDPOINT_URL"], index="off"),
             "http": lambda seed: epoch(http_urls, a.threads, a.batch, seed),
             "s3-shaped": s3_arm(shaped_endpoint),
+            "s3-rank0of2": s3_arm(s3["AWS_ENDPOINT_URL"], loader_args={"rank": 0, "world_size": 2}),
         }
         names = list(arms)
         for n in names:  # warm-up: page cache, server caches, connections
@@ -188,13 +191,14 @@ def main():
             order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
                 rows[n].append(arms[n](r))
-                print(f"round {r} {n:10s} {rows[n][-1][0]:7.1f} samples/s, {rows[n][-1][1] * 1e3:.1f} ms CPU/sample",
-                      flush=True)
+                print(f"round {r} {n:10s} {rows[n][-1][0]:7.1f} samples/s, {rows[n][-1][1] * 1e3:.1f} ms CPU/sample, "
+                      f"{rows[n][-1][2]} requests", flush=True)
         out = {"arms": {}, "machine": {"cpus": os.cpu_count()}, "args": vars(a)}
         for n in names:
             ratios = [x[0] / base[0] for x, base in zip(rows[n], rows["local"])]
             out["arms"][n] = {"samples_per_s": statistics.median(x[0] for x in rows[n]),
                               "cpu_ms_per_sample": statistics.median(x[1] for x in rows[n]) * 1e3,
+                              "requests_per_epoch": statistics.median(x[2] for x in rows[n]),
                               "ratio_median": statistics.median(ratios), "ratio_range": [min(ratios), max(ratios)]}
         out["first_batch_s"] = {"local": statistics.median(first_batch(local, a.threads, a.batch) for _ in range(3)),
                                 "s3": statistics.median(first_batch(s3_urls, a.threads, a.batch) for _ in range(3))}

@@ -66,22 +66,17 @@ def _remote_setup(names: Sequence[str]) -> None:
 
 
 def _exists(path: str, absent_if_denied: bool = False) -> bool:
-    """A local file, or a remote object that answers HEAD (a 404 is False; any other failure
-    — wrong credentials, a missing bucket, no server — raises ConfigError naming it)."""
+    """A local file, or a remote object that answers HEAD (absent: 404 of the key, or with
+    absent_if_denied a 403 AccessDenied). Any other failure — wrong credentials, a missing
+    bucket, no server — is a ConfigError naming it."""
     if not is_url(path):
         return os.path.isfile(path)
     from . import _native
+    from ._errors import ReadError
     try:
-        _native.remote_stat(path)
-        return True
-    except Exception as e:  # ReadError: say why, unless it is plainly "not there"
-        reason = getattr(e, "reason", str(e))
-        if "HTTP 404" in reason and "NoSuchBucket" not in reason:
-            return False
-        # S3 answers 403, not 404, for a missing key to a role that may not list the bucket.
-        if absent_if_denied and "HTTP 403 AccessDenied" in reason:
-            return False
-        raise ConfigError(reason) from None  # "HEAD <url>: HTTP 403 SignatureDoesNotMatch ... (credentials: ...)"
+        return _native.remote_probe(path, absent_if_denied) is not None
+    except ReadError as e:  # "HEAD <url>: HTTP 403 SignatureDoesNotMatch ... (credentials: ...)"
+        raise ConfigError(e.reason) from None
 
 
 class Source:

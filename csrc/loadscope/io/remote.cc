@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -280,6 +281,7 @@ CURL* thread_handle() {
 
 struct Response {
   CURL* handle = nullptr;
+  int attempts = 1;
   CURLcode code = CURLE_OK;
   long status = 0;
   std::string etag;
@@ -532,6 +534,40 @@ void backoff(int attempt, const Options& opts) {
   std::this_thread::sleep_for(std::chrono::duration<double>(wait(gen)));
 }
 
+bool succeeded(const Response& r) { return r.code == CURLE_OK && r.status >= 200 && r.status < 300; }
+
+// Performs `req` again while it fails in a way worth retrying and attempts remain (stat, put,
+// list; get resumes bodies and has a loop of its own). `before_attempt` resets what an attempt
+// consumed (an upload's position, a body). Returns the last answer, succeeded or not.
+Response retrying(const Request& req, std::string* sink, const std::function<void()>& before_attempt = nullptr) {
+  const Options opts = current_options();
+  for (int attempt = 0;; ++attempt) {
+    if (before_attempt) before_attempt();
+    Response r = perform(req, sink);
+    r.attempts = attempt + 1;
+    if (succeeded(r)) return r;
+    const bool network = r.code != CURLE_OK;
+    const bool retry = network ? retryable_code(r.code) : retryable_status(r.status, r.error_body);
+    if (!retry || attempt + 1 >= opts.max_attempts || cancelled()) {
+      g_failures.fetch_add(1, std::memory_order_relaxed);
+      return r;
+    }
+    (network ? g_retries_network : g_retries_server).fetch_add(1, std::memory_order_relaxed);
+    backoff(attempt, opts);
+  }
+}
+
+// The error for a failed request: "GET s3://b/k bytes=0-: HTTP 503 SlowDown: ... (after 8
+// attempts)"; an HttpError when the server answered, so that callers can tell 404 from 403.
+[[noreturn]] void fail(const std::string& what, const Response& r, const std::string& url) {
+  const std::string message = what + ": " + describe(r, target(url)) +
+                              (r.attempts > 1 ? " (after " + std::to_string(r.attempts) + " attempts)" : "");
+  if (r.status >= 300 && (r.code == CURLE_OK || r.code == CURLE_WRITE_ERROR)) {
+    throw HttpError(message, r.status, xml_field(r.error_body, "Code"));
+  }
+  throw ReadFailure(message);
+}
+
 std::mutex g_pins_mutex;
 std::map<std::string, std::string> g_pins;  // url -> ETag the epoch's reads must see
 
@@ -596,38 +632,27 @@ std::string s3_endpoint() {
 }
 
 ObjectInfo stat(const std::string& url) {
-  const Options opts = current_options();
   Request req;
   req.method = "HEAD";
   req.url = url;
   std::string sink;
-  for (int attempt = 0;; ++attempt) {
-    Response r = perform(req, &sink);
-    if (r.code == CURLE_OK && r.status >= 200 && r.status < 300) {
-      if (r.content_length < 0) throw ReadFailure(redact(url) + ": the server did not say the object's size");
-      return ObjectInfo{static_cast<uint64_t>(r.content_length), r.etag};
-    }
-    const bool network = r.code != CURLE_OK;
-    if (attempt + 1 < opts.max_attempts && (network ? retryable_code(r.code) : retryable_status(r.status, r.error_body))) {
-      (network ? g_retries_network : g_retries_server).fetch_add(1, std::memory_order_relaxed);
-      backoff(attempt, opts);
-      continue;
-    }
-    g_failures.fetch_add(1, std::memory_order_relaxed);
-    if ((r.status == 404 || r.status == 403) && target(url).s3) {
-      // A HEAD answer has no body, so no error code: NoSuchKey and NoSuchBucket look alike, and
-      // so do AccessDenied and SignatureDoesNotMatch. A one-byte GET says which (failures only).
-      Request probe;
-      probe.url = url;
-      probe.ranged = true;
-      probe.length = 1;
-      std::string ignored;
-      const Response p = perform(probe, &ignored);
-      if (p.status == r.status) r.error_body = p.error_body;
-    }
-    throw ReadFailure("HEAD " + redact(url) + ": " + describe(r, target(url)) +
-                      (attempt > 0 ? " (after " + std::to_string(attempt + 1) + " attempts)" : ""));
+  Response r = retrying(req, &sink);
+  if (succeeded(r)) {
+    if (r.content_length < 0) throw ReadFailure(redact(url) + ": the server did not say the object's size");
+    return ObjectInfo{static_cast<uint64_t>(r.content_length), r.etag};
   }
+  if ((r.status == 404 || r.status == 403) && target(url).s3) {
+    // A HEAD answer has no body, so no error code: NoSuchKey and NoSuchBucket look alike, and
+    // so do AccessDenied and SignatureDoesNotMatch. A one-byte GET says which (failures only).
+    Request probe;
+    probe.url = url;
+    probe.ranged = true;
+    probe.length = 1;
+    std::string ignored;
+    const Response p = perform(probe, &ignored);
+    if (p.status == r.status) r.error_body = p.error_body;
+  }
+  fail("HEAD " + redact(url), r, url);
 }
 
 uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::string& out, const std::string& etag,
@@ -669,13 +694,13 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
     const std::string range = req.ranged ? " bytes=" + std::to_string(req.from) + "-" : "";
     if (r.status == 412) {
       g_failures.fetch_add(1, std::memory_order_relaxed);
-      throw ReadFailure(redact(url) + " changed while it was being read (its ETag is no longer " + pinned +
-                        "): re-index it or restart the epoch");
+      throw HttpError(redact(url) + " changed while it was being read (its ETag is no longer " + pinned +
+                      "): re-index it or restart the epoch", 412, "PreconditionFailed");
     }
     if (r.status == 416) {
       g_failures.fetch_add(1, std::memory_order_relaxed);
-      throw ReadFailure("GET " + redact(url) + range + ": HTTP 416, the object is shorter than the range "
-                        "(it changed after it was indexed?)");
+      throw HttpError("GET " + redact(url) + range + ": HTTP 416, the object is shorter than the range "
+                      "(it changed after it was indexed?)", 416, "InvalidRange");
     }
     // A 2xx whose body ended early is a cut connection: resumed from the last byte received.
     const bool network = r.code != CURLE_OK || ok_status;
@@ -694,33 +719,23 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
       continue;
     }
     g_failures.fetch_add(1, std::memory_order_relaxed);
-    throw ReadFailure("GET " + redact(url) + range + ": " + describe(r, target(url)) +
-                      (attempt > 0 ? " (after " + std::to_string(attempt + 1) + " attempts)" : ""));
+    r.attempts = attempt + 1;
+    fail("GET " + redact(url) + range, r, url);
   }
 }
 
 namespace {
 void put_upload(const std::string& url, Upload& up) {
-  const Options opts = current_options();
   Request req;
   req.method = "PUT";
   req.url = url;
   req.upload = &up;
   std::string sink;
-  for (int attempt = 0;; ++attempt) {
+  const Response r = retrying(req, &sink, [&] {
     up.at = 0;  // every attempt sends from the start
     if (up.file) std::rewind(up.file);
-    Response r = perform(req, &sink);
-    if (r.code == CURLE_OK && r.status >= 200 && r.status < 300) return;
-    const bool network = r.code != CURLE_OK;
-    if (attempt + 1 < opts.max_attempts && (network ? retryable_code(r.code) : retryable_status(r.status, r.error_body))) {
-      (network ? g_retries_network : g_retries_server).fetch_add(1, std::memory_order_relaxed);
-      backoff(attempt, opts);
-      continue;
-    }
-    g_failures.fetch_add(1, std::memory_order_relaxed);
-    throw ReadFailure("PUT " + redact(url) + ": " + describe(r, target(url)));
-  }
+  });
+  if (!succeeded(r)) fail("PUT " + redact(url), r, url);
 }
 }  // namespace
 
@@ -748,7 +763,6 @@ std::vector<std::string> list(const std::string& s3_prefix) {
   const auto slash = rest.find('/');
   const std::string bucket = rest.substr(0, slash);
   const std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
-  const Options opts = current_options();
   std::vector<std::string> keys;
   std::string token;
   while (true) {
@@ -760,18 +774,8 @@ std::vector<std::string> list(const std::string& s3_prefix) {
     q += "list-type=2&prefix=" + percent_encode(prefix, false);
     req.query = q;
     std::string body;
-    Response r;
-    for (int attempt = 0;; ++attempt) {
-      body.clear();
-      r = perform(req, &body);
-      if (r.code == CURLE_OK && r.status == 200) break;
-      const bool network = r.code != CURLE_OK;
-      if (attempt + 1 < opts.max_attempts && (network ? retryable_code(r.code) : retryable_status(r.status, r.error_body))) {
-        backoff(attempt, opts);
-        continue;
-      }
-      throw ReadFailure("LIST " + redact(s3_prefix) + ": " + describe(r, target(req.url)));
-    }
+    const Response r = retrying(req, &body, [&] { body.clear(); });
+    if (!succeeded(r)) fail("LIST " + redact(s3_prefix), r, req.url);
     for (size_t at = body.find("<Key>"); at != std::string::npos; at = body.find("<Key>", at + 5)) {
       keys.push_back("s3://" + bucket + "/" + xml_field(body.substr(at), "Key"));
     }

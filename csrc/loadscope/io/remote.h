@@ -24,9 +24,24 @@
 #include <string>
 #include <vector>
 
+#include "loadscope/core/error.h"
 #include "loadscope/telemetry/histogram.h"
 
 namespace loadscope::io::remote {
+
+// A request the server answered with an error (after retries): its status and, for S3, the
+// error code of its body ("NoSuchKey", "AccessDenied", ...).
+class HttpError : public ReadFailure {
+ public:
+  HttpError(const std::string& message, long status, std::string code)
+      : ReadFailure(message), status_(status), code_(std::move(code)) {}
+  long status() const { return status_; }
+  const std::string& code() const { return code_; }
+
+ private:
+  long status_;
+  std::string code_;
+};
 
 // True for s3://, http:// and https:// names.
 bool is_url(const std::string& name);

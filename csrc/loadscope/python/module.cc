@@ -617,6 +617,29 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("url"), "HEAD: (size, etag).");
   m.def(
+      "remote_probe",
+      [remote_call](const std::string& url, bool absent_if_denied) -> py::object {
+        io::remote::ObjectInfo info;
+        try {
+          py::gil_scoped_release release;
+          info = io::remote::stat(url);
+        } catch (const io::remote::HttpError& e) {
+          // Not there: a 404 of the key (a missing bucket is an error worth reporting), or a
+          // 403 AccessDenied where the caller knows S3 hides missing keys from roles that may
+          // not list the bucket.
+          if ((e.status() == 404 && e.code() != "NoSuchBucket") ||
+              (absent_if_denied && e.status() == 403 && e.code() == "AccessDenied")) {
+            return py::none();
+          }
+          throw SampleError(io::remote::redact(url), e.what(), FailureKind::kRead);
+        } catch (const ReadFailure& e) {
+          throw SampleError(io::remote::redact(url), e.what(), FailureKind::kRead);
+        }
+        return py::make_tuple(info.size, info.etag);
+      },
+      py::arg("url"), py::arg("absent_if_denied") = false,
+      "HEAD: (size, etag), or None when the object does not exist; other failures are a ReadError.");
+  m.def(
       "read_bytes",
       [remote_call](const std::string& path, uint64_t offset, int64_t length, const std::string& etag) {
         if (length < 0 && offset != 0) throw ConfigError("read_bytes: an offset needs a length");
@@ -633,17 +656,6 @@ PYBIND11_MODULE(_native, m) {
       "no longer has it is an error.");
   m.def("remote_reload_environment", &io::remote::reload_environment,
         "Re-reads AWS_* and LOADSCOPE_REMOTE_* (call from the thread that changes os.environ).");
-  m.def(
-      "remote_put",
-      [remote_call](const std::string& url, const py::bytes& data) {
-        std::string bytes = data;
-        remote_call(url, [&] {
-          py::gil_scoped_release release;
-          io::remote::put(url, bytes);
-          return 0;
-        });
-      },
-      py::arg("url"), py::arg("data"));
   m.def(
       "remote_put_file",
       [remote_call](const std::string& url, const std::string& path) {
