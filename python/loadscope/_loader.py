@@ -207,7 +207,7 @@ class Loader:
         self._epoch = 0
         self._epoch_set = False
         self._resume_batches = 0  # load_state_dict: batches of self._epoch already consumed
-        self._progress: Optional[Dict[str, Any]] = None  # {epoch, batches, finished} of the last iteration
+        self._progress: Optional[Dict[str, Any]] = None  # {epoch, batches, closed} of the last iteration
         self._active: Optional[weakref.ref] = None
         self._last_stats: Dict[str, Any] = {}
 
@@ -276,17 +276,26 @@ class Loader:
 
     STATE_VERSION = 1
 
+    # Note [state after a loop]
+    # A training loop that leaves the loop early (`break` at a fixed number of steps per epoch)
+    # and then loops again gets a new epoch, as with DataLoader. A checkpoint taken after the
+    # `break` must say the same, or "checkpoint, kill, resume" would first finish the old epoch
+    # while the uninterrupted run had moved on. So the position is that of the open iteration
+    # only; a closed one (end, break, close(), exception) points at the next epoch's start.
+
     def state_dict(self) -> Dict[str, Any]:
         """Where this loader stands, to save with a checkpoint: the epoch and how many of its
         batches this rank has been given. ``load_state_dict`` in a new process (any thread
         count) continues with exactly the batches an uninterrupted run would give next.
         Small and versioned (docs/distributed.md); it holds no sample lists, so the new loader
         must be made with the same source, fields, batch size, seed, shuffle and world size."""
-        # The consumer's position: the last epoch iterated and the batches it was given, kept by
-        # the loader so that it survives the iterator (a `break` drops it); once that epoch has
-        # ended, or before any, the next epoch from its start (or a loaded, unused resume point).
+        # The consumer's position, by one rule (Note [state after a loop]): while an iteration
+        # is open, its epoch and the batches it handed out; once it is closed -- run to its end,
+        # left by `break` (the loop drops its iterator), close(), an exception -- the start of
+        # the next epoch, which is what the next iter() in this process gives too. Before any
+        # iteration: the next epoch (or a loaded, unused resume point).
         p = self._progress
-        if p is not None and not p["finished"]:
+        if p is not None and not p["closed"]:
             epoch, batches = p["epoch"], p["batches"]
         else:
             epoch, batches = self._epoch, self._resume_batches
@@ -389,7 +398,7 @@ class Loader:
         if self._telemetry_on:
             self._loop.epoch_started(epoch_start_ns)
         self._epoch = epoch + 1
-        self._progress = {"epoch": epoch, "batches": resume, "finished": False}
+        self._progress = {"epoch": epoch, "batches": resume, "closed": False}
         it = _EpochIterator(self, run, epoch, delivered=resume)
         self._active = weakref.ref(it)
         return it
@@ -571,8 +580,8 @@ class _EpochIterator:
             raise
         if b is None:
             self.finished = True
-            if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
-                self._loader._progress["finished"] = True
+            # Failures of a last batch that had nothing left come with no batch: log them here.
+            self._log_skips(self._run_skips_after(run))
             self.close()
             raise StopIteration
         if b.skipped:
@@ -581,6 +590,10 @@ class _EpochIterator:
         if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
             self._loader._progress["batches"] = self.delivered
         return self._loader._deliver(b, enter)
+
+    def _run_skips_after(self, run) -> list:
+        """The skips of this run not yet logged (the run lists its first 1000, in order)."""
+        return run.stats()["skipped"][self._logged_skips:]
 
     def _log_skips(self, skipped) -> None:
         for s in skipped:
@@ -603,6 +616,9 @@ class _EpochIterator:
         run, self._run = self._run, None
         if run is None:
             return
+        progress = self._loader._progress
+        if progress is not None and progress["epoch"] == self.epoch:
+            progress["closed"] = True  # Note [state after a loop]
         try:
             self._loader._last_stats = run.stats()
         finally:

@@ -419,21 +419,67 @@ def test_padded_samples_are_marked_by_their_index(layouts):
 
 # --- found by review ------------------------------------------------------------------------------
 
-def test_state_after_break_keeps_the_rest_of_the_epoch(layouts):
+def _keys_of(loop):
+    return [list(b["__key__"]) for b in loop]
+
+
+@pytest.mark.parametrize("pattern", ["break", "set_epoch", "no_set_epoch", "inside"])
+def test_checkpoint_kill_resume_equals_keep_running(layouts, pattern):
+    """Note [state after a loop]: in each pattern training loops use, a loader made anew from
+    the state saved at a checkpoint gives what the uninterrupted loader gives next."""
+    def make():
+        return ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()}, batch_size=8, shuffle=True,
+                         seed=4)
+
+    steps = 4  # of the 15 batches of an epoch
+
+    def train_epoch(loader, epoch, save):
+        """One epoch of the pattern; `save` is called where that loop checkpoints."""
+        if pattern == "set_epoch":
+            loader.set_epoch(epoch)
+        got = []
+        for step, b in enumerate(loader):
+            got.append(list(b["__key__"]))
+            if pattern == "inside" and epoch == 1 and step == 2:
+                save()  # a checkpoint in the middle of an epoch
+            if pattern != "no_set_epoch" and pattern != "inside" and step + 1 == steps:
+                break
+        if pattern != "inside":
+            save()  # after the epoch's loop, as most loops do
+        return got
+
+    keep = make()
+    uninterrupted = [train_epoch(keep, e, lambda: None) for e in range(4)]
+
+    saved = {}
+    first = make()
+    for e in range(2):
+        train_epoch(first, e, lambda e=e: saved.setdefault(e, first.state_dict()))
+    state = saved[1]
+    resumed = make()
+    resumed.load_state_dict(state)
+    if pattern == "inside":  # the rest of epoch 1, then epochs 2 and 3
+        rest = train_epoch(resumed, 1, lambda: None)
+        assert rest == uninterrupted[1][3:]
+        assert (state["epoch"], state["batches"]) == (1, 3)
+    else:  # epochs 2 and 3
+        assert (state["epoch"], state["batches"]) == (2, 0)
+    assert [train_epoch(resumed, e, lambda: None) for e in (2, 3)] == uninterrupted[2:]
+    assert uninterrupted[2] != uninterrupted[3]  # epochs differ: the test can tell them apart
+
+
+def test_state_follows_the_open_loop_and_a_closed_one_points_at_the_next_epoch(layouts):
     def make():
         return ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()}, batch_size=8, shuffle=True, seed=4)
 
-    whole = [list(b["__key__"]) for b in make()]
     a = make()
-    for i, _b in enumerate(a):
-        if i == 4:
-            break  # the loop drops its iterator
-    state = a.state_dict()
-    assert (state["epoch"], state["batches"]) == (0, 5)
-    b = make()
-    b.load_state_dict(state)
-    assert [list(x["__key__"]) for x in b] == whole[5:]
-    for _ in a:  # a new loop is the next epoch; once it ends, the state points past it
+    it = iter(a)
+    for _ in range(5):
+        next(it)
+    assert (a.state_dict()["epoch"], a.state_dict()["batches"]) == (0, 5)  # open: the rest of epoch 0
+    it.close()
+    assert (a.state_dict()["epoch"], a.state_dict()["batches"]) == (1, 0)  # closed: the next epoch
+    for _ in a:
         pass
     assert (a.state_dict()["epoch"], a.state_dict()["batches"]) == (2, 0)
 

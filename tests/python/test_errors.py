@@ -51,6 +51,24 @@ def test_skip_counts_lists_and_logs(broken, caplog):
     assert sum("skipped" in r.message for r in caplog.records) == 3
 
 
+@pytest.mark.parametrize("batch_size", [4, 3, 9])
+def test_a_skip_in_the_last_batch_is_logged_like_any_other(broken, tmp_path, caplog, batch_size):
+    """The bad file sorts last: alone in the last batch (4), beside good ones (3), in the only
+    batch (9). Each way it is counted, listed and logged once."""
+    root = tmp_path / "last" / "x"
+    root.mkdir(parents=True)
+    for p in [p for p in sorted((broken / "x").glob("*.jpg")) if not p.stem.endswith("b")][:8]:
+        shutil.copy(p, root / p.name)
+    shutil.copy(broken / "x" / "0000003b.jpg", root / "zzz.jpg")
+    loader = ls.Loader(ls.Folder(root.parent), fields={"jpg": ls.Image(32)}, batch_size=batch_size, on_error="skip",
+                       error_budget=None, threads=2)
+    with caplog.at_level(logging.WARNING, logger="loadscope"):
+        keys = [k for b in loader for k in b["__key__"]]
+    assert len(keys) == 8 and loader.stats()["failures"] == 1
+    logged = [r.message for r in caplog.records if "skipped" in r.message]
+    assert len(logged) == 1 and "zzz.jpg" in logged[0] and "Unsupported marker type 0xae" in logged[0]
+
+
 def test_error_budget(broken):
     fields = {"jpg": ls.Image(32)}
     with pytest.raises(ls.ErrorBudgetExceeded, match="3 failures in the first"):
