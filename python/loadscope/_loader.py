@@ -8,11 +8,12 @@ import json
 import logging
 import operator
 import os
+import sys
 import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -26,7 +27,7 @@ log = logging.getLogger("loadscope")
 ON_ERROR = ("raise", "skip")
 _WAIT_MS = 100  # how long one native wait lasts; between waits Python sees Ctrl-C
 
-Batch = Dict[str, Any]
+Batch = Any  # a dict of entries, or a tuple of them with output=(...)
 
 
 def default_threads() -> int:
@@ -98,6 +99,34 @@ def _cache_args(cache_dir: Any, cache_limit: Any) -> Optional[Tuple[str, int]]:
     return os.path.abspath(path), limit
 
 
+def batch_entries(fields: Mapping[str, Field]) -> Tuple[str, ...]:
+    """The names of a batch's entries, in the order a dict batch has them."""
+    names = []
+    for name, f in fields.items():
+        names.append(name)
+        if isinstance(f, VideoClip):
+            names += [name + ".time", name + ".meta"]
+        if f.optional:
+            names.append(name + ".present")
+    return tuple(names) + ("__key__", "__index__")
+
+
+def _output_arg(output: Any, fields: Mapping[str, Field]) -> Optional[Tuple[str, ...]]:
+    """None for dict batches, else the entries of a tuple batch in their order."""
+    if output == "dict":
+        return None
+    allowed = batch_entries(fields)
+    if isinstance(output, str) or not isinstance(output, (tuple, list)) or not output \
+            or not all(isinstance(k, str) for k in output):
+        raise ConfigError(f"output={output!r}: 'dict', or a tuple of entry names such as "
+                          f"{tuple(n for n in allowed if not n.startswith('__'))[:2]!r}; entries: {', '.join(allowed)}")
+    unknown = [k for k in output if k not in allowed]
+    if unknown:
+        raise ConfigError(f"output: {', '.join(map(repr, unknown))} is not an entry of the batch; "
+                          f"entries: {', '.join(allowed)}")
+    return tuple(output)
+
+
 def _bool_arg(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be True or False, got {value!r}")
@@ -139,7 +168,11 @@ class Loader:
             epoch is padded with its first samples, at most W-1 of them, or cut to whole
             steps with ``drop_last``): docs/distributed.md.
 
-    Every batch is a dict: images ``uint8 [B, 3, H, W]``, ints ``int64 [B]``, text a list of
+        output: ``"dict"`` (default): each batch is a dict; or a tuple of entry names, e.g.
+            ``("jpg", "cls")``: each batch is a tuple of those entries in that order, so that
+            ``for images, labels in loader:`` works as with an ImageFolder DataLoader.
+
+    Every batch is a dict (unless ``output`` says a tuple): images ``uint8 [B, 3, H, W]``, ints ``int64 [B]``, text a list of
     ``str``, JSON a list of objects, bytes a list of ``bytes``; plus ``"__key__"`` (list of
     sample keys) and ``"__index__"`` (``int64 [B]``, each sample's position in the epoch).
     Batches are identical for any ``threads``: randomness is a function of ``(seed, epoch,
@@ -168,6 +201,7 @@ class Loader:
         world_size: Optional[int] = None,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_limit: Union[int, str, None] = None,
+        output: Union[str, Sequence[str]] = "dict",
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -202,6 +236,7 @@ class Loader:
             device=device, telemetry=_bool_arg("telemetry", telemetry),
             distributed=resolve_rank(rank, world_size),
             cache=_cache_args(cache_dir, cache_limit),
+            output=_output_arg(output, fields),
         )
         self._build()
         self._epoch = 0
@@ -231,6 +266,7 @@ class Loader:
         self.error_budget = a["error_budget"]
         self.device = _transfer.parse_device(a["device"])
         self._telemetry_on: bool = a["telemetry"]
+        self.output: Optional[Tuple[str, ...]] = a["output"]
         d = a["distributed"]
         self.rank: int = d["rank"]
         self.world_size: int = d["world_size"]
@@ -238,6 +274,7 @@ class Loader:
         # Several ranks need the epoch's size before reading it (tar shards: their index).
         self._source = self.source._native(_native, need_size=self.world_size > 1)
         self.samples: Optional[int] = self._source.size if self._source.size >= 0 else None
+        self._len_samples: Optional[int] = None  # len() of streamed shards
         _native.epoch_geometry(-1 if self.samples is None else self.samples, self.batch_size, self.world_size,
                                self.drop_last)  # a ConfigError here, not at the first batch
         self._pipeline = _native.Pipeline(self._source, specs, telemetry=self._telemetry_on)
@@ -349,12 +386,26 @@ class Loader:
         """The epoch the next iteration will use."""
         return self._epoch
 
+    def _size_by_indexing(self) -> int:
+        """The size of streamed tar shards, for len(): their headers indexed in memory once, as
+        index="auto" does when a size is needed. The loader keeps streaming them (the samples
+        and their order are the same), so its state and resume are unchanged."""
+        if self._len_samples is None:
+            index = getattr(self.source, "index", "off")
+            if index == "off":
+                raise TypeError("len() of a loader over WebDataset(index='off'): its size is unknown before "
+                                "reading; use index='auto' (the default), or `loadscope index` on the shards")
+            try:
+                self._len_samples = self.source._native(_native, need_size=True).size
+            except ConfigError as e:
+                raise TypeError(f"len() needs the number of samples, and: {e}") from None
+        return self._len_samples
+
     def __len__(self) -> int:
-        """This rank's batches per epoch; a TypeError for tar shards without an index, whose
-        length only reading tells."""
-        if self.samples is None:
-            raise TypeError("len() of a loader over tar shards without an index: run `loadscope index` on them")
-        batches, _, _ = _native.epoch_geometry(self.samples, self.batch_size, self.world_size, self.drop_last)
+        """This rank's batches per epoch. Tar shards without an ``.idx`` are indexed in memory
+        the first time (their headers read) unless the source says ``index="off"``."""
+        samples = self.samples if self.samples is not None else self._size_by_indexing()
+        batches, _, _ = _native.epoch_geometry(samples, self.batch_size, self.world_size, self.drop_last)
         return batches // self.world_size
 
     def __iter__(self) -> Iterator[Batch]:
@@ -491,13 +542,15 @@ class Loader:
         out = self._convert(b)
         if self._transfer is not None:
             out = self._transfer(out)
+        if self.output is not None:
+            out = tuple(out[k] for k in self.output)
         if self._telemetry_on:
             self._loop.delivered(enter_ns, native_ns, time.monotonic_ns(), b.index)
         return out
 
     def _convert(self, b) -> Batch:
         n = b.size
-        out: Batch = {}
+        out: Dict[str, Any] = {}
         for name, f, fixed, strings in self._outputs:
             if isinstance(f, VideoClip):
                 h, w = f.hw
@@ -688,7 +741,17 @@ class Dataset(torch.utils.data.IterableDataset):
     def __len__(self) -> int:
         return len(self.loader)
 
+    def dataloader(self, **dataloader_args: Any) -> "torch.utils.data.DataLoader":
+        """A ``DataLoader`` made the right way for this dataset (``batch_size=None``: the batches
+        are already made), e.g. ``dataset.dataloader(num_workers=2, pin_memory=True)``."""
+        wrong = sorted(set(dataloader_args) & {"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"})
+        if wrong:
+            raise ConfigError(f"Dataset.dataloader({', '.join(wrong)}=...): batching, order and drop_last are "
+                              "the Dataset's own arguments (batch_size=, shuffle=, drop_last=)")
+        return torch.utils.data.DataLoader(self, batch_size=None, **dataloader_args)
+
     def __iter__(self) -> Iterator[Batch]:
+        _refuse_automatic_batching(sys._getframe(1))
         info = torch.utils.data.get_worker_info()
         if info is None:
             return iter(self.loader)
@@ -699,3 +762,23 @@ class Dataset(torch.utils.data.IterableDataset):
                 stacklevel=2,
             )
         return self.loader._iterate(info.id, info.num_workers)
+
+
+def _refuse_automatic_batching(caller) -> None:
+    """A DataLoader with automatic batching (any batch_size but None; its default is 1) would
+    collate batches into a batch of batches with transposed keys and no error. DataLoader
+    iterates an IterableDataset from its fetcher, whose constructor holds `auto_collation`
+    (torch 1.13 to 2.x, in the main process and in workers): read it there."""
+    frame = caller
+    for _ in range(3):  # the fetcher's __init__ calls iter(dataset) directly
+        if frame is None:
+            return
+        code = frame.f_code
+        if code.co_name == "__init__" and code.co_filename.replace("\\", "/").endswith("utils/data/_utils/fetch.py"):
+            if frame.f_locals.get("auto_collation"):
+                raise ConfigError(
+                    "loadscope.Dataset yields whole batches: make the DataLoader with batch_size=None "
+                    "(any other batch_size, including DataLoader's default of 1, collates them again into a "
+                    "batch of batches), or use dataset.dataloader(num_workers=...)")
+            return
+        frame = frame.f_back

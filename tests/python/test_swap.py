@@ -1,0 +1,75 @@
+"""The swap a user makes from an ImageFolder + DataLoader loop (docs/getting-started.md): tuple
+batches, the mistakes people make with DataLoader, len() of shards, the console script."""
+
+import pytest
+import torch
+
+import loadscope as ls
+
+
+def test_tuple_output_unpacks_like_an_imagefolder_dataloader(demo):
+    fields = {"jpg": ls.Image(32, flip=0.5), "cls": ls.Int()}
+    as_dict = list(ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=16, seed=3))
+    loader = ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=16, seed=3, output=("jpg", "cls"))
+    n = 0
+    for (images, labels), d in zip(loader, as_dict):
+        assert torch.equal(images, d["jpg"]) and torch.equal(labels, d["cls"])
+        n += 1
+    assert n == len(as_dict) > 1
+    keyed = ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=16, output=["__key__", "cls"])
+    keys, labels = next(iter(keyed))
+    assert keys == as_dict[0]["__key__"] and torch.equal(labels, as_dict[0]["cls"])
+
+
+@pytest.mark.parametrize("output,message", [
+    (("jpg", "label"), r"'label' is not an entry of the batch; entries: jpg, cls, __key__, __index__"),
+    ("tuple", r"output='tuple': 'dict', or a tuple of entry names"),
+    ((), r"output=\(\): 'dict', or a tuple"),
+])
+def test_a_wrong_output_lists_the_entries(demo, output, message):
+    with pytest.raises(ls.ConfigError, match=message):
+        ls.Loader(ls.Folder(demo / "folder"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=4,
+                  output=output)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("batch_args", [{"batch_size": 4}, {}])
+def test_a_dataloader_that_batches_again_is_refused_by_name(demo, workers, batch_args):
+    """DataLoader(ls.Dataset(...), batch_size=4) -- or with DataLoader's default batch_size=1 --
+    would yield batches of batches with transposed keys; it fails at once, naming the fix."""
+    ds = ls.Dataset(ls.Folder(demo / "folder"), fields={"jpg": ls.Image(32)}, batch_size=8, threads=1)
+    dl = torch.utils.data.DataLoader(ds, num_workers=workers, **batch_args)
+    with pytest.raises(Exception, match=r"make the DataLoader with batch_size=None") as e:
+        next(iter(dl))
+    if workers == 0:
+        assert isinstance(e.value, ls.ConfigError)
+    right = ds.dataloader(num_workers=workers)
+    first = next(iter(right))
+    assert first["jpg"].shape == (8, 3, 32, 32) and len(first["__key__"]) == 8
+    with pytest.raises(ls.ConfigError, match=r"Dataset.dataloader\(batch_size=...\)"):
+        ds.dataloader(batch_size=4)
+
+
+def test_len_of_shards_without_an_index_indexes_them_and_keeps_streaming(demo, tmp_path):
+    import shutil
+    for p in sorted((demo / "shards").glob("*.tar")):
+        shutil.copy(p, tmp_path / p.name)  # no .idx beside them
+    shards = sorted(str(p) for p in tmp_path.glob("*.tar"))
+    fields = {"cls": ls.Int()}
+    loader = ls.Loader(ls.WebDataset(shards), fields=fields, batch_size=7, shuffle=True, seed=1)
+    assert loader.samples is None  # streamed: its size is not known up front
+    batches = list(loader)
+    assert len(loader) == len(batches) and sum(len(b["__key__"]) for b in batches) == 120
+    assert loader.state_dict()["samples"] is None  # the state is the streaming loader's, as before len()
+    off = ls.Loader(ls.WebDataset(shards, index="off"), fields=fields, batch_size=7)
+    with pytest.raises(TypeError, match=r"index='off'.*use index='auto'"):
+        len(off)
+
+
+def test_the_console_script_is_in_the_venv():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(sys.executable).parent / "loadscope"
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "usage: loadscope COMMAND" in out.stdout
