@@ -134,15 +134,19 @@ class Snapshot:
         return f"compute-bound: data wait is {share:.0%} of step time; faster input would not help"
 
     def summary(self) -> str:
+        """The table for people. A watched DataLoader (``watch(dl).telemetry()``) prints with the
+        same lines and words, so the two can be read side by side; lines about the engine's own
+        queue, stages and reads appear for a Loader only."""
         d = self._d
         if not d.get("enabled", True):
             return "loadscope telemetry: off (Loader(..., telemetry=False)); nothing was measured"
+        watched = d.get("watched")
         lines = []
         active = d["active_seconds"] or 0
         rate = d["samples"] / active if active else 0
-        lines.append(f"loadscope telemetry: {d['samples']} samples in {d['batches']} batches, "
-                     f"{rate:.0f} samples/s over {active:.2f} s of epochs; "
-                     f"{d['failures']} failed, {d['warnings']} with decoder warnings")
+        failed = ("" if watched else f"; {d['failures']} failed, {d['warnings']} with decoder warnings")
+        lines.append(f"{'watched ' + watched['type'] if watched else 'loadscope'} telemetry: {d['samples']} samples "
+                     f"in {d['batches']} batches, {rate:.0f} samples/s over {active:.2f} s of epochs{failed}")
         loop = d["loop"]
         if loop["batches"]:
             lines.append(f"training loop: step p50 {_t(loop['step']['p50'])}, data wait p50 "
@@ -150,6 +154,34 @@ class Snapshot:
                          f"{_t(loop['data_wait']['max'])}; first batch {_t(loop['first_batch_last_epoch'])} "
                          f"after the epoch started")
             lines.append(f"  -> {self.verdict()}")
+        if "queue" in d:
+            lines += self._engine_lines()
+        m = d["memory"]
+        age = m.get("pss_age_seconds")
+        line = (f"memory: RSS {_mb(m['rss'])}, PSS {_mb(m['pss'])} "
+                f"({'read ' + _t(age) + ' ago, ' if age else ''}largest seen {_mb(m['pss_peak'])}), "
+                f"RSS peak {_mb(m['rss_peak'])}, cgroup peak {_mb(m['cgroup_peak'])}, available {_mb(m['mem_available'])}")
+        if "engine" in m:
+            e = m["engine"]
+            line += (f"; engine-owned {_mb(e['total'])} (batches {_mb(e['pool_bytes'])}, scratch {_mb(e['scratch_bytes'])}, "
+                     f"shuffle buffer {_mb(e['source_buffer_bytes'])}, pinned {_mb(e['pinned_bytes'])})")
+        else:
+            line += f" (RSS and PSS: the main process and its {watched['workers']} live workers)"
+        lines.append(line)
+        c = d["cpu"]
+        if watched:
+            lines.append(f"cpu: process {c['cores']:.2f} cores busy since watching began; main "
+                         f"{c['main_seconds']:.2f} s, workers {c['workers_seconds']:.2f} s")
+        else:
+            lines.append(f"cpu: process {c['cores']:.2f} cores busy since the loader was made; engine threads "
+                         + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
+        if "io" in d:
+            lines += self._storage_lines()
+        return "\n".join(lines)
+
+    def _engine_lines(self) -> List[str]:
+        d = self._d
+        lines = []
         q = d["queue"]
         lines.append(f"queue: {q['mean_ready']:.2f} of {q['prefetch']} batches ready on average "
                      f"(occupancy {q['occupancy']:.0%}), {q['mean_in_flight']:.2f} being built; "
@@ -169,17 +201,11 @@ class Snapshot:
                          f"{t['bandwidth_gbps']:.1f} GB/s, {t['overlapped_share']:.0%} overlapped with compute")
         else:
             lines.append(f"transfer: off ({t.get('reason', 'no device')})")
-        m = d["memory"]
-        e = m["engine"]
-        age = m.get("pss_age_seconds")
-        lines.append(f"memory: RSS {_mb(m['rss'])}, PSS {_mb(m['pss'])} "
-                     f"({'read ' + _t(age) + ' ago, ' if age else ''}largest seen {_mb(m['pss_peak'])}), "
-                     f"RSS peak {_mb(m['rss_peak'])}, cgroup peak {_mb(m['cgroup_peak'])}, available {_mb(m['mem_available'])}; "
-                     f"engine-owned {_mb(e['total'])} (batches {_mb(e['pool_bytes'])}, scratch {_mb(e['scratch_bytes'])}, "
-                     f"shuffle buffer {_mb(e['source_buffer_bytes'])}, pinned {_mb(e['pinned_bytes'])})")
-        c = d["cpu"]
-        lines.append(f"cpu: process {c['cores']:.2f} cores busy since the loader was made; engine threads "
-                     + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
+        return lines
+
+    def _storage_lines(self) -> List[str]:
+        d = self._d
+        lines = []
         n = d.get("network") or {}
         if n.get("requests"):
             lines.append(f"network: {n['requests']} requests, {_mb(n['bytes'])} ({_mb(n['bytes_per_s'])}/s over epochs), "
@@ -191,7 +217,7 @@ class Snapshot:
         lines.append(f"storage: engine read {_mb(io['engine_bytes'])} in {io['engine_reads']} reads "
                      f"({_mb(io['engine_bytes_per_s'])}/s over epochs); since the loader was made the process "
                      f"read {_mb(io['proc_rchar'])} ({_mb(io['proc_read_bytes'])} from storage)")
-        return "\n".join(lines)
+        return lines
 
     def to_prometheus(self, prefix: str = "loadscope") -> str:
         """Prometheus text exposition of the counters, gauges and quantiles."""
@@ -209,10 +235,10 @@ class Snapshot:
 
         metric("samples_total", "counter", "Samples delivered.", [({}, d["samples"])])
         metric("batches_total", "counter", "Batches delivered.", [({}, d["batches"])])
-        metric("failures_total", "counter", "Samples skipped or failed.", [({}, d["failures"])])
+        metric("failures_total", "counter", "Samples skipped or failed.", [({}, d.get("failures"))])
         metric("active_seconds_total", "counter", "Time with an epoch running.", [({}, d["active_seconds"])])
         busy, items, quant = [], [], []
-        for stage, kinds in d["stages"].items():
+        for stage, kinds in d.get("stages", {}).items():
             for kind, c in kinds.items():
                 lab = {"stage": stage, "kind": kind}
                 busy.append((lab, c["busy"]["total"]))
@@ -231,21 +257,28 @@ class Snapshot:
         out.append(f"{prefix}_data_wait_seconds_sum {wait['total']}")
         out.append(f"{prefix}_data_wait_seconds_count {wait['count']}")
         metric("data_wait_share", "gauge", "Data wait over data wait plus compute.", [({}, loop["data_wait_share"])])
-        q = d["queue"]
-        metric("queue_occupancy", "gauge", "Mean ready batches over prefetch.", [({}, q["occupancy"])])
-        metric("back_pressure_seconds_total", "counter", "Time all prefetch slots held ready batches.",
-               [({}, q["back_pressure_seconds"])])
-        metric("consumer_wait_seconds_total", "counter", "Time the consumer blocked in the engine.",
-               [({}, q["consumer_wait"]["total"])])
+        if "queue" in d:  # a Loader's own engine; a watched DataLoader has none
+            q = d["queue"]
+            metric("queue_occupancy", "gauge", "Mean ready batches over prefetch.", [({}, q["occupancy"])])
+            metric("back_pressure_seconds_total", "counter", "Time all prefetch slots held ready batches.",
+                   [({}, q["back_pressure_seconds"])])
+            metric("consumer_wait_seconds_total", "counter", "Time the consumer blocked in the engine.",
+                   [({}, q["consumer_wait"]["total"])])
         m = d["memory"]
         metric("memory_bytes", "gauge", "Process memory now.",
-               [({"kind": k}, m[k]) for k in ("rss", "pss", "cgroup_current", "mem_available")]
-               + [({"kind": "engine"}, m["engine"]["total"])])
+               [({"kind": k}, m.get(k)) for k in ("rss", "pss", "cgroup_current", "mem_available")]
+               + ([({"kind": "engine"}, m["engine"]["total"])] if "engine" in m else []))
         metric("memory_peak_bytes", "gauge", "Process memory peaks.",
-               [({"kind": k}, m[k]) for k in ("rss_peak", "pss_peak", "cgroup_peak")])
-        metric("cpu_seconds_total", "counter", "Process CPU time since the loader was made.",
-               [({"mode": "user"}, d["cpu"]["user"]), ({"mode": "system"}, d["cpu"]["system"])])
-        metric("engine_read_bytes_total", "counter", "Bytes the engine read.", [({}, d["io"]["engine_bytes"])])
+               [({"kind": k}, m.get(k)) for k in ("rss_peak", "pss_peak", "cgroup_peak")])
+        c = d["cpu"]
+        if "user" in c:
+            metric("cpu_seconds_total", "counter", "Process CPU time since the loader was made.",
+                   [({"mode": "user"}, c["user"]), ({"mode": "system"}, c["system"])])
+        else:
+            metric("cpu_seconds_total", "counter", "CPU time of the process and its workers since watching began.",
+                   [({"process": "main"}, c["main_seconds"]), ({"process": "workers"}, c["workers_seconds"])])
+        if "io" in d:
+            metric("engine_read_bytes_total", "counter", "Bytes the engine read.", [({}, d["io"]["engine_bytes"])])
         n = d.get("network") or {}
         if n:
             metric("network_requests_total", "counter", "Object storage requests.", [({}, n["requests"])])
@@ -326,7 +359,7 @@ def network_section(now: Dict[str, Any], before: Optional[Dict[str, Any]], activ
 _COUNTERS = (
     "samples", "batches", "failures", "warnings", "active_seconds", "uptime",
     "stages.*.*.items", "stages.*.*.bytes", "stages.*.*.failures", "stages.*.*.busy.count", "stages.*.*.busy.total",
-    "loop.batches", "loop.wait_seconds", "loop.compute_seconds",
+    "loop.batches", "loop.wait_seconds", "loop.compute_seconds", "cpu.main_seconds", "cpu.workers_seconds",
     "loop.step.count", "loop.step.total", "loop.data_wait.count", "loop.data_wait.total",
     "queue.consumer_wait.count", "queue.consumer_wait.total", "queue.planner_wait.count", "queue.planner_wait.total",
     "queue.back_pressure_seconds", "queue.ready_batch_seconds", "queue.in_flight_batch_seconds",
@@ -373,7 +406,7 @@ def delta(now: Snapshot, before: Optional[Snapshot]) -> Dict[str, Any]:
     dt = interval.get("uptime", 0)
     active = interval.get("active_seconds", 0)
     wait, compute = interval.get("loop.wait_seconds", 0), interval.get("loop.compute_seconds", 0)
-    prefetch = now["queue"]["prefetch"]
+    prefetch = now.to_dict().get("queue", {}).get("prefetch")  # a watched DataLoader has no queue
     return {
         "time": time.time(),
         "interval": interval,
@@ -623,6 +656,9 @@ class Watched:
         self._sampler: Optional[ProcessTreeSampler] = None
         self._iterator = None
         self._samples = 0
+        self._active_ns = 0  # time inside finished epochs
+        self._epoch_start_ns: Optional[int] = None
+        self._reporter: Optional[Reporter] = None
         p0 = _native.process_stats(pss=False)
         self._baseline = (time.monotonic(), p0["cpu_user"] + p0["cpu_system"])
 
@@ -643,6 +679,7 @@ class Watched:
         if self._sampler is None:
             self._sampler = ProcessTreeSampler(self._interval, self._worker_pids)
         start = time.monotonic_ns()
+        self._epoch_start_ns = start
         self.loop.epoch_started(start)
         self._iterator = iter(self._iterable)
         self._sampler.sample()  # the workers exist now
@@ -660,33 +697,73 @@ class Watched:
                 self._samples += _batch_len(batch)
                 yield batch
         finally:
+            if self._epoch_start_ns is not None:
+                self._active_ns += time.monotonic_ns() - self._epoch_start_ns
+                self._epoch_start_ns = None
             self._sampler.sample()  # last figures of this epoch's workers
             # Let go of the iterator: an epoch abandoned with a break then shuts its (non-
             # persistent) workers down now, not when the next epoch starts new ones beside them.
             self._iterator = None
 
-    def telemetry(self, *, sample: bool = False) -> Dict[str, Any]:
-        """The latest figures (no sampling here: cheap to call every step). sample=True takes a
-        fresh sample of the processes first (~3.5 ms per process: PSS reads every mapping)."""
+    def telemetry(self, *, sample: bool = False) -> Snapshot:
+        """The latest figures as a ``Snapshot`` shaped like a Loader's (``summary()``,
+        ``to_dict()``, ``to_prometheus()``): ``samples``, ``batches``, ``active_seconds``,
+        ``loop``, ``memory`` and ``cpu`` mean the same, measured over the main process and its
+        workers; plus ``processes`` and ``watched``. No sampling here: cheap to call every step.
+        sample=True takes a fresh sample of the processes first (~3.5 ms per process)."""
         if sample and self._sampler:
             self._sampler.sample()
         tree = self._sampler.latest if self._sampler else {"processes": [], "total": {}, "workers": 0}
         proc = _native.process_stats(pss=False)
         wall0, cpu0 = self._baseline
-        return {
-            "samples": self._samples,
+        now = time.monotonic_ns()
+        active = self._active_ns + (now - self._epoch_start_ns if self._epoch_start_ns is not None else 0)
+        main = proc["cpu_user"] + proc["cpu_system"] - cpu0
+        workers = sum(p["cpu_seconds"] for p in tree["processes"] if p["role"] == "worker")
+        return Snapshot({
+            "watched": {"type": type(self._iterable).__name__, "workers": tree["workers"],
+                        "num_workers": getattr(self._iterable, "num_workers", None)},
+            "samples": self._samples, "batches": self.loop.batches, "active_seconds": active * 1e-9,
+            "uptime": time.monotonic() - wall0,
             "loop": self.loop.to_dict(),
             "processes": tree["processes"],
             "workers": tree["workers"],
-            "memory": {"rss": proc["rss"], "rss_peak": proc["rss_peak"],
-                       "total_rss": tree["total"].get("rss"), "total_pss": tree["total"].get("pss"),
-                       "total_pss_peak": self._sampler.peak_total_pss if self._sampler else None,
-                       "cgroup_peak": proc["cgroup_peak"], "mem_available": proc["mem_available"]},
-            "cpu": {"main_cores": (proc["cpu_user"] + proc["cpu_system"] - cpu0) / max(time.monotonic() - wall0, 1e-9),
+            "memory": {"rss": tree["total"].get("rss", proc["rss"]), "pss": tree["total"].get("pss"),
+                       "pss_peak": self._sampler.peak_total_pss if self._sampler else None,
+                       "rss_peak": proc["rss_peak"], "cgroup_current": proc["cgroup_current"],
+                       "cgroup_peak": proc["cgroup_peak"], "mem_available": proc["mem_available"],
+                       "main_rss": proc["rss"], "total_rss": tree["total"].get("rss"),
+                       "total_pss": tree["total"].get("pss"),
+                       "total_pss_peak": self._sampler.peak_total_pss if self._sampler else None},
+            "cpu": {"cores": (main + workers) / max(time.monotonic() - wall0, 1e-9), "main_seconds": main,
+                    "workers_seconds": workers, "main_cores": main / max(time.monotonic() - wall0, 1e-9),
                     "total_seconds": tree["total"].get("cpu_seconds")},
-        }
+        })
+
+    def report_every(self, seconds: float, to: "Sink" = print) -> None:
+        """As ``Loader.report_every``: an interval report every `seconds` to a callable, a
+        logging.Logger or a JSON-lines path, and a final one from ``close()``."""
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+            from ._errors import ConfigError
+            raise ConfigError(f"report_every(seconds={seconds!r}): must be a number > 0")
+        self._stop_reports()
+        ref = weakref.ref(self)
+
+        def read() -> Snapshot:
+            w = ref()
+            if w is None:
+                raise ReferenceError
+            return w.telemetry(sample=True)
+
+        self._reporter = Reporter(read, seconds, to)
+
+    def _stop_reports(self) -> None:
+        if self._reporter is not None:
+            self._reporter.stop()
+            self._reporter = None
 
     def close(self) -> None:
+        self._stop_reports()  # its final report while the sampler still runs
         if self._sampler is not None:
             self._sampler.stop()
             self._sampler = None

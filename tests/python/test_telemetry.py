@@ -327,3 +327,46 @@ def test_cuda_transfer_pinned_timed_and_overlapped(demo):
     assert t["bandwidth_gbps"] > 0.5
     ref = [b["jpg"].sum().item() for b in loader(demo)]
     assert out == ref
+
+
+def test_a_watched_dataloader_and_a_loader_print_with_the_same_ruler(demo, tmp_path):
+    """watch(dl).telemetry() is a Snapshot shaped like a Loader's: the summaries have the same
+    lines for what both measure, and to_dict(), to_prometheus(), report_every work alike."""
+    from torchvision.datasets import ImageFolder
+    import torchvision.transforms as T
+
+    ds = ImageFolder(str(demo / "folder"), transform=T.Compose([T.RandomResizedCrop(64), T.PILToTensor()]))
+    dl = torch.utils.data.DataLoader(ds, batch_size=16, num_workers=2)
+    reports = tmp_path / "dl.jsonl"
+    with ls.telemetry.watch(dl, interval=0.05) as w:
+        w.report_every(3600, to=str(reports))
+        for i, _ in enumerate(w):
+            if i == 4:
+                break
+        watched = w.telemetry(sample=True)
+    L = loader(demo)
+    for i, _ in enumerate(L):
+        if i == 4:
+            break
+    own = L.telemetry()
+
+    def heads(summary):
+        return [line.split(":")[0] if not line.startswith("  ->") else "->" for line in summary.splitlines()]
+
+    hw, hl = heads(watched.summary()), heads(own.summary())
+    assert hw == ["watched DataLoader telemetry", "training loop", "->", "memory", "cpu"]
+    assert [h for h in hl if h in hw or h == "loadscope telemetry"] == ["loadscope telemetry"] + hw[1:]
+    dw, dl_ = watched.to_dict(), own.to_dict()
+    for key in ("samples", "batches", "active_seconds", "uptime"):
+        assert isinstance(dw[key], (int, float)) and isinstance(dl_[key], (int, float))
+    assert dw["samples"] == dw["batches"] * 16 == 5 * 16
+    assert set(dw["loop"]) == set(dl_["loop"])
+    for key in ("rss", "pss", "pss_peak", "rss_peak", "cgroup_peak", "mem_available"):
+        assert key in dw["memory"] and key in dl_["memory"]
+    assert dw["memory"]["pss"] == sum(p["pss"] for p in dw["processes"]) > 0
+    assert 0 < dw["cpu"]["cores"] and dw["cpu"]["workers_seconds"] > 0
+    assert ls.telemetry.Snapshot(dw).summary() == watched.summary()  # from its dict, as for a Loader
+    prom = watched.to_prometheus()
+    assert "loadscope_samples_total 80" in prom and 'loadscope_cpu_seconds_total{process="workers"}' in prom
+    final = [json.loads(x) for x in reports.read_text().splitlines()]
+    assert len(final) == 1 and final[0]["interval"]["samples"] == 80  # the last report, on close()

@@ -229,7 +229,7 @@ class TorchPipeline(Pipeline):
         self.watched = watch(self.dl, interval=3600.0)
 
     def telemetry(self) -> Dict[str, Any]:
-        return self.watched.telemetry(sample=True)
+        return self.watched.telemetry(sample=True).to_dict()
 
     def epoch(self, e: int) -> Iterator[BatchT]:
         self.sampler.epoch = e  # the sampler runs in this process and hands the epoch to the workers
@@ -320,7 +320,7 @@ class UserPipeline(Pipeline):
         return ids
 
     def telemetry(self) -> Dict[str, Any]:
-        out = self.watched.telemetry(sample=True)
+        out = self.watched.telemetry(sample=True).to_dict()
         if self.loader is not None:
             out["loadscope"] = self.loader.telemetry().to_dict()
         return out
