@@ -18,7 +18,7 @@ from ._errors import (
     ReadError,
     SampleError,
 )
-from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip
+from ._fields import IMAGENET_MEAN, IMAGENET_STD, Bytes, Field, Image, Int, Json, Text, VideoClip, normalize
 from ._loader import Dataset, Loader, default_threads
 from ._sources import (
     IMAGE_EXTENSIONS,
@@ -34,7 +34,7 @@ from ._sources import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Bytes", "ConfigError", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
+    "Bytes", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces",

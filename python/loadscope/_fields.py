@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
-from typing import Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 
@@ -19,6 +20,10 @@ IMAGE_MEMBERS = ("jpg", "jpeg", "png", "ppm", "pgm", "bmp", "tif", "tiff", "webp
 VIDEO_MEMBERS = ("mp4", "m4v", "mov", "mkv", "webm", "avi", "mpg", "mpeg", "ts", "mts", "m2ts",
                  "flv", "3gp", "ogv", "wmv")
 POSITIONS = ("random", "uniform", "center")
+DTYPES = ("uint8", "float32", "float16", "bfloat16")
+# torchvision's ImageNet statistics (in [0, 1] units), for Image(mean=..., std=...).
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 SHORT = ("pad", "fail")
 
 
@@ -51,6 +56,38 @@ def _int(owner: str, name: str, value, minimum: int) -> int:
     if v < minimum:
         raise ConfigError(f"{owner}.{name} must be an int >= {minimum}, got {value!r}")
     return v
+
+
+def _dtype(owner: str, value) -> str:
+    name = str(value).replace("torch.", "") if value is not None else ""
+    if name not in DTYPES:
+        raise ConfigError(f"{owner}.dtype={value!r}: allowed are {', '.join(DTYPES)} (or the torch dtypes)")
+    return name
+
+
+def _triple(owner: str, name: str, value, default: float) -> Tuple[float, float, float]:
+    """A per-channel statistic: None (the default), one number for all channels, or three."""
+    if value is None:
+        return (default,) * 3
+    values = [value] * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
+    ok = isinstance(values, (tuple, list)) and len(values) == 3
+    ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
+    if not ok:
+        raise ConfigError(f"{owner}.{name} must be a number or three (R, G, B) in [0, 1] units, e.g. "
+                          f"loadscope.IMAGENET_{name.upper()}, got {value!r}")
+    return tuple(float(v) for v in values)  # type: ignore[return-value]
+
+
+def normalize(x, dtype: str, mean: Sequence[float], std: Sequence[float], channels_last: bool):
+    """uint8 images -> (x / 255 - mean) / std in `dtype`, with torch ops: what Image(dtype=...)
+    does in C++, done here on the GPU after the copy when the Loader has a device (4x fewer
+    bytes to copy than float32)."""
+    import torch
+
+    shape = (1, 1, 1, 3) if channels_last else (1, 3, 1, 1)
+    m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(shape)
+    s = torch.tensor(std, dtype=torch.float32, device=x.device).view(shape)
+    return x.to(torch.float32).div_(255).sub_(m).div_(s).to(getattr(torch, dtype))
 
 
 def _range(owner: str, name: str, value) -> Tuple[float, float]:
@@ -95,6 +132,12 @@ class Image(Field):
             off for ``center`` and ``resize`` (evaluation, where matching torchvision matters).
         max_pixels: larger images fail with a DecodeError before decoding (decompression
             bombs); Pillow's limit by default.
+        dtype: ``"uint8"`` (default: 0..255), or ``"float32"``, ``"float16"``, ``"bfloat16"``
+            (or the torch dtypes): ``(x / 255 - mean) / std``, torchvision's ToTensor +
+            Normalize. Done in the loader's threads, so it counts as input work; with a CUDA
+            ``device`` it is done on the GPU after the copy instead (a quarter of the bytes).
+        mean, std: per channel (R, G, B) in [0, 1] units, or one number; default 0 and 1
+            (only x / 255). ``loadscope.IMAGENET_MEAN`` / ``IMAGENET_STD`` are torchvision's.
         keys: the members to read; by default the field's name, and when that name is an image
             type ("jpg", "png", ...) any image member, that one first.
     """
@@ -111,10 +154,23 @@ class Image(Field):
     max_pixels: int = 178956970
     keys: Optional[Union[str, Sequence[str]]] = None
     optional: bool = False
+    dtype: Any = "uint8"
+    mean: Optional[Union[float, Sequence[float]]] = None
+    std: Optional[Union[float, Sequence[float]]] = None
 
     def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
         n = type(self).__name__
         _bool(n, "optional", self.optional)
+        dtype = _dtype(n, self.dtype)
+        object.__setattr__(self, "dtype", dtype)
+        if dtype == "uint8" and (self.mean is not None or self.std is not None):
+            raise ConfigError(f"{n}: mean and std normalise a float output; give dtype='float32' (or float16, "
+                              "bfloat16) too")
+        object.__setattr__(self, "mean", _triple(n, "mean", self.mean, 0.0))
+        std = _triple(n, "std", self.std, 1.0)
+        if any(v == 0 for v in std):
+            raise ConfigError(f"{n}.std must be non-zero, got {self.std!r}")
+        object.__setattr__(self, "std", std)
         if self.crop not in CROPS:
             raise ConfigError(f"{n}.crop={self.crop!r} is not one of {', '.join(CROPS)}")
         if isinstance(self.size, (tuple, list)) and len(self.size) == 2:
@@ -145,7 +201,8 @@ class Image(Field):
         h, w = self.size
         return (int(h), int(w))
 
-    def _native(self, name: str, native):
+    def _native(self, name: str, native, on_device: bool = False):
+        """on_device: the Loader normalises on its GPU after the copy; the C++ side gives uint8."""
         keys = _keys(self.keys, name)
         if self.keys is None and name.lower() in IMAGE_MEMBERS + ("image", "img"):
             keys = [name.lower()] + [k for k in IMAGE_MEMBERS if k != name.lower()]
@@ -165,6 +222,9 @@ class Image(Field):
             dct_scaling=(self.crop == "random_resized") if self.dct_scaling is None else self.dct_scaling,
             max_pixels=int(self.max_pixels),
             optional=self.optional,
+            dtype="uint8" if on_device else self.dtype,
+            mean=self.mean,
+            std=self.std,
         )
 
 
@@ -284,6 +344,9 @@ class VideoClip(Image):
         _bool(n, "color_tags", self.color_tags)
         if self.dct_scaling:
             raise ConfigError("VideoClip: dct_scaling applies to JPEG images only")
+        if self.dtype != "uint8":
+            raise ConfigError("VideoClip: clips are uint8 only; convert on the GPU, e.g. "
+                              "loadscope.normalize(x, 'float16', mean, std, channels_last)")
         if not self.exif:
             raise ConfigError("VideoClip: exif applies to images; videos are turned upright by rotate=")
         h, w = self.hw
@@ -292,7 +355,7 @@ class VideoClip(Image):
             raise ConfigError(f"VideoClip: frames x clips x size is {per_sample / 2**30:.1f} GiB per sample; "
                               "more than 4 GiB is refused")
 
-    def _native(self, name: str, native):
+    def _native(self, name: str, native, on_device: bool = False):
         keys = _keys(self.keys, name)
         if self.keys is None and name.lower() in VIDEO_MEMBERS + ("video", "clip"):
             keys = [name.lower()] + [k for k in VIDEO_MEMBERS if k != name.lower()]

@@ -19,7 +19,7 @@ import torch
 
 from . import _native, _transfer, telemetry
 from ._errors import ConfigError, LoadscopeError
-from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip
+from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip, normalize
 from ._sources import Source
 
 log = logging.getLogger("loadscope")
@@ -270,7 +270,12 @@ class Loader:
         d = a["distributed"]
         self.rank: int = d["rank"]
         self.world_size: int = d["world_size"]
-        specs = [f._native(name, _native) for name, f in self.fields.items()]
+        # Float images under a CUDA device: uint8 is copied, and normalised on the GPU after.
+        on_device = self.device is not None
+        self._normalize_on_device = [(name, f) for name, f in self.fields.items()
+                                     if on_device and isinstance(f, Image) and f.dtype != "uint8"]
+        specs = [f._native(name, _native, on_device) if isinstance(f, Image) else f._native(name, _native)
+                 for name, f in self.fields.items()]
         # Several ranks need the epoch's size before reading it (tar shards: their index).
         self._source = self.source._native(_native, need_size=self.world_size > 1)
         self.samples: Optional[int] = self._source.size if self._source.size >= 0 else None
@@ -542,6 +547,8 @@ class Loader:
         out = self._convert(b)
         if self._transfer is not None:
             out = self._transfer(out)
+            for name, f in self._normalize_on_device:
+                out[name] = normalize(out[name], f.dtype, f.mean, f.std, f.channels_last)
         if self.output is not None:
             out = tuple(out[k] for k in self.output)
         if self._telemetry_on:
@@ -562,7 +569,8 @@ class Loader:
             elif isinstance(f, Image):
                 h, w = f.hw
                 shape = (n, h, w, 3) if f.channels_last else (n, 3, h, w)
-                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=torch.uint8).view(shape)
+                dtype = torch.uint8 if self._transfer is not None else getattr(torch, f.dtype)
+                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=dtype).view(shape)
             elif isinstance(f, Int):
                 out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=torch.int64)
             elif isinstance(f, Json):

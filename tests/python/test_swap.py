@@ -73,3 +73,55 @@ def test_the_console_script_is_in_the_venv():
     script = Path(sys.executable).parent / "loadscope"
     out = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "usage: loadscope COMMAND" in out.stdout
+
+
+def _reference(u8, dtype, mean, std, channels_last):
+    """(x / 255 - mean) / std in float64, rounded once to float32, then to the dtype (torch's
+    rounding): what the loader's table holds."""
+    shape = (1, 1, 1, 3) if channels_last else (1, 3, 1, 1)
+    m = torch.tensor(mean, dtype=torch.float64).view(shape)
+    s = torch.tensor(std, dtype=torch.float64).view(shape)
+    return ((u8.double() / 255 - m) / s).float().to(getattr(torch, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("mean,std", [((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), (None, None),
+                                      (0.5, 1e-5), (0.0, 3e5)])  # overflow to inf; subnormals
+def test_float_output_is_the_uint8_image_normalised_as_torch_rounds_it(demo, dtype, channels_last, mean, std):
+    def batch(**kw):
+        f = ls.Image(32, flip=0.5, channels_last=channels_last, **kw)
+        return next(iter(ls.Loader(ls.Folder(demo / "folder"), fields={"jpg": f}, batch_size=8, seed=3)))["jpg"]
+
+    u8 = batch()
+    got = batch(dtype=getattr(torch, dtype), mean=mean, std=std)
+    m = (0.0,) * 3 if mean is None else (mean,) * 3 if isinstance(mean, float) else mean
+    s = (1.0,) * 3 if std is None else (std,) * 3 if isinstance(std, float) else std
+    want = _reference(u8, dtype, m, s, channels_last)
+    assert got.dtype == getattr(torch, dtype) and got.shape == u8.shape
+    assert torch.equal(got, want)  # bit for bit, inf and subnormals included
+    # The same on the GPU path's torch ops (loadscope.normalize), within float32 rounding.
+    assert torch.allclose(ls.normalize(u8, dtype, m, s, channels_last).float(), want.float(), rtol=1e-2 if dtype != "float32" else 1e-4, atol=1e-6)
+
+
+def test_float_output_equals_torchvision_totensor_normalize(demo):
+    import torchvision.transforms as T
+    f = {"jpg": ls.Image(32, crop="center", dtype="float32", mean=ls.IMAGENET_MEAN, std=ls.IMAGENET_STD)}
+    u = {"jpg": ls.Image(32, crop="center")}
+    got = next(iter(ls.Loader(ls.Folder(demo / "folder"), fields=f, batch_size=4)))["jpg"]
+    u8 = next(iter(ls.Loader(ls.Folder(demo / "folder"), fields=u, batch_size=4)))["jpg"]
+    want = torch.stack([T.Normalize(ls.IMAGENET_MEAN, ls.IMAGENET_STD)(T.ConvertImageDtype(torch.float32)(x)) for x in u8])
+    assert torch.allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"mean": ls.IMAGENET_MEAN}, r"mean and std normalise a float output; give dtype='float32'"),
+    ({"dtype": "float64"}, r"dtype='float64': allowed are uint8, float32, float16, bfloat16"),
+    ({"dtype": "float32", "std": 0}, r"std must be non-zero"),
+    ({"dtype": "float32", "mean": (0.5, 0.5)}, r"mean must be a number or three"),
+])
+def test_bad_dtype_arguments_say_what_is_allowed(kwargs, message):
+    with pytest.raises(ls.ConfigError, match=message):
+        ls.Image(32, **kwargs)
+    with pytest.raises(ls.ConfigError, match=r"VideoClip: clips are uint8 only"):
+        ls.VideoClip(32, dtype="float16")

@@ -32,12 +32,14 @@ struct Scratch {
   std::unique_ptr<decode::PngDecoder> png;  // created on first use
   augment::Resampler resampler;
   std::vector<uint8_t> oriented;
+  std::vector<uint8_t> pixels;  // uint8 output before conversion to a float dtype
   std::string file;
   std::unique_ptr<decode::VideoDecoder> video;  // created on first use
 
   size_t bytes() const {
     return jpeg.buffer_bytes() + (png ? png->buffer_bytes() : 0) + resampler.buffer_bytes() +
-           oriented.capacity() + file.capacity() + (video ? video->buffer_bytes() : 0);
+           oriented.capacity() + pixels.capacity() + file.capacity() +
+           (video ? video->buffer_bytes() : 0);
   }
 };
 
@@ -248,6 +250,16 @@ void validate(const std::vector<FieldSpec>& fields) {
       throw ConfigError("field '" + f.name + "': ratio must satisfy 0 < min <= max");
     }
     if (s.max_pixels < 1) throw ConfigError("field '" + f.name + "': max_pixels must be >= 1");
+    if (s.dtype != augment::PixelType::kUint8) {
+      if (f.kind == FieldKind::kVideo) {
+        throw ConfigError("field '" + f.name + "': videos are uint8 only (convert on the GPU)");
+      }
+      for (int c = 0; c < 3; ++c) {
+        if (!std::isfinite(s.mean[c]) || !std::isfinite(s.std[c]) || s.std[c] == 0.0) {
+          throw ConfigError("field '" + f.name + "': mean must be finite and std finite and non-zero");
+        }
+      }
+    }
     if (!(s.flip >= 0 && s.flip <= 1)) {
       throw ConfigError("field '" + f.name + "': flip is a probability in [0, 1]");
     }
@@ -268,9 +280,13 @@ FieldProcessor::FieldProcessor(std::vector<FieldSpec> fields) : fields_(std::mov
   for (const auto& f : fields_) {
     FieldSlots slots;
     const size_t pixels = static_cast<size_t>(f.image.height) * f.image.width * 3;
+    converters_.emplace_back();
     switch (f.kind) {
       case FieldKind::kImage:
-        fixed(slots, pixels);
+        fixed(slots, pixels * augment::pixel_bytes(f.image.dtype));
+        if (f.image.dtype != augment::PixelType::kUint8) {
+          converters_.back() = augment::PixelConverter(f.image.dtype, f.image.mean, f.image.std);
+        }
         break;
       case FieldKind::kInt:
         fixed(slots, sizeof(int64_t));
@@ -485,9 +501,18 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
                 static_cast<uint64_t>(sample.position));
         try {
           DecodeSplit split;
+          const bool convert = f.image.dtype != augment::PixelType::kUint8;
+          const size_t pixels = static_cast<size_t>(f.image.height) * f.image.width;
+          uint8_t* dst = slot_ptr(batch, out.fixed[0], slot);
+          if (convert) s.pixels.resize(pixels * 3);
           std::string warning =
               decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
-                           f.image, rng, slot_ptr(batch, out.fixed[0], slot), t ? &split : nullptr);
+                           f.image, rng, convert ? s.pixels.data() : dst, t ? &split : nullptr);
+          if (convert) {  // Note [float output by table]
+            const uint64_t t0 = t ? telemetry::now_ns() : 0;
+            converters_[i].convert(s.pixels.data(), pixels, !f.image.channels_last, dst);
+            if (t) split.augment_ns += telemetry::now_ns() - t0;
+          }
           if (!warning.empty() && ctx.warning.empty()) ctx.warning = m->name + ": " + warning;
           if (t) {
             t->record(*ctx.slot, telemetry::Stage::kDecode, kind, split.decode_ns, bytes->size());

@@ -3,12 +3,14 @@
 // sample (the first of `keys` that exists) and turned into a fixed-size tensor slot (images,
 // integers) or a string (text, JSON, raw bytes).
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
+#include "loadscope/augment/pixels.h"
 #include "loadscope/core/engine.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/io/prefetch.h"
@@ -32,6 +34,10 @@ struct ImageSpec {
   // Images with more pixels fail before any decoding (a 600-byte JPEG can claim 20000x20000):
   // Pillow's decompression-bomb limit by default.
   int64_t max_pixels = 178956970;
+  // The output element type; other than uint8: (v / 255 - mean[c]) / std[c] (images only).
+  augment::PixelType dtype = augment::PixelType::kUint8;
+  std::array<double, 3> mean{0.0, 0.0, 0.0};
+  std::array<double, 3> std{1.0, 1.0, 1.0};
 };
 
 // A video field: K clips of T frames, each clip with one spatial crop (ImageSpec's size, crop,
@@ -89,6 +95,7 @@ class FieldProcessor : public SampleProcessor {
   std::vector<FieldSpec> fields_;
   std::vector<FieldSlots> slots_;
   std::vector<size_t> fixed_bytes_;
+  std::vector<augment::PixelConverter> converters_;  // per field; used where dtype != uint8
   size_t num_strings_ = 0;
   std::mutex prefetcher_mutex_;
   std::unique_ptr<io::Prefetcher> prefetcher_;  // made on the first remote member

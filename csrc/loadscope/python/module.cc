@@ -172,6 +172,14 @@ pipeline::CropMode parse_crop(const std::string& crop) {
   throw ConfigError("unknown crop '" + crop + "' (allowed: random_resized, center, resize)");
 }
 
+augment::PixelType pixel_type(const std::string& dtype) {
+  if (dtype == "uint8") return augment::PixelType::kUint8;
+  if (dtype == "float32") return augment::PixelType::kFloat32;
+  if (dtype == "float16") return augment::PixelType::kFloat16;
+  if (dtype == "bfloat16") return augment::PixelType::kBFloat16;
+  throw ConfigError("unknown dtype '" + dtype + "' (allowed: uint8, float32, float16, bfloat16)");
+}
+
 // The frame geometry images and video clips share.
 pipeline::ImageSpec geometry(int height, int width, const std::string& crop,
                              std::pair<double, double> scale, std::pair<double, double> ratio,
@@ -229,7 +237,8 @@ PYBIND11_MODULE(_native, m) {
       [](std::string name, std::vector<std::string> keys, int height, int width,
          const std::string& crop, std::pair<double, double> scale,
          std::pair<double, double> ratio, int resize, double flip, bool channels_last, bool exif,
-         bool dct_scaling, int64_t max_pixels, bool optional) {
+         bool dct_scaling, int64_t max_pixels, bool optional, const std::string& dtype,
+         std::array<double, 3> mean, std::array<double, 3> std) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -237,6 +246,9 @@ PYBIND11_MODULE(_native, m) {
         f.image = geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
         f.image.exif = exif;
         f.image.dct_scaling = dct_scaling;
+        f.image.dtype = pixel_type(dtype);
+        f.image.mean = mean;
+        f.image.std = std;
         f.optional = optional;
         pipeline::validate({f});
         return f;
@@ -244,7 +256,8 @@ PYBIND11_MODULE(_native, m) {
       py::arg("name"), py::arg("keys"), py::arg("height"), py::arg("width"), py::arg("crop"),
       py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
       py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"),
-      py::arg("optional"));
+      py::arg("optional"), py::arg("dtype") = "uint8", py::arg("mean") = std::array<double, 3>{0, 0, 0},
+      py::arg("std") = std::array<double, 3>{1, 1, 1});
 
   m.def(
       "video_field",
