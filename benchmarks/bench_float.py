@@ -81,7 +81,7 @@ def main() -> None:
     root = root / "folder"
     device = "cuda" if torch.cuda.is_available() else None
     a = arms(device)
-    for name, (field, how) in a.items():  # warm-up: page cache, allocators
+    for field, how in a.values():  # warm-up: page cache, allocators
         epoch(root, field, how, args.threads, 256, device)
     rates = {k: [] for k in a}
     info = {}

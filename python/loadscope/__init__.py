@@ -18,7 +18,20 @@ from ._errors import (
     ReadError,
     SampleError,
 )
-from ._fields import IMAGENET_MEAN, IMAGENET_STD, Bytes, Field, Image, Int, Json, Text, VideoClip, normalize
+from ._fields import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    Bytes,
+    ColorJitter,
+    Field,
+    Image,
+    Int,
+    Json,
+    RandomErasing,
+    Text,
+    VideoClip,
+    normalize,
+)
 from ._loader import Dataset, Loader, default_threads
 from ._sources import (
     IMAGE_EXTENSIONS,
@@ -34,7 +47,7 @@ from ._sources import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Bytes", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
+    "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces",

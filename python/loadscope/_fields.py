@@ -98,6 +98,78 @@ def _range(owner: str, name: str, value) -> Tuple[float, float]:
     return (float(value[0]), float(value[1]))
 
 
+def _jitter_range(name: str, value, center: float, bound: Optional[Tuple[float, float]]) -> Tuple[float, float]:
+    """torchvision's ColorJitter._check_input: a number x means [center - x, center + x] (clipped
+    at 0 for factors), a pair is the range itself."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(f"ColorJitter.{name}={value!r}: a number must be >= 0")
+        lo, hi = center - float(value), center + float(value)
+        if bound is None:
+            lo = max(lo, 0.0)
+    else:
+        lo, hi = _range("ColorJitter", name, value)
+    limit = bound or (0.0, math.inf)
+    if not limit[0] <= lo <= hi <= limit[1]:
+        raise ConfigError(f"ColorJitter.{name}={value!r}: the range must satisfy {limit[0]} <= min <= max <= {limit[1]}")
+    return (lo, hi)
+
+
+@dataclass(frozen=True)
+class ColorJitter:
+    """torchvision's ``ColorJitter`` per sample, in C++: brightness, contrast, saturation (a
+    number x means factors in [max(0, 1 - x), 1 + x], or a (min, max) pair) and hue (x means
+    [-x, x], at most 0.5), applied in a random order with factors drawn from (seed, epoch,
+    position); ``p``: the probability it is applied at all (``RandomApply([ColorJitter], p)``).
+    The ops are torchvision's on uint8 tensors, bit for bit (tested)."""
+
+    brightness: Union[float, Tuple[float, float]] = 0.0
+    contrast: Union[float, Tuple[float, float]] = 0.0
+    saturation: Union[float, Tuple[float, float]] = 0.0
+    hue: Union[float, Tuple[float, float]] = 0.0
+    p: float = 1.0
+
+    def __post_init__(self) -> None:
+        _probability("ColorJitter", "p", self.p)
+        self.ranges()
+
+    def ranges(self) -> list:
+        out = []
+        for name in ("brightness", "contrast", "saturation"):
+            out += _jitter_range(name, getattr(self, name), 1.0, None)
+        out += _jitter_range("hue", self.hue, 0.0, (-0.5, 0.5))
+        return out
+
+
+@dataclass(frozen=True)
+class RandomErasing:
+    """torchvision's ``RandomErasing`` per sample: with probability ``p`` a box of ``scale`` of
+    the area and aspect ratio in ``ratio`` (log-uniform) is filled with ``value``, in the
+    output's units (after ``dtype``/``mean``/``std``: 0 is the mean colour of a normalised
+    image, as torchvision's recipe has it; 0..255 for uint8). One number or three (R, G, B)."""
+
+    p: float = 0.5
+    scale: Tuple[float, float] = (0.02, 0.33)
+    ratio: Tuple[float, float] = (0.3, 3.3)
+    value: Union[float, Tuple[float, float, float]] = 0.0
+
+    def __post_init__(self) -> None:
+        _probability("RandomErasing", "p", self.p)
+        lo, hi = _range("RandomErasing", "scale", self.scale)
+        if not 0 < lo <= hi <= 1:
+            raise ConfigError(f"RandomErasing.scale={self.scale!r}: must satisfy 0 < min <= max <= 1")
+        lo, hi = _range("RandomErasing", "ratio", self.ratio)
+        if not 0 < lo <= hi:
+            raise ConfigError(f"RandomErasing.ratio={self.ratio!r}: must satisfy 0 < min <= max")
+        _triple("RandomErasing", "value", self.value, 0.0)
+
+
+def _probability(owner: str, name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise ConfigError(f"{owner}.{name} is a probability in [0, 1], got {value!r}")
+    return float(value)
+
+
 class Field:
     """Base of all fields. Every field takes ``keys``: the sample members to read it from,
     first match wins (``"jpg;png"`` or ``["jpg", "png"]``); by default the field's name in
@@ -138,6 +210,10 @@ class Image(Field):
             ``device`` it is done on the GPU after the copy instead (a quarter of the bytes).
         mean, std: per channel (R, G, B) in [0, 1] units, or one number; default 0 and 1
             (only x / 255). ``loadscope.IMAGENET_MEAN`` / ``IMAGENET_STD`` are torchvision's.
+        color: a ``ColorJitter`` applied per sample after the crop and flip.
+        grayscale: probability of torchvision's ``RandomGrayscale`` (after ``color``).
+        erasing: a ``RandomErasing`` applied last, after the ``dtype`` conversion.
+        Every draw is a function of (seed, epoch, position): the same for any thread count.
         keys: the members to read; by default the field's name, and when that name is an image
             type ("jpg", "png", ...) any image member, that one first.
     """
@@ -157,10 +233,19 @@ class Image(Field):
     dtype: Any = "uint8"
     mean: Optional[Union[float, Sequence[float]]] = None
     std: Optional[Union[float, Sequence[float]]] = None
+    color: Optional[ColorJitter] = None
+    grayscale: float = 0.0
+    erasing: Optional[RandomErasing] = None
 
     def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
         n = type(self).__name__
         _bool(n, "optional", self.optional)
+        if self.color is not None and not isinstance(self.color, ColorJitter):
+            raise ConfigError(f"{n}.color must be a loadscope.ColorJitter(...), got {type(self.color).__name__} "
+                              "(torchvision transforms run on whole batches: see docs/augmentations.md)")
+        if self.erasing is not None and not isinstance(self.erasing, RandomErasing):
+            raise ConfigError(f"{n}.erasing must be a loadscope.RandomErasing(...), got {type(self.erasing).__name__}")
+        _probability(n, "grayscale", self.grayscale)
         dtype = _dtype(n, self.dtype)
         object.__setattr__(self, "dtype", dtype)
         if dtype == "uint8" and (self.mean is not None or self.std is not None):
@@ -225,7 +310,22 @@ class Image(Field):
             dtype="uint8" if on_device else self.dtype,
             mean=self.mean,
             std=self.std,
+            **self._pixel_ops(on_device),
         )
+
+    def _pixel_ops(self, on_device: bool) -> dict:
+        out: dict = {"grayscale": float(self.grayscale)}
+        if self.color is not None:
+            out.update(color_p=float(self.color.p), color_ranges=self.color.ranges())
+        e = self.erasing
+        if e is not None:
+            if on_device and self.dtype != "uint8":
+                # The box would be filled in uint8 units before the GPU normalises the batch.
+                raise ConfigError("Image.erasing with a float dtype under a CUDA device: erase on the GPU after "
+                                  "the copy (torchvision.transforms.RandomErasing per sample), or use device='cpu'")
+            out.update(erase_p=float(e.p), erase_geometry=[*map(float, e.scale), *map(float, e.ratio)],
+                       erase_value=list(_triple("RandomErasing", "value", e.value, 0.0)))
+        return out
 
 
 @dataclass(frozen=True)
@@ -347,6 +447,8 @@ class VideoClip(Image):
         if self.dtype != "uint8":
             raise ConfigError("VideoClip: clips are uint8 only; convert on the GPU, e.g. "
                               "loadscope.normalize(x, 'float16', mean, std, channels_last)")
+        if self.color is not None or self.grayscale or self.erasing is not None:
+            raise ConfigError("VideoClip: color, grayscale and erasing are for images only so far")
         if not self.exif:
             raise ConfigError("VideoClip: exif applies to images; videos are turned upright by rotate=")
         h, w = self.hw

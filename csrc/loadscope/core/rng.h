@@ -27,7 +27,8 @@ enum class RngStream : uint64_t {
   kShardOrder = 2,
   kShuffleBuffer = 3,
   kMix = 4,
-  kAugment = 16,  // + field index
+  kAugment = 16,  // + field index: crop and flip
+  kPixels = 4096,  // + field index: colour, grayscale, erasing
 };
 
 // A small counter-based generator: cheap to construct per sample, no shared state.

@@ -250,6 +250,27 @@ void validate(const std::vector<FieldSpec>& fields) {
       throw ConfigError("field '" + f.name + "': ratio must satisfy 0 < min <= max");
     }
     if (s.max_pixels < 1) throw ConfigError("field '" + f.name + "': max_pixels must be >= 1");
+    const auto& c = s.color;
+    const auto& e = s.erase;
+    const bool pixel_ops = c.p > 0 || s.grayscale > 0 || e.p > 0;
+    if (pixel_ops && f.kind == FieldKind::kVideo) {
+      throw ConfigError("field '" + f.name + "': colour jitter, grayscale and erasing are for images only");
+    }
+    if (!(c.p >= 0 && c.p <= 1) || !(s.grayscale >= 0 && s.grayscale <= 1) || !(e.p >= 0 && e.p <= 1)) {
+      throw ConfigError("field '" + f.name + "': probabilities must be in [0, 1]");
+    }
+    for (int k = 0; k < 4; ++k) {
+      const bool ok = k == 3 ? (c.lo[k] >= -0.5 && c.lo[k] <= c.hi[k] && c.hi[k] <= 0.5)
+                             : (c.lo[k] >= 0 && c.lo[k] <= c.hi[k] && std::isfinite(c.hi[k]));
+      if (!ok) {
+        throw ConfigError("field '" + f.name + "': colour jitter ranges must be (min, max) with " +
+                          (k == 3 ? "-0.5 <= min <= max <= 0.5 (hue)" : "0 <= min <= max"));
+      }
+    }
+    if (e.p > 0 && !(e.scale_min > 0 && e.scale_min <= e.scale_max && e.scale_max <= 1 &&
+                     e.ratio_min > 0 && e.ratio_min <= e.ratio_max && std::isfinite(e.ratio_max))) {
+      throw ConfigError("field '" + f.name + "': erasing needs 0 < scale min <= max <= 1 and 0 < ratio min <= max");
+    }
     if (s.dtype != augment::PixelType::kUint8) {
       if (f.kind == FieldKind::kVideo) {
         throw ConfigError("field '" + f.name + "': videos are uint8 only (convert on the GPU)");
@@ -508,9 +529,22 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
           std::string warning =
               decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
                            f.image, rng, convert ? s.pixels.data() : dst, t ? &split : nullptr);
-          if (convert) {  // Note [float output by table]
+          const ImageSpec& spec = f.image;
+          if (convert || spec.color.p > 0 || spec.grayscale > 0 || spec.erase.p > 0) {
             const uint64_t t0 = t ? telemetry::now_ns() : 0;
-            converters_[i].convert(s.pixels.data(), pixels, !f.image.channels_last, dst);
+            const bool chw = !spec.channels_last;
+            Rng prng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
+                     static_cast<RngStream>(static_cast<uint64_t>(RngStream::kPixels) + i),
+                     static_cast<uint64_t>(sample.position));
+            const augment::ColorDraw color = augment::draw_color(spec.color, prng);
+            const bool gray = spec.grayscale > 0 && (spec.grayscale >= 1 || prng.uniform() < spec.grayscale);
+            const augment::EraseBox box = augment::draw_erase(spec.erase, spec.height, spec.width, prng);
+            const auto rgb = augment::RgbView::of(convert ? s.pixels.data() : dst, pixels, chw);
+            augment::apply_color(rgb, color);
+            if (gray) augment::to_grayscale(rgb);
+            // Note [float output by table]
+            if (convert) converters_[i].convert(s.pixels.data(), pixels, chw, dst);
+            augment::erase(dst, spec.dtype, spec.height, spec.width, chw, box, spec.erase.value);
             if (t) split.augment_ns += telemetry::now_ns() - t0;
           }
           if (!warning.empty() && ctx.warning.empty()) ctx.warning = m->name + ": " + warning;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "loadscope/augment/color.h"
 #include "loadscope/augment/pixels.h"
 #include "loadscope/core/engine.h"
 #include "loadscope/core/rng.h"
@@ -38,6 +39,12 @@ struct ImageSpec {
   augment::PixelType dtype = augment::PixelType::kUint8;
   std::array<double, 3> mean{0.0, 0.0, 0.0};
   std::array<double, 3> std{1.0, 1.0, 1.0};
+  // Per-sample colour ops after crop and flip, then the dtype conversion, then erasing (the
+  // order of torchvision's usual recipe: ColorJitter, RandomGrayscale, ToTensor, Normalize,
+  // RandomErasing). Images only.
+  augment::ColorSpec color;
+  double grayscale = 0.0;  // probability
+  augment::EraseSpec erase;
 };
 
 // A video field: K clips of T frames, each clip with one spatial crop (ImageSpec's size, crop,

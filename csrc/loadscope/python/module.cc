@@ -238,7 +238,9 @@ PYBIND11_MODULE(_native, m) {
          const std::string& crop, std::pair<double, double> scale,
          std::pair<double, double> ratio, int resize, double flip, bool channels_last, bool exif,
          bool dct_scaling, int64_t max_pixels, bool optional, const std::string& dtype,
-         std::array<double, 3> mean, std::array<double, 3> std) {
+         std::array<double, 3> mean, std::array<double, 3> std, double color_p,
+         std::array<double, 8> color_ranges, double grayscale, double erase_p,
+         std::array<double, 4> erase_geometry, std::array<double, 3> erase_value) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -249,6 +251,18 @@ PYBIND11_MODULE(_native, m) {
         f.image.dtype = pixel_type(dtype);
         f.image.mean = mean;
         f.image.std = std;
+        f.image.color.p = color_p;
+        for (int k = 0; k < 4; ++k) {
+          f.image.color.lo[k] = color_ranges[2 * k];
+          f.image.color.hi[k] = color_ranges[2 * k + 1];
+        }
+        f.image.grayscale = grayscale;
+        f.image.erase.p = erase_p;
+        f.image.erase.scale_min = erase_geometry[0];
+        f.image.erase.scale_max = erase_geometry[1];
+        f.image.erase.ratio_min = erase_geometry[2];
+        f.image.erase.ratio_max = erase_geometry[3];
+        f.image.erase.value = erase_value;
         f.optional = optional;
         pipeline::validate({f});
         return f;
@@ -257,7 +271,29 @@ PYBIND11_MODULE(_native, m) {
       py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
       py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"),
       py::arg("optional"), py::arg("dtype") = "uint8", py::arg("mean") = std::array<double, 3>{0, 0, 0},
-      py::arg("std") = std::array<double, 3>{1, 1, 1});
+      py::arg("std") = std::array<double, 3>{1, 1, 1}, py::arg("color_p") = 0.0,
+      py::arg("color_ranges") = std::array<double, 8>{1, 1, 1, 1, 1, 1, 0, 0},
+      py::arg("grayscale") = 0.0, py::arg("erase_p") = 0.0,
+      py::arg("erase_geometry") = std::array<double, 4>{0.02, 0.33, 0.3, 3.3},
+      py::arg("erase_value") = std::array<double, 3>{0, 0, 0});
+
+  // The colour ops on one uint8 image, [3, H, W] or [H, W, 3] (contiguous), in place: for
+  // parity tests against torchvision's functional ops. ops: (name, factor) pairs in order,
+  // names brightness, contrast, saturation, hue, grayscale.
+  m.def("_color_ops", [](py::buffer image, bool chw, std::vector<std::pair<std::string, double>> ops) {
+    py::buffer_info info = image.request(true);
+    if (info.itemsize != 1 || info.ndim != 3) throw ConfigError("_color_ops: a uint8 [3, H, W] or [H, W, 3] buffer");
+    const size_t pixels = static_cast<size_t>(info.size / 3);
+    const auto rgb = augment::RgbView::of(static_cast<uint8_t*>(info.ptr), pixels, chw);
+    for (const auto& [name, factor] : ops) {
+      if (name == "brightness") augment::adjust_brightness(rgb, factor);
+      else if (name == "contrast") augment::adjust_contrast(rgb, factor);
+      else if (name == "saturation") augment::adjust_saturation(rgb, factor);
+      else if (name == "hue") augment::adjust_hue(rgb, factor);
+      else if (name == "grayscale") augment::to_grayscale(rgb);
+      else throw ConfigError("_color_ops: unknown op '" + name + "'");
+    }
+  });
 
   m.def(
       "video_field",

@@ -1,0 +1,221 @@
+#include "loadscope/augment/color.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// Results must equal torchvision's float32 ops bit for bit: CMakeLists.txt compiles this file
+// with -ffp-contract=off (no fused multiply-adds).
+
+namespace loadscope::augment {
+
+namespace {
+
+// torch's uint8 -> float32 promotion of `scalar * tensor` and `.to(uint8)`: the Python float
+// becomes a float32 and the result is truncated toward zero after clamping to [0, 255].
+inline uint8_t to_u8(float x) { return static_cast<uint8_t>(std::min(std::max(x, 0.0f), 255.0f)); }
+
+// torchvision's rgb_to_grayscale for uint8: (0.2989 r + 0.587 g + 0.114 b), truncated.
+inline uint8_t gray(uint8_t r, uint8_t g, uint8_t b) {
+  const float x = 0.2989f * static_cast<float>(r) + 0.587f * static_cast<float>(g) +
+                  0.114f * static_cast<float>(b);
+  return static_cast<uint8_t>(x);
+}
+
+// _blend(img1, img2, ratio) = (ratio * img1 + (1 - ratio) * img2).clamp(0, 255).to(uint8)
+struct Blend {
+  float a, b;
+  explicit Blend(double ratio)
+      : a(static_cast<float>(ratio)), b(static_cast<float>(1.0 - ratio)) {}
+  uint8_t operator()(uint8_t x, float other) const {
+    return to_u8(a * static_cast<float>(x) + b * other);
+  }
+};
+
+template <typename F>
+void each(const RgbView& img, F&& f) {
+  uint8_t *r = img.r, *g = img.g, *b = img.b;
+  for (size_t i = 0; i < img.pixels; ++i, r += img.step, g += img.step, b += img.step) f(*r, *g, *b);
+}
+
+}  // namespace
+
+void adjust_brightness(const RgbView& img, double factor) {
+  const Blend blend(factor);
+  each(img, [&](uint8_t& r, uint8_t& g, uint8_t& b) {
+    r = blend(r, 0.0f);
+    g = blend(g, 0.0f);
+    b = blend(b, 0.0f);
+  });
+}
+
+void adjust_contrast(const RgbView& img, double factor) {
+  // The mean of the truncated gray levels: integers, so a float32 sum is exact below 2^24.
+  uint64_t sum = 0;
+  each(img, [&](uint8_t& r, uint8_t& g, uint8_t& b) { sum += gray(r, g, b); });
+  const float mean = static_cast<float>(sum) / static_cast<float>(img.pixels);
+  const Blend blend(factor);
+  each(img, [&](uint8_t& r, uint8_t& g, uint8_t& b) {
+    r = blend(r, mean);
+    g = blend(g, mean);
+    b = blend(b, mean);
+  });
+}
+
+void adjust_saturation(const RgbView& img, double factor) {
+  const Blend blend(factor);
+  each(img, [&](uint8_t& r, uint8_t& g, uint8_t& b) {
+    const float l = gray(r, g, b);
+    r = blend(r, l);
+    g = blend(g, l);
+    b = blend(b, l);
+  });
+}
+
+void to_grayscale(const RgbView& img) {
+  each(img, [&](uint8_t& r, uint8_t& g, uint8_t& b) { r = g = b = gray(r, g, b); });
+}
+
+void adjust_hue(const RgbView& img, double factor) {
+  const float hue = static_cast<float>(factor);
+  each(img, [&](uint8_t& R, uint8_t& G, uint8_t& B) {
+    // convert_image_dtype(uint8 -> float32), then _rgb2hsv, op for op.
+    const float r = static_cast<float>(R) / 255.0f, g = static_cast<float>(G) / 255.0f,
+                b = static_cast<float>(B) / 255.0f;
+    const float maxc = std::max(std::max(r, g), b), minc = std::min(std::min(r, g), b);
+    const bool eqc = maxc == minc;
+    const float cr = maxc - minc;
+    const float s = cr / (eqc ? 1.0f : maxc);
+    const float div = eqc ? 1.0f : cr;
+    const float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+    const float hr = (maxc == r) ? (bc - gc) : 0.0f;
+    const float hg = (maxc == g && maxc != r) ? (2.0f + rc - bc) : 0.0f;
+    const float hb = (maxc != g && maxc != r) ? (4.0f + gc - rc) : 0.0f;
+    float h = std::fmod(((hr + hg) + hb) / 6.0f + 1.0f, 1.0f);
+    // (h + hue) % 1.0: torch.remainder, fmod moved to the divisor's sign.
+    h = std::fmod(h + hue, 1.0f);
+    if (h != 0.0f && h < 0.0f) h += 1.0f;
+    // _hsv2rgb
+    const float v = maxc;
+    const float h6 = h * 6.0f;
+    const float fl = std::floor(h6);
+    const float f = h6 - fl;
+    const int i = static_cast<int>(fl) % 6;
+    const float p = std::clamp(v * (1.0f - s), 0.0f, 1.0f);
+    const float q = std::clamp(v * (1.0f - s * f), 0.0f, 1.0f);
+    const float t = std::clamp(v * (1.0f - s * (1.0f - f)), 0.0f, 1.0f);
+    float o[3];
+    switch (i) {
+      case 0: o[0] = v, o[1] = t, o[2] = p; break;
+      case 1: o[0] = q, o[1] = v, o[2] = p; break;
+      case 2: o[0] = p, o[1] = v, o[2] = t; break;
+      case 3: o[0] = p, o[1] = q, o[2] = v; break;
+      case 4: o[0] = t, o[1] = p, o[2] = v; break;
+      default: o[0] = v, o[1] = p, o[2] = q; break;
+    }
+    // convert_image_dtype(float32 -> uint8): x * (255 + 1 - 1e-3), truncated.
+    const float scale = static_cast<float>(255.0 + 1.0 - 1e-3);
+    R = static_cast<uint8_t>(o[0] * scale);
+    G = static_cast<uint8_t>(o[1] * scale);
+    B = static_cast<uint8_t>(o[2] * scale);
+  });
+}
+
+ColorDraw draw_color(const ColorSpec& spec, Rng& rng) {
+  ColorDraw d;
+  if (spec.p <= 0.0) return d;
+  d.apply = spec.p >= 1.0 || rng.uniform() < spec.p;
+  if (!d.apply) return d;
+  for (int k = 3; k > 0; --k) {  // Fisher-Yates
+    const int j = static_cast<int>(rng.below(static_cast<uint64_t>(k) + 1));
+    std::swap(d.order[k], d.order[j]);
+  }
+  for (int k = 0; k < 4; ++k) d.factor[k] = rng.uniform(spec.lo[k], spec.hi[k]);
+  for (int k = 0; k < 4; ++k) {  // an op whose range is the identity is skipped, as None is
+    const double identity = k == 3 ? 0.0 : 1.0;
+    if (spec.lo[k] == identity && spec.hi[k] == identity) d.factor[k] = identity;
+  }
+  return d;
+}
+
+void apply_color(const RgbView& img, const ColorDraw& draw) {
+  if (!draw.apply) return;
+  for (int k : draw.order) {
+    const double f = draw.factor[k];
+    switch (k) {
+      case 0: if (f != 1.0) adjust_brightness(img, f); break;
+      case 1: if (f != 1.0) adjust_contrast(img, f); break;
+      case 2: if (f != 1.0) adjust_saturation(img, f); break;
+      default: if (f != 0.0) adjust_hue(img, f); break;
+    }
+  }
+}
+
+EraseBox draw_erase(const EraseSpec& spec, int height, int width, Rng& rng) {
+  EraseBox box;
+  if (spec.p <= 0.0 || !(spec.p >= 1.0 || rng.uniform() < spec.p)) return box;
+  const double area = static_cast<double>(height) * width;
+  const double log_lo = std::log(spec.ratio_min), log_hi = std::log(spec.ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase_area = area * rng.uniform(spec.scale_min, spec.scale_max);
+    const double aspect = std::exp(rng.uniform(log_lo, log_hi));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(erase_area * aspect)));
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(erase_area / aspect)));
+    if (!(h < height && w < width)) continue;
+    box.erase = true;
+    box.height = h;
+    box.width = w;
+    box.top = static_cast<int>(rng.below(static_cast<uint64_t>(height - h) + 1));
+    box.left = static_cast<int>(rng.below(static_cast<uint64_t>(width - w) + 1));
+    return box;
+  }
+  return box;  // torchvision returns the image unchanged after 10 misses
+}
+
+namespace {
+
+template <typename T>
+void fill(T* image, int height, int width, bool chw, const EraseBox& box, const T value[3]) {
+  const size_t plane = static_cast<size_t>(height) * width;
+  for (int y = box.top; y < box.top + box.height; ++y) {
+    for (int x = box.left; x < box.left + box.width; ++x) {
+      const size_t px = static_cast<size_t>(y) * width + x;
+      for (int c = 0; c < 3; ++c) {
+        image[chw ? c * plane + px : 3 * px + c] = value[c];
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void erase(void* image, PixelType type, int height, int width, bool chw, const EraseBox& box,
+           const std::array<double, 3>& value) {
+  if (!box.erase) return;
+  switch (type) {
+    case PixelType::kUint8: {
+      uint8_t v[3];
+      for (int c = 0; c < 3; ++c) v[c] = static_cast<uint8_t>(std::clamp(value[c], 0.0, 255.0));
+      fill(static_cast<uint8_t*>(image), height, width, chw, box, v);
+      break;
+    }
+    case PixelType::kFloat32: {
+      float v[3];
+      for (int c = 0; c < 3; ++c) v[c] = static_cast<float>(value[c]);
+      fill(static_cast<float*>(image), height, width, chw, box, v);
+      break;
+    }
+    case PixelType::kFloat16:
+    case PixelType::kBFloat16: {
+      uint16_t v[3];
+      for (int c = 0; c < 3; ++c) {
+        const float f = static_cast<float>(value[c]);
+        v[c] = type == PixelType::kFloat16 ? float_to_half(f) : float_to_bfloat16(f);
+      }
+      fill(static_cast<uint16_t*>(image), height, width, chw, box, v);
+      break;
+    }
+  }
+}
+
+}  // namespace loadscope::augment

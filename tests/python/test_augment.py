@@ -1,0 +1,123 @@
+"""Per-sample augmentations in C++ (ColorJitter, RandomGrayscale, RandomErasing) against
+torchvision's functional ops on uint8 tensors with the same parameters, bit for bit; their
+draws per sample, deterministic for any thread count."""
+
+import pytest
+import torch
+import torchvision.transforms.functional as F
+
+import loadscope as ls
+from loadscope import _native
+
+REAL_JPEGS = ["vision/test/assets/encode_jpeg/grace_hopper_517x606.jpg", "pillow/Tests/images/hopper.jpg",
+              "pillow/Tests/images/pil_sample_rgb.jpg", "pillow/Tests/images/jpeg_ff00_header.jpg",
+              "vision/test/assets/fakedata/logos/rgb_pytorch.jpg"]
+
+
+def batch(root, size=64, threads=2, seed=3, **image):
+    f = ls.Image(size, flip=0.5, **image)
+    return torch.cat([b["jpg"] for b in ls.Loader(ls.Folder(root), fields={"jpg": f}, batch_size=16,
+                                                     threads=threads, seed=seed)])
+
+
+@pytest.fixture(scope="module")
+def real_images(real, tmp_path_factory):
+    """Real photos and a logo, cropped to 224 and 256 (2^16 pixels) by the loader."""
+    import shutil
+    root = tmp_path_factory.mktemp("real") / "x"
+    root.mkdir()
+    for i, p in enumerate(REAL_JPEGS):
+        shutil.copy(real / p, root / f"{i}.jpg")
+    return [batch(root.parent, size=s, crop="center") for s in (224, 256)]
+
+
+OPS = [("brightness", 1.37, F.adjust_brightness), ("brightness", 0.61, F.adjust_brightness),
+       ("brightness", 0.0, F.adjust_brightness), ("contrast", 1.4, F.adjust_contrast),
+       ("contrast", 0.55, F.adjust_contrast), ("saturation", 1.6, F.adjust_saturation),
+       ("saturation", 0.3, F.adjust_saturation), ("saturation", 0.0, F.adjust_saturation),
+       ("hue", 0.13, F.adjust_hue), ("hue", -0.41, F.adjust_hue), ("hue", 0.5, F.adjust_hue),
+       ("hue", -0.5, F.adjust_hue)]
+
+
+@pytest.mark.parametrize("name,factor,reference", OPS, ids=[f"{n}{f}" for n, f, _ in OPS])
+@pytest.mark.parametrize("layout", ["chw", "hwc"])
+def test_each_colour_op_equals_torchvisions_on_uint8_tensors(real_images, name, factor, reference, layout):
+    for images in real_images:
+        for img in images:
+            want = reference(img, factor)
+            mine = img.clone() if layout == "chw" else img.permute(1, 2, 0).contiguous()
+            _native._color_ops(mine.numpy(), layout == "chw", [(name, factor)])
+            got = mine if layout == "chw" else mine.permute(2, 0, 1)
+            assert torch.equal(got, want), (name, factor, (got.int() - want.int()).abs().max())
+    gray = real_images[0][0].clone()
+    _native._color_ops(gray.numpy(), True, [("grayscale", 0.0)])
+    assert torch.equal(gray, F.rgb_to_grayscale(real_images[0][0], 3))
+
+
+@pytest.mark.parametrize("jitter,reference", [
+    (ls.ColorJitter(brightness=(1.3, 1.3)), lambda x: F.adjust_brightness(x, 1.3)),
+    (ls.ColorJitter(contrast=(0.6, 0.6)), lambda x: F.adjust_contrast(x, 0.6)),
+    (ls.ColorJitter(saturation=(1.5, 1.5)), lambda x: F.adjust_saturation(x, 1.5)),
+    (ls.ColorJitter(hue=(0.2, 0.2)), lambda x: F.adjust_hue(x, 0.2)),
+])
+def test_a_loader_jitter_with_a_fixed_factor_is_torchvisions_op_on_its_output(demo, jitter, reference):
+    plain = batch(demo / "folder")
+    got = batch(demo / "folder", color=jitter)
+    assert torch.equal(got, torch.stack([reference(x) for x in plain]))
+    gray = batch(demo / "folder", grayscale=1.0)
+    assert torch.equal(gray, torch.stack([F.rgb_to_grayscale(x, 3) for x in plain]))
+
+
+def test_jitter_draws_are_per_sample_and_the_same_for_any_thread_count(demo):
+    jitter = ls.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.5)
+    plain = batch(demo / "folder")
+    one = batch(demo / "folder", color=jitter, grayscale=0.25, threads=1)
+    assert torch.equal(one, batch(demo / "folder", color=jitter, grayscale=0.25, threads=2))
+    changed = [not torch.equal(a, b) for a, b in zip(one, plain)]
+    gray = [bool((x[0] == x[1]).all() and (x[1] == x[2]).all()) for x in one]
+    n = len(plain)
+    # p=0.5 jitter and p=0.25 grayscale over 120 samples (seeded: fixed counts, wide bounds)
+    assert 0.3 * n < sum(changed) < 0.85 * n and 0.1 * n < sum(gray) < 0.4 * n
+    assert not torch.equal(one, batch(demo / "folder", color=jitter, grayscale=0.25, seed=4))
+
+
+@pytest.mark.parametrize("dtype,value", [("uint8", 0.0), ("float32", 0.0), ("float16", (1.0, -2.0, 0.5))])
+def test_random_erasing_fills_one_box_of_the_drawn_size_with_the_value(demo, dtype, value):
+    norm = {} if dtype == "uint8" else {"mean": ls.IMAGENET_MEAN, "std": ls.IMAGENET_STD}
+    scale, ratio = (0.05, 0.3), (0.5, 2.0)
+    plain = batch(demo / "folder", dtype=dtype, **norm)
+    erased = batch(demo / "folder", dtype=dtype, erasing=ls.RandomErasing(p=1.0, scale=scale, ratio=ratio,
+                                                                           value=value), **norm)
+    fill = torch.tensor(value if isinstance(value, tuple) else (value,) * 3).to(plain.dtype).view(3, 1, 1)
+    boxes = 0
+    for a, b in zip(plain, erased):
+        diff = (a != b).any(dim=0)
+        if not diff.any():
+            continue  # the box held the value already, or 10 tries found none (torchvision's rule)
+        rows, cols = diff.any(dim=1).nonzero().flatten(), diff.any(dim=0).nonzero().flatten()
+        top, left, h, w = rows[0], cols[0], rows[-1] - rows[0] + 1, cols[-1] - cols[0] + 1
+        box = b[:, top:top + h, left:left + w]
+        assert torch.equal(box, fill.expand_as(box))  # one rectangle, all of the value
+        outside = torch.ones_like(diff)
+        outside[top:top + h, left:left + w] = False
+        assert torch.equal(a[:, outside], b[:, outside])
+        assert scale[0] * 0.7 <= h * w / 64**2 <= scale[1] * 1.3  # rounding of h and w
+        boxes += 1
+    assert boxes > 0.9 * len(plain)
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda: ls.ColorJitter(hue=0.7), r"ColorJitter.hue=0.7: the range must satisfy -0.5 <= min <= max <= 0.5"),
+    (lambda: ls.ColorJitter(brightness=-1), r"ColorJitter.brightness=-1: a number must be >= 0"),
+    (lambda: ls.Image(32, color="jitter"), r"Image.color must be a loadscope.ColorJitter"),
+    (lambda: ls.Image(32, grayscale=1.5), r"Image.grayscale is a probability in \[0, 1\]"),
+    (lambda: ls.RandomErasing(scale=(0.0, 0.3)), r"RandomErasing.scale=\(0.0, 0.3\): must satisfy 0 < min"),
+])
+def test_bad_augmentation_arguments_say_what_is_allowed(make, message):
+    with pytest.raises(ls.ConfigError, match=message):
+        make()
+
+
+def test_videos_refuse_the_image_only_ops():
+    with pytest.raises(ls.ConfigError, match="VideoClip: color, grayscale and erasing are for images only"):
+        ls.VideoClip(32, grayscale=0.5)
