@@ -33,6 +33,7 @@ from ._fields import (
     normalize,
 )
 from ._loader import Dataset, Loader, default_threads
+from .mix import mixup_cutmix
 from ._sources import (
     IMAGE_EXTENSIONS,
     VIDEO_EXTENSIONS,
@@ -50,5 +51,5 @@ __all__ = [
     "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
-    "default_threads", "expand_braces",
+    "default_threads", "expand_braces", "mixup_cutmix",
 ]

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
@@ -127,6 +127,12 @@ def _output_arg(output: Any, fields: Mapping[str, Field]) -> Optional[Tuple[str,
     return tuple(output)
 
 
+def _map_arg(fn: Any) -> Optional[Callable[[Any], Any]]:
+    if fn is not None and not callable(fn):
+        raise ConfigError(f"map must be a callable applied to each batch (or None), got {type(fn).__name__}")
+    return fn
+
+
 def _bool_arg(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be True or False, got {value!r}")
@@ -168,6 +174,12 @@ class Loader:
             epoch is padded with its first samples, at most W-1 of them, or cut to whole
             steps with ``drop_last``): docs/distributed.md.
 
+        map: a callable applied to every batch (in the form ``output`` gives) before the
+            training loop sees it, for what has no native op (``torchvision.transforms.v2``'s
+            MixUp/CutMix, a tokenizer, ...). On CPU batches it runs in a background thread, up
+            to ``prefetch`` batches ahead, so it is input work, not the loop's; with a CUDA
+            ``device`` it runs right after the copy (GPU work is asynchronous). Its time is
+            the telemetry's ``map`` stage. An exception in it is raised from ``next()``.
         output: ``"dict"`` (default): each batch is a dict; or a tuple of entry names, e.g.
             ``("jpg", "cls")``: each batch is a tuple of those entries in that order, so that
             ``for images, labels in loader:`` works as with an ImageFolder DataLoader.
@@ -202,6 +214,7 @@ class Loader:
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_limit: Union[int, str, None] = None,
         output: Union[str, Sequence[str]] = "dict",
+        map: Optional[Callable[[Any], Any]] = None,
     ) -> None:
         if not isinstance(source, Source):
             raise ConfigError(
@@ -237,6 +250,7 @@ class Loader:
             distributed=resolve_rank(rank, world_size),
             cache=_cache_args(cache_dir, cache_limit),
             output=_output_arg(output, fields),
+            map=_map_arg(map),
         )
         self._build()
         self._epoch = 0
@@ -267,6 +281,7 @@ class Loader:
         self.device = _transfer.parse_device(a["device"])
         self._telemetry_on: bool = a["telemetry"]
         self.output: Optional[Tuple[str, ...]] = a["output"]
+        self.map: Optional[Callable[[Any], Any]] = a["map"]
         d = a["distributed"]
         self.rank: int = d["rank"]
         self.world_size: int = d["world_size"]
@@ -544,6 +559,15 @@ class Loader:
 
     def _deliver(self, b, enter_ns: int) -> Batch:
         native_ns = time.monotonic_ns() if self._telemetry_on else 0
+        out = self._make(b)
+        if self.map is not None and self._transfer is not None:
+            out = self._apply_map(out)  # after the copy: GPU work is queued, not waited for
+        if self._telemetry_on:
+            self._loop.delivered(enter_ns, native_ns, time.monotonic_ns(), b.index)
+        return out
+
+    def _make(self, b) -> Batch:
+        """A native batch as the user asked for it: tensors, on the device, in `output`'s form."""
         out = self._convert(b)
         if self._transfer is not None:
             out = self._transfer(out)
@@ -551,8 +575,14 @@ class Loader:
                 out[name] = normalize(out[name], f.dtype, f.mean, f.std, f.channels_last)
         if self.output is not None:
             out = tuple(out[k] for k in self.output)
+        return out
+
+    def _apply_map(self, batch: Batch) -> Batch:
+        assert self.map is not None
+        t0 = time.monotonic_ns()
+        out = self.map(batch)
         if self._telemetry_on:
-            self._loop.delivered(enter_ns, native_ns, time.monotonic_ns(), b.index)
+            self._loop.map.record(time.monotonic_ns() - t0)
         return out
 
     def _convert(self, b) -> Batch:
@@ -615,6 +645,7 @@ class _EpochIterator:
         self.finished = False       # the epoch's last batch was handed out
         self._logged_skips = 0
         self._ended_because: Optional[str] = None  # why next() raises instead of continuing
+        self._mapper: Optional[_Mapper] = None  # map= on CPU batches
         with _live_lock:
             _live.add(self)
 
@@ -631,6 +662,8 @@ class _EpochIterator:
             if self._ended_because:
                 raise LoadscopeError(f"epoch {self.epoch} {self._ended_because}")
             raise StopIteration
+        if self._loader.map is not None and self._loader._transfer is None:
+            return self._next_mapped(enter)
         try:
             while True:
                 b = run.next(_WAIT_MS)  # waits with the GIL released
@@ -651,6 +684,36 @@ class _EpochIterator:
         if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
             self._loader._progress["batches"] = self.delivered
         return self._loader._deliver(b, enter)
+
+    # --- map= on CPU batches: a background thread makes and maps batches ahead -------------
+
+    def _next_mapped(self, enter: int) -> Batch:
+        if self._mapper is None:
+            self._mapper = _Mapper(self, self._run, self._loader.prefetch)
+        try:
+            while True:
+                item = self._mapper.get(_WAIT_MS / 1000)  # waits in short steps: Ctrl-C gets through
+                if item is not None:
+                    break
+        except BaseException:
+            self.close()
+            raise
+        kind, value, index = item
+        if kind == "end":
+            self.finished = True
+            self.close()
+            raise StopIteration
+        if kind == "error":
+            self.close()
+            raise value
+        self.delivered += 1
+        progress = self._loader._progress
+        if progress is not None and progress["epoch"] == self.epoch:
+            progress["batches"] = self.delivered
+        if self._loader._telemetry_on:
+            now = time.monotonic_ns()
+            self._loader._loop.delivered(enter, now, now, index)
+        return value
 
     def _run_skips_after(self, run) -> list:
         """The skips of this run not yet logged (the run lists its first 1000, in order)."""
@@ -677,6 +740,8 @@ class _EpochIterator:
         run, self._run = self._run, None
         if run is None:
             return
+        if self._mapper is not None:
+            self._mapper.stop()  # before the run: the thread may be waiting in it
         progress = self._loader._progress
         if progress is not None and progress["epoch"] == self.epoch:
             progress["closed"] = True  # Note [state after a loop]
@@ -692,6 +757,76 @@ class _EpochIterator:
             self.close()
         except Exception:  # pragma: no cover - interpreter teardown
             pass
+
+
+class _Mapper:
+    """The thread behind map= for CPU batches: takes batches from the native run in order, makes
+    them (tensors, output form), applies map and queues them, at most `depth` ahead. The
+    consumer's position (state_dict) counts what it took from the queue, not what was mapped."""
+
+    def __init__(self, it: _EpochIterator, run, depth: int) -> None:
+        import queue
+
+        self._it = it
+        self._run = run
+        self._queue: "queue.Queue" = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="loadscope-map", daemon=True)
+        self._thread.start()
+
+    def get(self, timeout: float):
+        import queue
+
+        try:
+            return self._queue.get(timeout=timeout)
+        except queue.Empty:
+            if not self._thread.is_alive() and self._queue.empty():
+                return ("error", LoadscopeError("loadscope: the map= thread ended without a result"), -1)
+            return None
+
+    def _put(self, item) -> bool:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=_WAIT_MS / 1000)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _work(self) -> None:
+        it, loader = self._it, self._it._loader
+        position = 0
+        try:
+            while not self._stop.is_set():
+                b = self._run.next(_WAIT_MS)
+                if isinstance(b, str):
+                    continue
+                if b is None:
+                    it._log_skips(it._run_skips_after(self._run))
+                    self._put(("end", None, -1))
+                    return
+                if b.skipped:
+                    it._log_skips(b.skipped)
+                try:
+                    out = loader._apply_map(loader._make(b))
+                except Exception as e:
+                    error = LoadscopeError(f"map= raised on batch {position} of epoch {it.epoch} "
+                                           f"(first key {b.keys[0] if b.keys else '?'}): {type(e).__name__}: {e}")
+                    error.__cause__ = e
+                    self._put(("error", error, -1))
+                    return
+                if not self._put(("batch", out, b.index)):
+                    return
+                position += 1
+        except BaseException as e:  # the run's own errors (SampleError, budget, ...) as they are
+            self._put(("error", e, -1))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def _close_all() -> None:

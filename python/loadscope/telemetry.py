@@ -38,6 +38,7 @@ class LoopStats:
         self.wait = _hist()      # __next__ duration, ns
         self.step = _hist()      # entry-to-entry within an epoch, ns
         self.convert = _hist()   # native batch -> tensors, ns
+        self.map = _hist()       # Loader(map=...) per batch, ns
         self.wait_total = 0      # ns, every __next__ that delivered a batch
         self.compute_total = 0   # ns, from a batch's arrival to the next __next__, same epoch
         self.batches = 0
@@ -86,6 +87,7 @@ class LoopStats:
             "compute_seconds": self.compute_total * 1e-9,
             "data_wait_share": (self.wait_total / busy) if self.batches >= 2 and busy else None,
             "to_tensors": self.convert.summary(),
+            "map": self.map.summary(),
             "first_batch_after_create": self.first_batch_after_create,
             "first_batch_last_epoch": self.first_batch_last_epoch,
         }
@@ -154,6 +156,10 @@ class Snapshot:
                          f"{_t(loop['data_wait']['max'])}; first batch {_t(loop['first_batch_last_epoch'])} "
                          f"after the epoch started")
             lines.append(f"  -> {self.verdict()}")
+            m = loop.get("map") or {}
+            if m.get("count"):
+                lines.append(f"map: {m['count']} batches, p50 {_t(m['p50'])} p99 {_t(m['p99'])}, "
+                             f"{_t(m['total'])} in all (the map= callable; input work, before the loop's wait)")
         if "queue" in d:
             lines += self._engine_lines()
         m = d["memory"]

@@ -121,3 +121,59 @@ def test_bad_augmentation_arguments_say_what_is_allowed(make, message):
 def test_videos_refuse_the_image_only_ops():
     with pytest.raises(ls.ConfigError, match="VideoClip: color, grayscale and erasing are for images only"):
         ls.VideoClip(32, grayscale=0.5)
+
+
+# --- map=: the escape hatch, and batch-level mixing ---------------------------------------------
+
+def test_map_runs_on_every_batch_ahead_of_the_loop_in_order_and_is_timed(demo):
+    import threading
+    fields = {"jpg": ls.Image(32, dtype="float32"), "cls": ls.Int()}
+    threads = set()
+
+    def double(b):
+        threads.add(threading.current_thread().name)
+        return b[0] * 2, b[1]
+
+    plain = list(ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=16, output=("jpg", "cls")))
+    L = ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=16, output=("jpg", "cls"), map=double)
+    got = list(L)
+    assert len(got) == len(plain) and all(torch.equal(a[0], b[0] * 2) and torch.equal(a[1], b[1])
+                                          for a, b in zip(got, plain))
+    assert threads == {"loadscope-map"}  # not the training loop's thread
+    loop = L.telemetry().to_dict()["loop"]
+    assert loop["map"]["count"] == len(plain) and "map: 8 batches" in L.telemetry().summary()
+    # The position is the consumer's, not the mapper's (which runs ahead).
+    it = iter(L)
+    next(it), next(it)
+    assert L.state_dict()["batches"] == 2
+    it.close()
+
+
+def test_an_exception_in_map_names_the_batch_and_keeps_the_cause(demo):
+    def bad(b):
+        raise ValueError("boom")
+
+    L = ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=16, map=bad)
+    with pytest.raises(ls.LoadscopeError, match=r"map= raised on batch 0 of epoch 0 .*ValueError: boom") as e:
+        list(L)
+    assert isinstance(e.value.__cause__, ValueError)
+    with pytest.raises(ls.ConfigError, match="map must be a callable"):
+        ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=16, map="double")
+
+
+def test_mixup_cutmix_on_loadscope_batches_mixes_images_and_labels_alike(demo):
+    pytest.importorskip("torchvision.transforms.v2")
+    fields = {"jpg": ls.Image(32, crop="center", dtype="float32"), "cls": ls.Int()}
+    plain = next(iter(ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=32, shuffle=True,
+                                output=("jpg", "cls"))))
+    torch.manual_seed(0)
+    L = ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=32, shuffle=True, output=("jpg", "cls"),
+                  map=ls.mixup_cutmix(10, cutmix_alpha=0.0))  # MixUp only: checkable pixel by pixel
+    images, labels = next(iter(L))
+    x, y = plain
+    assert labels.shape == (32, 10) and torch.allclose(labels.sum(1), torch.ones(32))
+    lam = labels[0, y[0]].item() if y[0] != y[-1] else None  # torchvision mixes with the batch rolled by 1
+    if lam is not None:
+        assert torch.allclose(images, lam * x + (1 - lam) * x.roll(1, 0), atol=1e-5)
+    with pytest.raises(ls.ConfigError, match="num_classes"):
+        ls.mixup_cutmix(1)
