@@ -539,21 +539,67 @@ def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List
 
 # --- watching any iterable, e.g. a torch DataLoader ------------------------------------------
 
+def process_cpu_seconds(pid: int) -> Optional[float]:
+    """CPU time of a whole process (all its threads, exited ones included) from its kernel CPU
+    clock, in ns resolution (psutil's /proc figures move in 10 ms ticks: too coarse for a
+    per-sample cost). Linux encodes another process's clock id as ((~pid) << 3) | CPUCLOCK_SCHED;
+    None when the process is gone or not ours."""
+    try:
+        return time.clock_gettime_ns(((~pid) << 3) | 2) * 1e-9
+    except OSError:
+        return None
+
+
 def tree_cpu_seconds() -> float:
     """CPU seconds of this process, of its children that have exited and been waited for
-    (DataLoader workers that are not persistent end with every epoch), and of the live ones."""
+    (DataLoader workers that are not persistent end with every epoch), and of the live ones;
+    from clocks of ns (live processes) and µs (waited children, getrusage) resolution."""
+    import resource
+
     import psutil
 
-    me = psutil.Process()
-    t = me.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for p in me.children(recursive=True):
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
+    total = time.process_time()  # CLOCK_PROCESS_CPUTIME_ID
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total += ru.ru_utime + ru.ru_stime
+    for p in psutil.Process().children(recursive=True):
+        t = process_cpu_seconds(p.pid)
+        if t is None:
+            try:
+                c = p.cpu_times()
+                t = c.user + c.system
+            except psutil.Error:
+                continue
+        total += t
     return total
+
+
+def machine_cpu() -> Dict[str, float]:
+    """The machine's CPU counters since boot (/proc/stat, seconds): busy (user, nice, system,
+    irq, softirq), steal (taken by the hypervisor) and total; with the 1-minute load average."""
+    hz = os.sysconf("SC_CLK_TCK")
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    with open("/proc/loadavg") as f:
+        load1 = float(f.read().split()[0])
+    return {"busy": (user + nice + system + irq + softirq) / hz, "steal": steal / hz,
+            "total": (user + nice + system + idle + iowait + irq + softirq + steal) / hz, "load1": load1}
+
+
+def machine_load(before: Dict[str, float], after: Dict[str, float], own_cpu_seconds: float,
+                 seconds: float) -> Dict[str, Any]:
+    """What else the machine did during a measurement: cores kept busy by other processes (all
+    busy time minus this process tree's), the share of time stolen by the hypervisor, and the
+    load average at the end. `contended` when others took more than a quarter core on average
+    or more than 5% was stolen: figures from such a run may be off."""
+    cores = os.cpu_count() or 1
+    wall = max(seconds, 1e-9)
+    busy = after["busy"] - before["busy"]
+    total = max(after["total"] - before["total"], 1e-9)
+    others = max(0.0, busy - own_cpu_seconds) / wall
+    steal = (after["steal"] - before["steal"]) / total
+    return {"other_cores": others, "steal_share": steal, "load1": after["load1"], "cores": cores,
+            "contended": others > 0.25 or steal > 0.05}
 
 
 class ProcessTreeSampler:

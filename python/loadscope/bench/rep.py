@@ -31,7 +31,7 @@ from typing import Any, Dict, Generator, Iterator, List, Optional
 
 import torch
 
-from ..telemetry import tree_cpu_seconds
+from ..telemetry import machine_cpu, machine_load, tree_cpu_seconds
 from . import pipelines
 
 
@@ -452,10 +452,10 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
-    cpu0, io0 = tree_cpu_seconds(), _tree_io()
+    cpu0, io0, machine0 = tree_cpu_seconds(), _tree_io(), machine_cpu()
     measured_ids: List[str] = []
     n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids)
-    cpu1, io1 = tree_cpu_seconds(), _tree_io()
+    cpu1, io1, machine1 = tree_cpu_seconds(), _tree_io(), machine_cpu()
     waits.sort()
     result: Dict[str, Any] = {
         "rank": rank, "world": world, "samples": n, "seconds": secs, "throughput": n / secs,
@@ -464,6 +464,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         "read_chars": io1["read_chars"] - io0["read_chars"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
         "first_batch": first_batch, "timeline": _thin(timeline), "measured_ids": measured_ids,
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
+        # The rest of the machine while this repetition measured (other ranks are in "own"
+        # only for themselves: their CPU counts as others' here, so read rank 0's with care).
+        "machine": machine_load(machine0, machine1, cpu1 - cpu0, secs),
     }
     if step_def["compute"] != "none":
         phase("the end-to-end phase (next() and the step)")

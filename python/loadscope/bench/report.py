@@ -5,6 +5,7 @@ hypotheses about why)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from typing import Any, Dict, List, Optional
 
@@ -72,6 +73,8 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
         "criteria": exp.criteria, "step": exp.step, "run": exp.run,
         "global_batch": {a.name: _global_batch(exp, a, by_arm[a.name]) for a in exp.arms},
     }
+    summary["resolution"] = {a: {m: _resolvable(effects[a][m]) for m in metrics} for a in arms[1:]}
+    summary["machine_load"] = _machine_load(rows)
     summary["staging"] = _staging(exp, per_arm, out_dir)
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
     summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
@@ -79,6 +82,35 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
 
     summary["rerun"] = rerun_command(os.path.join(out_dir, "experiment.effective.json"), out_dir)
     return summary
+
+
+def _resolvable(effect: Dict[str, Optional[float]]) -> Optional[float]:
+    """The smallest relative effect this run could tell from no effect: the half-width of the
+    effect's interval on the log scale. None without an interval.
+
+    Note [what a run can resolve]
+    A verdict answers "is the gain above min_gain?" by the interval's lower bound. When the
+    interval's half-width is wider than min_gain, a true gain of exactly min_gain lands in an
+    interval holding 0 about half the time or more: the run cannot answer, whatever it says.
+    The report then warns, with about how many repetitions would do (the half-width shrinks as
+    1/sqrt(n)), and calls a roll back inconclusive instead of presenting it as a finding."""
+    lo, hi = effect.get("ci_low"), effect.get("ci_high")
+    if lo is None or hi is None or lo <= -1:
+        return None
+    return math.exp((math.log1p(hi) - math.log1p(lo)) / 2) - 1
+
+
+def _repetitions_for(resolvable: float, wanted: float, n: int) -> int:
+    """About how many repetitions would resolve `wanted`: the half-width shrinks as 1/sqrt(n)
+    (the t multiplier's change with n is left out: a lower bound)."""
+    ratio = math.log1p(resolvable) / math.log1p(max(wanted, 1e-6))
+    return max(n + 1, math.ceil(n * ratio * ratio))
+
+
+def _machine_load(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Per repetition: what the rest of the machine did while it measured (rep.py)."""
+    reps = [{"arm": r["arm"], "round": r["round"], **r["machine"]} for r in rows if r.get("machine")]
+    return {"repetitions": reps, "contended": [f"{r['arm']} round {r['round']}" for r in reps if r["contended"]]}
 
 
 def _global_batch(exp: Experiment, arm: Any, rows: List[Dict[str, Any]]) -> Optional[int]:
@@ -148,6 +180,23 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
         what = "no significant difference" if sig is False else ("worse" if g["gain"] is not None and g["gain"] < 0 else "gain too small or too uncertain")
         reasons.append(f"{m}: {what}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; "
                        f"adopting needs the lower bound above {pct(c['min_gain'])}")
+    # Honesty: can this run answer the question it was asked? (Note [what a run can resolve])
+    warnings = []
+    res = s["resolution"][arm]
+    n = s["repetitions"][arm]
+    if res.get(m) is not None and res[m] > c["min_gain"]:
+        warnings.append(f"{m}: this run cannot resolve a gain of {pct(c['min_gain'])}: with {n} repetitions and the spread "
+                        f"observed, effects within ±{res[m] * 100:.1f}% are indistinguishable from none; about "
+                        f"{_repetitions_for(res[m], c['min_gain'], n)} repetitions (or longer ones) would resolve it")
+    for gm, bound in c["max_regression"].items():
+        if res.get(gm) is not None and res[gm] > bound:
+            warnings.append(f"{gm}: the regression bound {pct(bound)} is below what this run resolves "
+                            f"(±{res[gm] * 100:.1f}%): a regression of that size could go unseen")
+    contended = s["machine_load"]["contended"]
+    if contended:
+        warnings.append(f"{len(contended)} of {len(s['machine_load']['repetitions'])} repetitions ran on a busy machine "
+                        f"(other processes took over a quarter core, or the hypervisor stole over 5%): "
+                        f"{', '.join(contended[:4])}{' ...' if len(contended) > 4 else ''}; their figures may be off")
     for gm, bound in c["max_regression"].items():
         if gm not in s["effects"][arm]:
             continue
@@ -174,7 +223,11 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
             reasons.append(f"staging: pays off after {be:.1f} epochs, more than the {c['max_break_even_epochs']:g} allowed")
         else:
             reasons.append(f"staging: {st['staging_seconds']:.2f} s, pays off after {be:.1f} epochs")
-    return {"decision": "adopt" if ok else "roll back", "significant": sig, "reasons": reasons}
+    # An unresolvable question does not change the decision rule (adopt needs the lower bound
+    # above min_gain), but the verdict says it was not a real test.
+    inconclusive = any(w.startswith(f"{m}: this run cannot resolve") for w in warnings) and not ok
+    return {"decision": "adopt" if ok else "roll back", "significant": sig, "reasons": reasons,
+            "warnings": warnings, "inconclusive": inconclusive}
 
 
 def conf_txt(s: Dict[str, Any]) -> str:
@@ -349,6 +402,19 @@ def _env_lines(out_dir: str) -> List[str]:
     return out
 
 
+def _load_lines(summary: Dict[str, Any]) -> List[str]:
+    reps = (summary.get("machine_load") or {}).get("repetitions") or []
+    if not reps:
+        return []
+    worst = max(reps, key=lambda r: r["other_cores"])
+    out = [f"- machine load while measuring (per repetition in summary.json): other processes "
+           f"{min(r['other_cores'] for r in reps):.2f}-{worst['other_cores']:.2f} cores of {worst['cores']}, "
+           f"steal up to {max(r['steal_share'] for r in reps):.1%}, load average up to {max(r['load1'] for r in reps):.2f}"]
+    contended = summary["machine_load"]["contended"]
+    out.append(f"- **contended repetitions**: {', '.join(contended)}" if contended else "- no repetition was contended")
+    return out
+
+
 def write(out_dir: str, summary: Dict[str, Any]) -> None:
     """summary.json, plots and report.md."""
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
@@ -371,7 +437,9 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
         L += [f"**Correctness was NOT checked** for {', '.join(unchecked)}: no sample ids, so nothing shows that the "
               "arms deliver the same data. Give `[pipeline] sample_ids = \"package.module:function\"`.", ""]
     for a, v in summary["verdicts"].items():
-        L.append(f"- **{a}: {v['decision']}** (against {summary['baseline']})")
+        L.append(f"- **{a}: {v['decision']}**{' (INCONCLUSIVE: see the warnings)' if v.get('inconclusive') else ''} "
+                 f"(against {summary['baseline']})")
+        L += [f"  - **warning**: {w}" for w in v.get("warnings", [])]
         L += [f"  - {r}" for r in v["reasons"]]
     st = summary["step"]
     L += ["", "## Setup", "",
@@ -388,7 +456,7 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
           + f"; each repetition a fresh process: {summary['run']['warmup_samples']} warm-up samples, then "
           f"{summary['run']['samples']} measured",
           f"- correctness: {summary['correctness']['mode']}", ""]
-    L += ["Environment:", ""] + _env_lines(out_dir) + [""]
+    L += ["Environment:", ""] + _env_lines(out_dir) + _load_lines(summary) + [""]
     L += ["## Observed", "",
           f"Median of the repetitions [{conf_txt(summary)} of the geometric mean]. `throughput` is the data pipeline alone; "
           + ("`e2e_throughput` includes the declared training step." if "e2e_throughput" in summary["metrics"]
@@ -451,6 +519,8 @@ def console(summary: Dict[str, Any]) -> str:
         return f"skipped: {summary['reason']}"
     out = [table(summary), ""]
     for a, v in summary["verdicts"].items():
-        out.append(f"verdict for {a} (vs {summary['baseline']}): {v['decision'].upper()}")
+        out.append(f"verdict for {a} (vs {summary['baseline']}): {v['decision'].upper()}"
+                   + (" (INCONCLUSIVE)" if v.get("inconclusive") else ""))
+        out += [f"  - WARNING: {w}" for w in v.get("warnings", [])]
         out += [f"  - {r}" for r in v["reasons"]]
     return "\n".join(out)

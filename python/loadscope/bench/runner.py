@@ -206,6 +206,12 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
               cpu_seconds=sum(r["cpu_seconds"] for r in results), peak_pss=sum(r["peak_pss"] for r in results),
               first_batch=max(r["first_batch"] for r in results), ranks=results)
     r0["cpu_per_sample"] = r0["cpu_seconds"] / total * 1e3
+    if results[0].get("machine"):  # the other ranks are this run, not other processes
+        m = dict(results[0]["machine"])
+        m["other_cores"] = max(0.0, m["other_cores"] - sum(r["cpu_seconds"] for r in results[1:])
+                               / max(results[0]["seconds"], 1e-9))
+        m["contended"] = m["other_cores"] > 0.25 or m["steal_share"] > 0.05
+        r0["machine"] = m
     if "e2e_seconds" in r0:
         e2e_total = sum(r["e2e_samples"] for r in results)
         r0["e2e_throughput"] = e2e_total / max(r["e2e_seconds"] for r in results)
