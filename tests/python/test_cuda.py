@@ -133,3 +133,19 @@ def test_gpu_decode_of_a_bad_jpeg_names_the_sample(demo):
     assert out.shape == (2, 3, 32, 32) and int((out[1].float() - 128).abs().max()) <= 2
     assert dec.stats()["images"] == 2
 
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_float_images_under_cuda_are_copied_as_uint8_and_normalised_on_the_gpu(demo, dtype):
+    """The same values as the CPU table (within float32 rounding of torch's ops), as CUDA
+    tensors of the dtype; the copy moved uint8 (a quarter of float32's bytes)."""
+    kw = dict(dtype=dtype, mean=ls.IMAGENET_MEAN, std=ls.IMAGENET_STD)
+    cpu = next(iter(images(demo, **kw)))["jpg"]
+    L = ls.Loader(ls.FileList(demo / "manifest.jsonl"), fields={"jpg": ls.Image(96, **kw), "cls": ls.Int()},
+                  batch_size=16, threads=2, device="cuda")
+    gpu = next(iter(L))["jpg"]
+    assert gpu.is_cuda and gpu.dtype == getattr(torch, dtype) and gpu.shape == cpu.shape
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    assert torch.allclose(gpu.float().cpu(), cpu.float(), rtol=tol, atol=tol)
+    # uint8 pixels, the int64 labels and the int64 positions
+    assert L.telemetry().to_dict()["transfer"]["bytes"] == 16 * 3 * 96 * 96 + 2 * 16 * 8
