@@ -164,6 +164,30 @@ class RandomErasing:
         _triple("RandomErasing", "value", self.value, 0.0)
 
 
+@dataclass(frozen=True)
+class RandAugment:
+    """torchvision's ``RandAugment`` per sample, in C++: ``num_ops`` ops drawn from its 14
+    (identity, shear x/y, translate x/y, rotate, brightness, color, contrast, sharpness,
+    posterize, solarize, autocontrast, equalize) at bin ``magnitude`` of
+    ``num_magnitude_bins``, signed ops negated half the time; nearest-neighbour geometry with
+    zero fill. Each op equals torchvision's on uint8 tensors (tested op by op)."""
+
+    num_ops: int = 2
+    magnitude: int = 9
+    num_magnitude_bins: int = 31
+
+    def __post_init__(self) -> None:
+        n = "RandAugment"
+        _int(n, "num_ops", self.num_ops, 0)
+        _int(n, "num_magnitude_bins", self.num_magnitude_bins, 2)
+        _int(n, "magnitude", self.magnitude, 0)
+        if self.num_ops > 16:
+            raise ConfigError(f"RandAugment.num_ops={self.num_ops}: at most 16")
+        if self.magnitude >= self.num_magnitude_bins:
+            raise ConfigError(f"RandAugment.magnitude={self.magnitude} must be below num_magnitude_bins="
+                              f"{self.num_magnitude_bins}")
+
+
 def _probability(owner: str, name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
         raise ConfigError(f"{owner}.{name} is a probability in [0, 1], got {value!r}")
@@ -210,7 +234,8 @@ class Image(Field):
             ``device`` it is done on the GPU after the copy instead (a quarter of the bytes).
         mean, std: per channel (R, G, B) in [0, 1] units, or one number; default 0 and 1
             (only x / 255). ``loadscope.IMAGENET_MEAN`` / ``IMAGENET_STD`` are torchvision's.
-        color: a ``ColorJitter`` applied per sample after the crop and flip.
+        randaugment: a ``RandAugment`` applied per sample after the crop and flip.
+        color: a ``ColorJitter`` applied per sample after the crop and flip (and RandAugment).
         grayscale: probability of torchvision's ``RandomGrayscale`` (after ``color``).
         erasing: a ``RandomErasing`` applied last, after the ``dtype`` conversion.
         Every draw is a function of (seed, epoch, position): the same for any thread count.
@@ -236,6 +261,7 @@ class Image(Field):
     color: Optional[ColorJitter] = None
     grayscale: float = 0.0
     erasing: Optional[RandomErasing] = None
+    randaugment: Optional[RandAugment] = None
 
     def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
         n = type(self).__name__
@@ -243,6 +269,9 @@ class Image(Field):
         if self.color is not None and not isinstance(self.color, ColorJitter):
             raise ConfigError(f"{n}.color must be a loadscope.ColorJitter(...), got {type(self.color).__name__} "
                               "(torchvision transforms run on whole batches: see docs/augmentations.md)")
+        if self.randaugment is not None and not isinstance(self.randaugment, RandAugment):
+            raise ConfigError(f"{n}.randaugment must be a loadscope.RandAugment(...), got "
+                              f"{type(self.randaugment).__name__}")
         if self.erasing is not None and not isinstance(self.erasing, RandomErasing):
             raise ConfigError(f"{n}.erasing must be a loadscope.RandomErasing(...), got {type(self.erasing).__name__}")
         _probability(n, "grayscale", self.grayscale)
@@ -315,6 +344,9 @@ class Image(Field):
 
     def _pixel_ops(self, on_device: bool) -> dict:
         out: dict = {"grayscale": float(self.grayscale)}
+        if self.randaugment is not None:
+            ra = self.randaugment
+            out["randaugment"] = [int(ra.num_ops), int(ra.magnitude), int(ra.num_magnitude_bins)]
         if self.color is not None:
             out.update(color_p=float(self.color.p), color_ranges=self.color.ranges())
         e = self.erasing
@@ -447,8 +479,8 @@ class VideoClip(Image):
         if self.dtype != "uint8":
             raise ConfigError("VideoClip: clips are uint8 only; convert on the GPU, e.g. "
                               "loadscope.normalize(x, 'float16', mean, std, channels_last)")
-        if self.color is not None or self.grayscale or self.erasing is not None:
-            raise ConfigError("VideoClip: color, grayscale and erasing are for images only so far")
+        if self.color is not None or self.grayscale or self.erasing is not None or self.randaugment is not None:
+            raise ConfigError("VideoClip: color, grayscale, erasing and randaugment are for images only so far")
         if not self.exif:
             raise ConfigError("VideoClip: exif applies to images; videos are turned upright by rotate=")
         h, w = self.hw

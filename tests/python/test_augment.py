@@ -119,8 +119,62 @@ def test_bad_augmentation_arguments_say_what_is_allowed(make, message):
 
 
 def test_videos_refuse_the_image_only_ops():
-    with pytest.raises(ls.ConfigError, match="VideoClip: color, grayscale and erasing are for images only"):
+    with pytest.raises(ls.ConfigError, match="VideoClip: color, grayscale, erasing and randaugment are for images only"):
         ls.VideoClip(32, grayscale=0.5)
+
+
+# --- RandAugment ---------------------------------------------------------------------------------
+
+RA_NAMES = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
+            "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize"]
+RA_SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
+             "Sharpness"}
+
+
+def torchvision_op(img, name, m):
+    """torchvision.transforms.autoaugment._apply_op, as RandAugment calls it (NEAREST, fill=None)."""
+    from torchvision.transforms.autoaugment import _apply_op
+    from torchvision.transforms import InterpolationMode
+    return _apply_op(img, name, m, interpolation=InterpolationMode.NEAREST, fill=None)
+
+
+def torchvision_magnitude(name, magnitude, bins, h, w):
+    from torchvision.transforms import RandAugment
+    mags, _ = RandAugment(num_magnitude_bins=bins)._augmentation_space(bins, (h, w))[name]
+    return float(mags[magnitude].item()) if mags.ndim > 0 else 0.0
+
+
+@pytest.mark.parametrize("name", RA_NAMES)
+def test_each_randaugment_op_equals_torchvisions(real_images, name):
+    for images in real_images:  # 224 and 256 square; and a non-square cut of them below
+        for img in list(images) + [images[0][:, :160, :]]:
+            h, w = img.shape[1:]
+            for magnitude, bins in ((9, 31), (30, 31), (3, 10)):
+                m = torchvision_magnitude(name, magnitude, bins, h, w)
+                assert _native._randaugment_magnitude(RA_NAMES.index(name), magnitude, bins, h, w) == m
+                for sign in ((1, -1) if name in RA_SIGNED else (1,)):
+                    want = torchvision_op(img, name, sign * m)
+                    for layout in ("chw", "hwc"):
+                        mine = img.clone().contiguous() if layout == "chw" else img.permute(1, 2, 0).contiguous()
+                        _native._color_ops(mine.numpy(), layout == "chw", [(f"ra:{RA_NAMES.index(name)}", sign * m)])
+                        got = mine if layout == "chw" else mine.permute(2, 0, 1)
+                        assert torch.equal(got, want), (name, magnitude, sign, layout, (got != want).sum().item())
+
+
+def test_a_loader_randaugment_applies_one_of_torchvisions_ops_to_each_sample(demo):
+    """num_ops=1: every sample of the loader's output is the plain output with one of the 14 ops
+    at the magnitude, either sign, applied by torchvision; and several ops occur."""
+    plain = batch(demo / "folder", size=48)
+    got = batch(demo / "folder", size=48, randaugment=ls.RandAugment(num_ops=1, magnitude=9))
+    assert torch.equal(got, batch(demo / "folder", size=48, randaugment=ls.RandAugment(num_ops=1, magnitude=9),
+                                  threads=1))
+    used = set()
+    for a, b in zip(plain, got):
+        found = [name for name in RA_NAMES for sign in ((1, -1) if name in RA_SIGNED else (1,))
+                 if torch.equal(torchvision_op(a, name, sign * torchvision_magnitude(name, 9, 31, 48, 48)), b)]
+        assert found, "no RandAugment op explains this sample"
+        used.add(found[0])
+    assert len(used) >= 8  # 120 draws from 14 ops
 
 
 # --- map=: the escape hatch, and batch-level mixing ---------------------------------------------

@@ -29,6 +29,7 @@ enum class RngStream : uint64_t {
   kMix = 4,
   kAugment = 16,  // + field index: crop and flip
   kPixels = 4096,  // + field index: colour, grayscale, erasing
+  kRandAugment = 8192,  // + field index
 };
 
 // A small counter-based generator: cheap to construct per sample, no shared state.

@@ -252,9 +252,15 @@ void validate(const std::vector<FieldSpec>& fields) {
     if (s.max_pixels < 1) throw ConfigError("field '" + f.name + "': max_pixels must be >= 1");
     const auto& c = s.color;
     const auto& e = s.erase;
-    const bool pixel_ops = c.p > 0 || s.grayscale > 0 || e.p > 0;
+    const auto& ra = s.randaugment;
+    const bool pixel_ops = c.p > 0 || s.grayscale > 0 || e.p > 0 || ra.num_ops > 0;
+    if (ra.num_ops < 0 || ra.num_ops > 16 || ra.bins < 2 || ra.bins > 1000 || ra.magnitude < 0 ||
+        ra.magnitude >= ra.bins) {
+      throw ConfigError("field '" + f.name + "': RandAugment needs 0 <= num_ops <= 16, bins in 2..1000 "
+                        "and 0 <= magnitude < bins");
+    }
     if (pixel_ops && f.kind == FieldKind::kVideo) {
-      throw ConfigError("field '" + f.name + "': colour jitter, grayscale and erasing are for images only");
+      throw ConfigError("field '" + f.name + "': RandAugment, colour jitter, grayscale and erasing are for images only");
     }
     if (!(c.p >= 0 && c.p <= 1) || !(s.grayscale >= 0 && s.grayscale <= 1) || !(e.p >= 0 && e.p <= 1)) {
       throw ConfigError("field '" + f.name + "': probabilities must be in [0, 1]");
@@ -530,7 +536,8 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
               decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
                            f.image, rng, convert ? s.pixels.data() : dst, t ? &split : nullptr);
           const ImageSpec& spec = f.image;
-          if (convert || spec.color.p > 0 || spec.grayscale > 0 || spec.erase.p > 0) {
+          if (convert || spec.color.p > 0 || spec.grayscale > 0 || spec.erase.p > 0 ||
+              spec.randaugment.num_ops > 0) {
             const uint64_t t0 = t ? telemetry::now_ns() : 0;
             const bool chw = !spec.channels_last;
             Rng prng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
@@ -539,7 +546,16 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
             const augment::ColorDraw color = augment::draw_color(spec.color, prng);
             const bool gray = spec.grayscale > 0 && (spec.grayscale >= 1 || prng.uniform() < spec.grayscale);
             const augment::EraseBox box = augment::draw_erase(spec.erase, spec.height, spec.width, prng);
-            const auto rgb = augment::RgbView::of(convert ? s.pixels.data() : dst, pixels, chw);
+            uint8_t* u8 = convert ? s.pixels.data() : dst;
+            if (spec.randaugment.num_ops > 0) {  // its own stream: the other draws stay as they were
+              Rng rrng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
+                       static_cast<RngStream>(static_cast<uint64_t>(RngStream::kRandAugment) + i),
+                       static_cast<uint64_t>(sample.position));
+              for (const auto& op : augment::draw_randaugment(spec.randaugment, spec.height, spec.width, rrng)) {
+                augment::apply_op(u8, spec.height, spec.width, chw, op, s.oriented);
+              }
+            }
+            const auto rgb = augment::RgbView::of(u8, pixels, chw);
             augment::apply_color(rgb, color);
             if (gray) augment::to_grayscale(rgb);
             // Note [float output by table]

@@ -12,6 +12,7 @@
 
 #include "loadscope/augment/color.h"
 #include "loadscope/augment/pixels.h"
+#include "loadscope/augment/randaugment.h"
 #include "loadscope/core/engine.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/io/prefetch.h"
@@ -39,9 +40,10 @@ struct ImageSpec {
   augment::PixelType dtype = augment::PixelType::kUint8;
   std::array<double, 3> mean{0.0, 0.0, 0.0};
   std::array<double, 3> std{1.0, 1.0, 1.0};
-  // Per-sample colour ops after crop and flip, then the dtype conversion, then erasing (the
-  // order of torchvision's usual recipe: ColorJitter, RandomGrayscale, ToTensor, Normalize,
-  // RandomErasing). Images only.
+  // Per-sample ops after crop and flip: RandAugment, colour jitter, grayscale, then the dtype
+  // conversion, then erasing (the order of torchvision's and timm's recipes: RandAugment or
+  // ColorJitter, RandomGrayscale, ToTensor, Normalize, RandomErasing). Images only.
+  augment::RandAugmentSpec randaugment;  // before the colour ops
   augment::ColorSpec color;
   double grayscale = 0.0;  // probability
   augment::EraseSpec erase;

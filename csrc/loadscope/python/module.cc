@@ -240,7 +240,8 @@ PYBIND11_MODULE(_native, m) {
          bool dct_scaling, int64_t max_pixels, bool optional, const std::string& dtype,
          std::array<double, 3> mean, std::array<double, 3> std, double color_p,
          std::array<double, 8> color_ranges, double grayscale, double erase_p,
-         std::array<double, 4> erase_geometry, std::array<double, 3> erase_value) {
+         std::array<double, 4> erase_geometry, std::array<double, 3> erase_value,
+         std::array<int, 3> randaugment) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -263,6 +264,9 @@ PYBIND11_MODULE(_native, m) {
         f.image.erase.ratio_min = erase_geometry[2];
         f.image.erase.ratio_max = erase_geometry[3];
         f.image.erase.value = erase_value;
+        f.image.randaugment.num_ops = randaugment[0];
+        f.image.randaugment.magnitude = randaugment[1];
+        f.image.randaugment.bins = randaugment[2];
         f.optional = optional;
         pipeline::validate({f});
         return f;
@@ -275,11 +279,15 @@ PYBIND11_MODULE(_native, m) {
       py::arg("color_ranges") = std::array<double, 8>{1, 1, 1, 1, 1, 1, 0, 0},
       py::arg("grayscale") = 0.0, py::arg("erase_p") = 0.0,
       py::arg("erase_geometry") = std::array<double, 4>{0.02, 0.33, 0.3, 3.3},
-      py::arg("erase_value") = std::array<double, 3>{0, 0, 0});
+      py::arg("erase_value") = std::array<double, 3>{0, 0, 0},
+      py::arg("randaugment") = std::array<int, 3>{0, 9, 31});
 
   // The colour ops on one uint8 image, [3, H, W] or [H, W, 3] (contiguous), in place: for
   // parity tests against torchvision's functional ops. ops: (name, factor) pairs in order,
   // names brightness, contrast, saturation, hue, grayscale.
+  m.def("_randaugment_magnitude", [](int op, int magnitude, int bins, int height, int width) {
+    return augment::magnitude_of(static_cast<augment::RandOp>(op), magnitude, bins, height, width);
+  });
   m.def("_color_ops", [](py::buffer image, bool chw, std::vector<std::pair<std::string, double>> ops) {
     py::buffer_info info = image.request(true);
     if (info.itemsize != 1 || info.ndim != 3) throw ConfigError("_color_ops: a uint8 [3, H, W] or [H, W, 3] buffer");
@@ -291,6 +299,13 @@ PYBIND11_MODULE(_native, m) {
       else if (name == "saturation") augment::adjust_saturation(rgb, factor);
       else if (name == "hue") augment::adjust_hue(rgb, factor);
       else if (name == "grayscale") augment::to_grayscale(rgb);
+      else if (name.rfind("ra:", 0) == 0) {  // a RandAugment op by index, with its magnitude
+        static std::vector<uint8_t> scratch;
+        const int h = chw ? static_cast<int>(info.shape[1]) : static_cast<int>(info.shape[0]);
+        const int w = chw ? static_cast<int>(info.shape[2]) : static_cast<int>(info.shape[1]);
+        augment::apply_op(static_cast<uint8_t*>(info.ptr), h, w, chw,
+                          {static_cast<augment::RandOp>(std::stoi(name.substr(3))), factor}, scratch);
+      }
       else throw ConfigError("_color_ops: unknown op '" + name + "'");
     }
   });
