@@ -767,7 +767,12 @@ class _Mapper:
     def __init__(self, it: _EpochIterator, run, depth: int) -> None:
         import queue
 
-        self._it = it
+        # Weakly: a strong reference from the thread would keep the iterator alive after the
+        # loop dropped it (`break`, `next(iter(loader))`), so it would never close and the thread
+        # would wait on a full queue forever, holding the native run.
+        self._it = weakref.ref(it)
+        self._loader = it._loader
+        self._epoch = it.epoch
         self._run = run
         self._queue: "queue.Queue" = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
@@ -795,8 +800,14 @@ class _Mapper:
                 continue
         return False
 
+    def _log_skips(self, skipped) -> None:
+        it = self._it()
+        if it is not None:
+            it._log_skips(skipped)
+            del it
+
     def _work(self) -> None:
-        it, loader = self._it, self._it._loader
+        loader = self._loader
         position = 0
         try:
             while not self._stop.is_set():
@@ -804,15 +815,18 @@ class _Mapper:
                 if isinstance(b, str):
                     continue
                 if b is None:
-                    it._log_skips(it._run_skips_after(self._run))
+                    it = self._it()
+                    if it is not None:
+                        self._log_skips(it._run_skips_after(self._run))
+                    del it
                     self._put(("end", None, -1))
                     return
                 if b.skipped:
-                    it._log_skips(b.skipped)
+                    self._log_skips(b.skipped)
                 try:
                     out = loader._apply_map(loader._make(b))
                 except Exception as e:
-                    error = LoadscopeError(f"map= raised on batch {position} of epoch {it.epoch} "
+                    error = LoadscopeError(f"map= raised on batch {position} of epoch {self._epoch} "
                                            f"(first key {b.keys[0] if b.keys else '?'}): {type(e).__name__}: {e}")
                     error.__cause__ = e
                     self._put(("error", error, -1))

@@ -201,6 +201,11 @@ def test_map_runs_on_every_batch_ahead_of_the_loop_in_order_and_is_timed(demo):
     next(it), next(it)
     assert L.state_dict()["batches"] == 2
     it.close()
+    # An iterator the loop drops (break, next(iter(...))) closes, and its map thread ends.
+    next(iter(L))
+    for t in [t for t in threading.enumerate() if t.name == "loadscope-map"]:
+        t.join(timeout=60)  # only catches a hang
+        assert not t.is_alive(), "the map thread outlived its iterator"
 
 
 def test_an_exception_in_map_names_the_batch_and_keeps_the_cause(demo):
