@@ -232,7 +232,8 @@ class Loader:
             if name.startswith("__"):
                 raise ConfigError(f"fields[{name!r}]: names starting with '__' are reserved")
         if on_error not in ON_ERROR:
-            raise ConfigError(f"on_error={on_error!r}: allowed are {', '.join(map(repr, ON_ERROR))}")
+            # (`map` is an argument here: the builtin is not)
+            raise ConfigError(f"on_error={on_error!r}: allowed are {', '.join(repr(o) for o in ON_ERROR)}")
         if error_budget is not None:
             if isinstance(error_budget, bool) or not isinstance(error_budget, (int, float)):
                 raise ConfigError(f"error_budget must be an int count, a float fraction or None, got {error_budget!r}")
