@@ -46,5 +46,7 @@ PY
 # with nothing to configure.
 mkdir -p "$tmp/repo/experiments"
 printf 'name = "x"\n[pipeline]\nfactory = "m:f"\n[factor]\nname = "n"\nvalues = [1, 2]\n' > "$tmp/repo/experiments/x.toml"
-(cd "$tmp/repo" && "$tmp/venv/bin/python" -m pytest --collect-only -q -p no:cacheprovider experiments) | grep -q "experiments/x.toml::x" \
-  || { echo "check-install: the pytest plugin did not collect an experiment TOML" >&2; exit 1; }
+(cd "$tmp/repo" && "$tmp/venv/bin/python" -m pytest --collect-only -q -p no:cacheprovider experiments) \
+  > "$tmp/collect.txt" 2>&1 || true
+grep -q "experiments/x.toml::x" "$tmp/collect.txt" \
+  || { echo "check-install: the pytest plugin did not collect an experiment TOML:" >&2; tail -20 "$tmp/collect.txt" >&2; exit 1; }

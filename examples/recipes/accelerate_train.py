@@ -20,7 +20,9 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     accelerator = Accelerator(cpu=not torch.cuda.is_available())
-    model, opt = accelerator.prepare(make_model(), torch.optim.SGD(make_model().parameters(), lr=0.1))
+    model = make_model()
+    model, opt = accelerator.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1))
+    before = [p.detach().clone() for p in model.parameters()]
     # device=: loadscope copies to the GPU itself (pinned memory, side stream).
     loader = make_loader(args.data, batch_size=8, device=str(accelerator.device))
     same = accelerator.prepare(loader) is loader
@@ -31,7 +33,9 @@ def main() -> None:
         opt.step()
         opt.zero_grad()
         keys.append(list(names))
-    record(args.out, accelerator.process_index, accelerator.num_processes, keys, prepare_returned_it=same)
+    trained = any(not torch.equal(a, p.detach()) for a, p in zip(before, model.parameters()))
+    record(args.out, accelerator.process_index, accelerator.num_processes, keys, prepare_returned_it=same,
+           trained=trained)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ def main() -> None:
     dist.init_process_group("gloo")  # "nccl" on GPUs
     model = torch.nn.parallel.DistributedDataParallel(make_model())
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    before = [p.detach().clone() for p in model.parameters()]
     loader = make_loader(args.data, batch_size=8)
     keys = []
     for epoch in range(args.epochs):
@@ -31,7 +32,8 @@ def main() -> None:
             loss.backward()  # all-reduce: every rank must have as many batches (loadscope pads)
             opt.step()
             keys.append(list(names))
-    record(args.out, dist.get_rank(), dist.get_world_size(), keys, batches=len(loader))
+    trained = any(not torch.equal(a, p.detach()) for a, p in zip(before, model.parameters()))
+    record(args.out, dist.get_rank(), dist.get_world_size(), keys, batches=len(loader), trained=trained)
     dist.destroy_process_group()
 
 

@@ -73,8 +73,9 @@ def _triple(owner: str, name: str, value, default: float) -> Tuple[float, float,
     ok = isinstance(values, (tuple, list)) and len(values) == 3
     ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
     if not ok:
-        raise ConfigError(f"{owner}.{name} must be a number or three (R, G, B) in [0, 1] units, e.g. "
-                          f"loadscope.IMAGENET_{name.upper()}, got {value!r}")
+        units = ("in [0, 1] units, e.g. loadscope.IMAGENET_" + name.upper()) if name in ("mean", "std") \
+            else "in the output's units (0..255 for uint8; after mean/std for a float dtype); 'random' is not supported"
+        raise ConfigError(f"{owner}.{name} must be a number or three (R, G, B) {units}, got {value!r}")
     return tuple(float(v) for v in values)  # type: ignore[return-value]
 
 
@@ -266,21 +267,24 @@ class Image(Field):
     def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
         n = type(self).__name__
         _bool(n, "optional", self.optional)
-        if self.color is not None and not isinstance(self.color, ColorJitter):
-            raise ConfigError(f"{n}.color must be a loadscope.ColorJitter(...), got {type(self.color).__name__} "
-                              "(torchvision transforms run on whole batches: see docs/augmentations.md)")
-        if self.randaugment is not None and not isinstance(self.randaugment, RandAugment):
-            raise ConfigError(f"{n}.randaugment must be a loadscope.RandAugment(...), got "
-                              f"{type(self.randaugment).__name__}")
-        if self.erasing is not None and not isinstance(self.erasing, RandomErasing):
-            raise ConfigError(f"{n}.erasing must be a loadscope.RandomErasing(...), got {type(self.erasing).__name__}")
+        for arg, cls in (("color", ColorJitter), ("randaugment", RandAugment), ("erasing", RandomErasing)):
+            value = getattr(self, arg)
+            if value is not None and not isinstance(value, cls):
+                hint = (" (a torchvision transform cannot run in the loader's C++ threads; applied to a whole batch "
+                        "it would draw once for all samples: see docs/augmentations.md)"
+                        if type(value).__module__.startswith("torchvision") else "")
+                raise ConfigError(f"{n}.{arg} must be a loadscope.{cls.__name__}(...), got {value!r}{hint}")
         _probability(n, "grayscale", self.grayscale)
         dtype = _dtype(n, self.dtype)
         object.__setattr__(self, "dtype", dtype)
         if dtype == "uint8" and (self.mean is not None or self.std is not None):
             raise ConfigError(f"{n}: mean and std normalise a float output; give dtype='float32' (or float16, "
                               "bfloat16) too")
-        object.__setattr__(self, "mean", _triple(n, "mean", self.mean, 0.0))
+        mean = _triple(n, "mean", self.mean, 0.0)
+        if any(m > 1.0 for m in mean):
+            raise ConfigError(f"{n}.mean={self.mean!r} looks like 0-255 units; mean and std are in [0, 1] units as "
+                              "torchvision's Normalize takes them (divide by 255), e.g. loadscope.IMAGENET_MEAN")
+        object.__setattr__(self, "mean", mean)
         std = _triple(n, "std", self.std, 1.0)
         if any(v == 0 for v in std):
             raise ConfigError(f"{n}.std must be non-zero, got {self.std!r}")

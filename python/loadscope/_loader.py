@@ -127,6 +127,16 @@ def _output_arg(output: Any, fields: Mapping[str, Field]) -> Optional[Tuple[str,
     return tuple(output)
 
 
+class _EpochSetter:
+    """Loader.sampler: only set_epoch, as DistributedSampler has it."""
+
+    def __init__(self, loader: "Loader") -> None:
+        self._loader = loader
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+
 def _map_arg(fn: Any) -> Optional[Callable[[Any], Any]]:
     if fn is not None and not callable(fn):
         raise ConfigError(f"map must be a callable applied to each batch (or None), got {type(fn).__name__}")
@@ -407,6 +417,13 @@ class Loader:
         """The epoch the next iteration will use."""
         return self._epoch
 
+    @property
+    def sampler(self) -> "_EpochSetter":
+        """For frameworks that call ``dataloader.sampler.set_epoch(epoch)`` before each epoch
+        (PyTorch Lightning does, also for iterables that are not DataLoaders): forwards to
+        ``set_epoch``, so the loader's epochs are the framework's (docs/recipes.md)."""
+        return _EpochSetter(self)
+
     def _size_by_indexing(self) -> int:
         """The size of streamed tar shards, for len(): their headers indexed in memory once, as
         index="auto" does when a size is needed. The loader keeps streaming them (the samples
@@ -558,11 +575,11 @@ class Loader:
             return it._run.stats()
         return dict(self._last_stats)
 
-    def _deliver(self, b, enter_ns: int) -> Batch:
+    def _deliver(self, b, enter_ns: int, epoch: int = 0) -> Batch:
         native_ns = time.monotonic_ns() if self._telemetry_on else 0
         out = self._make(b)
         if self.map is not None and self._transfer is not None:
-            out = self._apply_map(out)  # after the copy: GPU work is queued, not waited for
+            out = self._apply_map(out, epoch, b.index)  # after the copy: GPU work is queued, not waited for
         if self._telemetry_on:
             self._loop.delivered(enter_ns, native_ns, time.monotonic_ns(), b.index)
         return out
@@ -578,10 +595,16 @@ class Loader:
             out = tuple(out[k] for k in self.output)
         return out
 
-    def _apply_map(self, batch: Batch) -> Batch:
+    def _apply_map(self, batch: Batch, epoch: int, index: int) -> Batch:
+        """map(batch); a callable that declares ``wants_position = True`` (ls.mixup_cutmix)
+        also gets the batch's place, ``epoch=`` and ``batch_index=`` (in the epoch), so that
+        its own randomness can be a function of them like every other draw."""
         assert self.map is not None
         t0 = time.monotonic_ns()
-        out = self.map(batch)
+        if getattr(self.map, "wants_position", False):
+            out = self.map(batch, epoch=epoch, batch_index=index)
+        else:
+            out = self.map(batch)
         if self._telemetry_on:
             self._loop.map.record(time.monotonic_ns() - t0)
         return out
@@ -684,7 +707,7 @@ class _EpochIterator:
         self.delivered += 1
         if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
             self._loader._progress["batches"] = self.delivered
-        return self._loader._deliver(b, enter)
+        return self._loader._deliver(b, enter, self.epoch)
 
     # --- map= on CPU batches: a background thread makes and maps batches ahead -------------
 
@@ -809,7 +832,6 @@ class _Mapper:
 
     def _work(self) -> None:
         loader = self._loader
-        position = 0
         try:
             while not self._stop.is_set():
                 b = self._run.next(_WAIT_MS)
@@ -825,16 +847,15 @@ class _Mapper:
                 if b.skipped:
                     self._log_skips(b.skipped)
                 try:
-                    out = loader._apply_map(loader._make(b))
+                    out = loader._apply_map(loader._make(b), self._epoch, b.index)
                 except Exception as e:
-                    error = LoadscopeError(f"map= raised on batch {position} of epoch {self._epoch} "
+                    error = LoadscopeError(f"map= raised on batch {b.index} of epoch {self._epoch} "
                                            f"(first key {b.keys[0] if b.keys else '?'}): {type(e).__name__}: {e}")
                     error.__cause__ = e
                     self._put(("error", error, -1))
                     return
                 if not self._put(("batch", out, b.index)):
                     return
-                position += 1
         except BaseException as e:  # the run's own errors (SampleError, budget, ...) as they are
             self._put(("error", e, -1))
 

@@ -711,6 +711,8 @@ class Watched:
         self._active_ns = 0  # time inside finished epochs
         self._epoch_start_ns: Optional[int] = None
         self._reporter: Optional[Reporter] = None
+        self._final_tree: Dict[str, Any] = {"processes": [], "total": {}, "workers": 0}
+        self._final_peak = 0
         p0 = _native.process_stats(pss=False)
         self._baseline = (time.monotonic(), p0["cpu_user"] + p0["cpu_system"])
 
@@ -765,7 +767,9 @@ class Watched:
         sample=True takes a fresh sample of the processes first (~3.5 ms per process)."""
         if sample and self._sampler:
             self._sampler.sample()
-        tree = self._sampler.latest if self._sampler else {"processes": [], "total": {}, "workers": 0}
+        # After close(): the figures of the last sample (exited workers keep their CPU).
+        tree = self._sampler.latest if self._sampler else self._final_tree
+        peak_pss = self._sampler.peak_total_pss if self._sampler else self._final_peak
         proc = _native.process_stats(pss=False)
         wall0, cpu0 = self._baseline
         now = time.monotonic_ns()
@@ -781,12 +785,12 @@ class Watched:
             "processes": tree["processes"],
             "workers": tree["workers"],
             "memory": {"rss": tree["total"].get("rss", proc["rss"]), "pss": tree["total"].get("pss"),
-                       "pss_peak": self._sampler.peak_total_pss if self._sampler else None,
+                       "pss_peak": peak_pss or None,
                        "rss_peak": proc["rss_peak"], "cgroup_current": proc["cgroup_current"],
                        "cgroup_peak": proc["cgroup_peak"], "mem_available": proc["mem_available"],
                        "main_rss": proc["rss"], "total_rss": tree["total"].get("rss"),
                        "total_pss": tree["total"].get("pss"),
-                       "total_pss_peak": self._sampler.peak_total_pss if self._sampler else None},
+                       "total_pss_peak": peak_pss or None},
             "cpu": {"cores": (main + workers) / max(time.monotonic() - wall0, 1e-9), "main_seconds": main,
                     "workers_seconds": workers, "main_cores": main / max(time.monotonic() - wall0, 1e-9),
                     "total_seconds": tree["total"].get("cpu_seconds")},
@@ -818,6 +822,8 @@ class Watched:
         self._stop_reports()  # its final report while the sampler still runs
         if self._sampler is not None:
             self._sampler.stop()
+            self._sampler.sample()
+            self._final_tree, self._final_peak = self._sampler.latest, self._sampler.peak_total_pss
             self._sampler = None
 
     def __enter__(self) -> "Watched":

@@ -109,7 +109,10 @@ def test_random_erasing_fills_one_box_of_the_drawn_size_with_the_value(demo, dty
 @pytest.mark.parametrize("make,message", [
     (lambda: ls.ColorJitter(hue=0.7), r"ColorJitter.hue=0.7: the range must satisfy -0.5 <= min <= max <= 0.5"),
     (lambda: ls.ColorJitter(brightness=-1), r"ColorJitter.brightness=-1: a number must be >= 0"),
-    (lambda: ls.Image(32, color="jitter"), r"Image.color must be a loadscope.ColorJitter"),
+    (lambda: ls.Image(32, color="jitter"), r"Image.color must be a loadscope.ColorJitter\(...\), got .jitter."),
+    (lambda: ls.Image(32, color=__import__("torchvision").transforms.ColorJitter(0.4)), r"torchvision transform cannot run"),
+    (lambda: ls.Image(32, dtype="float32", mean=(123.7, 116.3, 103.5)), r"looks like 0-255 units"),
+    (lambda: ls.RandomErasing(value="random"), r"output.s units .*.random. is not supported"),
     (lambda: ls.Image(32, grayscale=1.5), r"Image.grayscale is a probability in \[0, 1\]"),
     (lambda: ls.RandomErasing(scale=(0.0, 0.3)), r"RandomErasing.scale=\(0.0, 0.3\): must satisfy 0 < min"),
 ])

@@ -40,6 +40,7 @@ def torchrun(script, demo, out, *extra):
 def test_plain_ddp_recipe(demo, tmp_path):
     ranks = run(torchrun("ddp.py", demo, tmp_path), tmp_path)
     assert [r["world"] for r in ranks] == [2, 2] and ranks[0]["batches"] == 8  # 120 samples / 2 ranks / 8
+    assert all(r["trained"] for r in ranks)  # the optimizer moved the weights the loop used
     check_split(ranks, 120)
 
 
@@ -47,6 +48,7 @@ def test_accelerate_recipe_does_not_shard_twice(demo, tmp_path):
     import accelerate  # noqa: F401  (requirements-dev.txt installs it: a missing one fails here)
     ranks = run(torchrun("accelerate_train.py", demo, tmp_path), tmp_path)
     assert all(r["prepare_returned_it"] for r in ranks)  # prepare() leaves a loadscope Loader alone
+    assert all(r["trained"] for r in ranks)
     check_split(ranks, 120, epochs=1)
 
 
@@ -57,3 +59,14 @@ def test_lightning_recipe_with_its_own_ddp_launcher(demo, tmp_path):
     ranks = run(cmd, tmp_path)
     assert [r["world"] for r in ranks] == [2, 2]
     check_split(ranks, 120)
+    # Lightning sets the epoch through loader.sampler.set_epoch before each epoch's iterator:
+    # its epoch e is the loader's epoch e (not e + 1 after the iterator it makes and drops).
+    import loadscope as ls
+    for r in ranks:
+        want = []
+        for epoch in range(2):  # the recipe's loader (common.make_loader), this rank's share
+            ref = ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=8, shuffle=True, seed=0,
+                            threads=1, rank=r["rank"], world_size=2)
+            ref.set_epoch(epoch)
+            want += [list(b["__key__"]) for b in ref]
+        assert r["keys"] == want
