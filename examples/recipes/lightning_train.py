@@ -1,10 +1,10 @@
 """PyTorch Lightning: a LightningDataModule whose train_dataloader() returns a loadscope
 Loader. Lightning would otherwise insert a DistributedSampler: `use_distributed_sampler=False`
 (loadscope already reads this rank's share; a Loader is not a DataLoader, so Lightning could
-not add one anyway, but say it). Do not call loader.set_epoch() from a hook: Lightning makes
-the next epoch's iterator before on_train_epoch_start runs, and the loader numbers its epochs
-by itself (0, 1, 2, ... one per iteration), as Lightning's epochs are. Lightning saves and
-restores the loader's state_dict() with its checkpoints (a Loader is a stateful iterable).
+not add one anyway, but say it). Lightning sets the epoch itself (loader.sampler.set_epoch);
+do not call loader.set_epoch() from a hook: Lightning makes the epoch's iterator before
+on_train_epoch_start runs. Lightning saves and restores the loader's state_dict() with its
+checkpoints (a Loader is a stateful iterable).
 `python lightning_train.py --data DIR --out DIR --devices N`."""
 
 import argparse

@@ -344,6 +344,12 @@ class Loader:
 
     STATE_VERSION = 1
 
+    # Note [an iteration that gave nothing]
+    # Frameworks make iterators they never use: PyTorch Lightning calls iter() on a train loader
+    # to check that it is iterable, then makes the epoch's own. An iteration closed before it
+    # handed out a batch (and not by an error or an empty epoch) therefore gives its epoch and
+    # resume point back: the next iter() starts the same epoch, as a DataLoader's would.
+    #
     # Note [state after a loop]
     # A training loop that leaves the loop early (`break` at a fixed number of steps per epoch)
     # and then loops again gets a new epoch, as with DataLoader. A checkpoint taken after the
@@ -670,6 +676,8 @@ class _EpochIterator:
         self._logged_skips = 0
         self._ended_because: Optional[str] = None  # why next() raises instead of continuing
         self._mapper: Optional[_Mapper] = None  # map= on CPU batches
+        self._start_delivered = delivered  # the resume point it started from
+        self._failed = False  # ended by an exception
         with _live_lock:
             _live.add(self)
 
@@ -694,6 +702,7 @@ class _EpochIterator:
                 if not isinstance(b, str):
                     break
         except BaseException:
+            self._failed = True
             self.close()
             raise
         if b is None:
@@ -720,6 +729,7 @@ class _EpochIterator:
                 if item is not None:
                     break
         except BaseException:
+            self._failed = True
             self.close()
             raise
         kind, value, index = item
@@ -728,6 +738,7 @@ class _EpochIterator:
             self.close()
             raise StopIteration
         if kind == "error":
+            self._failed = True
             self.close()
             raise value
         self.delivered += 1
@@ -766,9 +777,16 @@ class _EpochIterator:
             return
         if self._mapper is not None:
             self._mapper.stop()  # before the run: the thread may be waiting in it
-        progress = self._loader._progress
+        loader = self._loader
+        progress = loader._progress
         if progress is not None and progress["epoch"] == self.epoch:
             progress["closed"] = True  # Note [state after a loop]
+        if (self.delivered == self._start_delivered and not self.finished and not self._failed
+                and loader._epoch == self.epoch + 1):
+            # Note [an iteration that gave nothing]: it did not use its epoch up.
+            loader._epoch = self.epoch
+            loader._resume_batches = self._start_delivered
+            loader._progress = None
         try:
             self._loader._last_stats = run.stats()
         finally:

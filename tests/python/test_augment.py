@@ -224,18 +224,41 @@ def test_an_exception_in_map_names_the_batch_and_keeps_the_cause(demo):
 
 
 def test_mixup_cutmix_on_loadscope_batches_mixes_images_and_labels_alike(demo):
-    pytest.importorskip("torchvision.transforms.v2")
+    """torchvision v2's semantics (the batch mixed with itself rolled by one), checked pixel by
+    pixel; draws from (seed, epoch, batch index): the same run after run and whatever the loop
+    does with torch's global generator."""
     fields = {"jpg": ls.Image(32, crop="center", dtype="float32"), "cls": ls.Int()}
-    plain = next(iter(ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=32, shuffle=True,
-                                output=("jpg", "cls"))))
-    torch.manual_seed(0)
-    L = ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=32, shuffle=True, output=("jpg", "cls"),
-                  map=ls.mixup_cutmix(10, cutmix_alpha=0.0))  # MixUp only: checkable pixel by pixel
-    images, labels = next(iter(L))
-    x, y = plain
+
+    def loader(**mix):
+        return ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=32, shuffle=True,
+                         output=("jpg", "cls"), map=ls.mixup_cutmix(10, **mix))
+
+    x, y = next(iter(ls.Loader(ls.Folder(demo / "folder"), fields=fields, batch_size=32, shuffle=True,
+                               output=("jpg", "cls"))))
+    images, labels = next(iter(loader(cutmix_alpha=0.0)))  # MixUp only
     assert labels.shape == (32, 10) and torch.allclose(labels.sum(1), torch.ones(32))
-    lam = labels[0, y[0]].item() if y[0] != y[-1] else None  # torchvision mixes with the batch rolled by 1
-    if lam is not None:
-        assert torch.allclose(images, lam * x + (1 - lam) * x.roll(1, 0), atol=1e-5)
+    i = next(i for i in range(32) if y[i] != y[i - 1])  # a sample mixed with another class
+    lam = labels[i, y[i]].item()
+    assert torch.allclose(images, lam * x + (1 - lam) * x.roll(1, 0), atol=1e-5)
+    images, labels = next(iter(loader(mixup_alpha=0.0)))  # CutMix only: one box from the rolled batch
+    diff = (images != x).any(dim=1)
+    rows, cols = diff.any(dim=2).any(dim=0).nonzero().flatten(), diff.any(dim=1).any(dim=0).nonzero().flatten()
+    if len(rows):
+        box = (rows[-1] - rows[0] + 1) * (cols[-1] - cols[0] + 1)
+        assert labels[i, y[i]].item() == pytest.approx(1 - box.item() / 32**2, abs=1e-6)
+    runs = []
+    for noise in (False, True):
+        torch.manual_seed(123)
+        got = []
+        for images, labels in loader():
+            if noise:
+                torch.randn(1000)  # the loop using torch's generator changes nothing
+            got.append((images, labels))
+        runs.append(got)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(*runs))
     with pytest.raises(ls.ConfigError, match="num_classes"):
         ls.mixup_cutmix(1)
+    u8 = ls.Loader(ls.Folder(demo / "folder"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=8,
+                   output=("jpg", "cls"), map=ls.mixup_cutmix(10))
+    with pytest.raises(ls.LoadscopeError, match="give the image field a float dtype"):
+        next(iter(u8))

@@ -484,6 +484,29 @@ def test_state_follows_the_open_loop_and_a_closed_one_points_at_the_next_epoch(l
     assert (a.state_dict()["epoch"], a.state_dict()["batches"]) == (2, 0)
 
 
+def test_an_iterator_dropped_before_its_first_batch_gives_its_epoch_back(layouts):
+    """Note [an iteration that gave nothing]: Lightning makes an iterator to check a loader and
+    drops it; that must not cost an epoch (its epoch 0 would read the loader's epoch 1)."""
+    def make():
+        return ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()}, batch_size=8, shuffle=True, seed=4)
+
+    whole = _keys_of(make())
+    a = make()
+    iter(a)  # made and dropped at once, as a framework's check does
+    assert a.epoch == 0 and (a.state_dict()["epoch"], a.state_dict()["batches"]) == (0, 0)
+    assert _keys_of(a) == whole  # epoch 0, not 1
+    b = make()
+    b.load_state_dict(dict(b.state_dict(), batches=3))
+    it = iter(b)
+    it.close()  # closed before a batch: the resume point stays
+    assert (b.state_dict()["epoch"], b.state_dict()["batches"]) == (0, 3) and _keys_of(b) == whole[3:]
+    c = make()
+    for i, _ in enumerate(c):
+        if i == 0:
+            break  # a batch was handed out: the epoch is used (Note [state after a loop])
+    assert c.epoch == 1
+
+
 @pytest.mark.parametrize("n,world,batch", [(3, 8, 4), (5, 16, 2), (1, 3, 1)])
 def test_fewer_samples_than_ranks_still_gives_every_rank_its_batches(tmp_path, n, world, batch):
     manifest = tmp_path / "m.jsonl"

@@ -368,5 +368,8 @@ def test_a_watched_dataloader_and_a_loader_print_with_the_same_ruler(demo, tmp_p
     assert ls.telemetry.Snapshot(dw).summary() == watched.summary()  # from its dict, as for a Loader
     prom = watched.to_prometheus()
     assert "loadscope_samples_total 80" in prom and 'loadscope_cpu_seconds_total{process="workers"}' in prom
+    after = w.telemetry().to_dict()  # after the with block: the last figures stay
+    assert after["memory"]["pss_peak"] and after["cpu"]["workers_seconds"] > 0
+    assert [p["role"] for p in after["processes"]].count("worker") == 2
     final = [json.loads(x) for x in reports.read_text().splitlines()]
     assert len(final) == 1 and final[0]["interval"]["samples"] == 80  # the last report, on close()
