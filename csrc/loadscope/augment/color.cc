@@ -82,7 +82,21 @@ namespace {
 // vectorise it (the clones: AVX2 and SSE4.1 where the CPU has them, for vector floor). Every
 // operation is the IEEE one torch does, in its order: the results do not depend on the clone.
 // fmod(x, 1) for the x here (non-negative, or > -1) is x - trunc(x), which is exact.
-__attribute__((target_clones("avx2", "sse4.1", "default")))
+// Clones are ifuncs, resolved while the program is relocated: before a sanitizer's runtime is
+// up, which crashes under TSan. Sanitizer builds get the plain version.
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define LOADSCOPE_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#define LOADSCOPE_CLONES
+#else
+#define LOADSCOPE_CLONES __attribute__((target_clones("avx2", "sse4.1", "default")))
+#endif
+#else
+#define LOADSCOPE_CLONES __attribute__((target_clones("avx2", "sse4.1", "default")))
+#endif
+
+LOADSCOPE_CLONES
 void hue_block(float* __restrict r, float* __restrict g, float* __restrict b, int n, float hue) {
   const float scale = static_cast<float>(255.0 + 1.0 - 1e-3);
   for (int k = 0; k < n; ++k) {
