@@ -17,7 +17,6 @@ only touches the batch; 5 interleaved rounds after a warm-up epoch per arm; rati
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -25,7 +24,7 @@ import torchvision.transforms as T
 from torchvision.datasets import ImageFolder
 
 import loadscope as ls
-from loadscope import datasets
+from loadscope import compare, datasets
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,15 +44,18 @@ def loadscope_loader(root, threads, augment):
                      shuffle=True, output=("jpg", "cls"))
 
 
-def epoch(make, samples):
-    t0 = time.perf_counter()
-    n = 0
-    for images, _labels in make():
-        images.view(-1)[-1].item()
-        n += images.shape[0]
-        if n >= samples:
-            break
-    return n / (time.perf_counter() - t0)
+def capped(name, make, samples):
+    """An arm whose epoch is the first `samples` samples of a fresh loader."""
+    def epoch():
+        n = 0
+        for images, _labels in make():
+            images.view(-1)[-1].item()  # a step that costs nothing
+            n += images.shape[0]
+            if n >= samples:
+                break
+        return n
+
+    return compare.Arm(name, epoch)
 
 
 def main() -> None:
@@ -66,20 +68,13 @@ def main() -> None:
     data = REPO / "data" / "demo"
     datasets.ensure(str(data), quiet=True)
     root = data / "folder"
-    arms = {"dataloader": lambda: dataloader(root, args.threads),
-            "loadscope": lambda: loadscope_loader(root, args.threads, True),
-            "loadscope-plain": lambda: loadscope_loader(root, args.threads, False)}
-    for make in arms.values():
-        epoch(make, 256)
-    rates = {k: [] for k in arms}
-    for _ in range(args.rounds):
-        for name, make in arms.items():
-            rates[name].append(epoch(make, args.samples))
-    print(f"{'arm':<18} {'samples/s':>10} {'vs dataloader':>22}")
-    for name, r in rates.items():
-        ratios = [x / y for x, y in zip(r, rates["dataloader"])]
-        print(f"{name:<18} {statistics.median(r):>10.0f} {statistics.median(ratios):>8.2f}x "
-              f"[{min(ratios):.2f}-{max(ratios):.2f}]")
+    arms = [capped("dataloader", lambda: dataloader(root, args.threads), args.samples),
+            capped("loadscope", lambda: loadscope_loader(root, args.threads, True), args.samples),
+            capped("loadscope-plain", lambda: loadscope_loader(root, args.threads, False), args.samples)]
+    rates = compare.interleaved(arms, args.rounds)
+    for arm in arms:
+        print(f"{arm.name:<18} {statistics.median(rates[arm.name]):>8.0f} samples/s  "
+              + compare.format_ratio("vs dataloader", compare.ratio_summary(rates[arm.name], rates["dataloader"])))
 
 
 if __name__ == "__main__":

@@ -20,13 +20,12 @@ normalised on the CPU and copied.
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
 import loadscope as ls
-from loadscope import datasets
+from loadscope import compare, datasets
 
 REPO = Path(__file__).resolve().parents[1]
 MEAN, STD = ls.IMAGENET_MEAN, ls.IMAGENET_STD
@@ -47,27 +46,30 @@ def arms(device):
     return out
 
 
-def epoch(root, field, how, threads, samples, device):
-    loader_device = device if how == device else "cpu"
-    L = ls.Loader(ls.Folder(root), fields={"jpg": field}, batch_size=64, threads=threads, shuffle=True,
-                  device=loader_device)
-    m = torch.tensor(MEAN).view(1, 3, 1, 1)
-    s = torch.tensor(STD).view(1, 3, 1, 1)
-    n, nbytes, t0 = 0, 0, time.perf_counter()
-    for b in L:
-        x = b["jpg"]
-        if how == "cpu":
-            x = x.float().div(255).sub(m).div(s)
-        elif how == "cpu-then-copy":
-            x = x.to(device, non_blocking=False)
-        nbytes = b["jpg"].numel() * b["jpg"].element_size()
-        x.view(-1)[-1].item()  # touch it (synchronises a GPU); a step that costs nothing
-        n += x.shape[0]
-        if n >= samples:
-            break
-    secs = time.perf_counter() - t0
-    share = L.telemetry().to_dict()["loop"]["data_wait_share"]
-    return n / secs, nbytes, share
+def arm(name, root, field, how, threads, samples, device, info):
+    """An arm of `samples` samples; `info[name]` gets the bytes of a batch and the data-wait share."""
+    def epoch():
+        loader_device = device if how == device else "cpu"
+        L = ls.Loader(ls.Folder(root), fields={"jpg": field}, batch_size=64, threads=threads, shuffle=True,
+                      device=loader_device)
+        m = torch.tensor(MEAN).view(1, 3, 1, 1)
+        s = torch.tensor(STD).view(1, 3, 1, 1)
+        n, nbytes = 0, 0
+        for b in L:
+            x = b["jpg"]
+            if how == "cpu":
+                x = x.float().div(255).sub(m).div(s)
+            elif how == "cpu-then-copy":
+                x = x.to(device, non_blocking=False)
+            nbytes = b["jpg"].numel() * b["jpg"].element_size()
+            x.view(-1)[-1].item()  # touch it (synchronises a GPU); a step that costs nothing
+            n += x.shape[0]
+            if n >= samples:
+                break
+        info[name] = (nbytes, L.telemetry().to_dict()["loop"]["data_wait_share"])
+        return n
+
+    return compare.Arm(name, epoch)
 
 
 def main() -> None:
@@ -80,24 +82,17 @@ def main() -> None:
     datasets.ensure(str(root), quiet=True)
     root = root / "folder"
     device = "cuda" if torch.cuda.is_available() else None
-    a = arms(device)
-    for field, how in a.values():  # warm-up: page cache, allocators
-        epoch(root, field, how, args.threads, 256, device)
-    rates = {k: [] for k in a}
     info = {}
-    for _ in range(args.rounds):
-        for name, (field, how) in a.items():
-            rate, nbytes, share = epoch(root, field, how, args.threads, args.samples, device)
-            rates[name].append(rate)
-            info[name] = (nbytes, share)
+    runs = [arm(name, root, field, how, args.threads, args.samples, device, info)
+            for name, (field, how) in arms(device).items()]
+    rates = compare.interleaved(runs, args.rounds)
     ref = "uint8+torch"
-    print(f"{'arm':<40} {'samples/s':>10} {'vs uint8+torch':>22} {'MiB/batch':>10} {'data wait':>10}")
-    for name, r in rates.items():
-        ratios = [x / y for x, y in zip(r, rates[ref])]
-        nbytes, share = info[name]
-        print(f"{name:<40} {statistics.median(r):>10.0f} {statistics.median(ratios):>8.2f}x "
-              f"[{min(ratios):.2f}-{max(ratios):.2f}] {nbytes / 2**20:>10.1f} "
-              f"{'' if share is None else f'{share:.0%}':>10}")
+    print(f"{'arm':<40} {'samples/s':>10} {'MiB/batch':>10} {'data wait':>10}  ratio")
+    for r in runs:
+        nbytes, share = info[r.name]
+        print(f"{r.name:<40} {statistics.median(rates[r.name]):>10.0f} {nbytes / 2**20:>10.1f} "
+              f"{'' if share is None else f'{share:.0%}':>10}  "
+              + compare.format_ratio("vs " + ref, compare.ratio_summary(rates[r.name], rates[ref])))
 
 
 if __name__ == "__main__":
