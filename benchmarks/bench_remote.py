@@ -136,7 +136,7 @@ def main():
     ap.add_argument("--out", default=str(REPO / "results" / "bench_remote.json"))
     a = ap.parse_args()
 
-    from conftest import _start_server, _stop_server  # the servers the tests use
+    from servers import put_bucket, start_server, stop_server  # the servers the tests use
 
     datasets.ensure(a.data, quiet=True)
     local = sorted(str(p) for p in Path(a.data, "shards").glob("*.tar"))
@@ -148,10 +148,9 @@ def main():
     s3dir.mkdir(), httpdir.mkdir()
     proxy = None
     try:
-        s3 = _start_server("s3-server.sh", s3dir)
-        http = _start_server("http-server.sh", httpdir, str(www))
+        s3 = start_server("s3-server.sh", s3dir)
+        http = start_server("http-server.sh", httpdir, str(www))
         os.environ.update({k: v for k, v in s3.items() if k.startswith("AWS_")})
-        from test_remote import put_bucket
         put_bucket(s3, "bench", [(f"shards/{Path(p).name}", p) for p in local]
                    + [(f"shards/{Path(p).name}.idx", p + ".idx") for p in local])
         s3_urls = [f"s3://bench/shards/{Path(p).name}" for p in local]
@@ -216,7 +215,7 @@ def main():
             proxy.terminate()
         for script, d in (("s3-server.sh", s3dir), ("http-server.sh", httpdir)):
             try:
-                _stop_server(script, d)
+                stop_server(script, d)
             except Exception as e:  # noqa: BLE001 - report and go on stopping the other
                 print(f"stopping {script}: {e}", file=sys.stderr)
         shutil.rmtree(tmp, ignore_errors=True)

@@ -28,13 +28,19 @@ def small_demo(tmp_path_factory) -> Path:
 def test_every_experiment_is_listed():
     names = {Path(p).stem for p in EXPERIMENTS}
     assert {"loader", "threads", "prefetch", "batch_size", "pin_memory", "staging", "layout", "decode",
-            "world_size", "peers"} <= names
+            "world_size", "peers", "storage", "remote-shards"} <= names
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: Path(p).stem)
-def test_experiment_runs_small_and_passes_its_checks(path, small_demo, tmp_path):
+def test_experiment_runs_small_and_passes_its_checks(path, small_demo, tmp_path, request):
     exp = bench.load(path)
-    raw = dict(exp.raw, dataset=dict(exp.raw.get("dataset", {}), path=str(small_demo), generate=False))
+    dataset = dict(exp.raw.get("dataset", {}), path=str(small_demo), generate=False)
+    if dataset.get("url"):  # object storage: the real S3 server of the tests, an empty bucket per experiment
+        from servers import put_bucket
+
+        put_bucket(request.getfixturevalue("s3"), exp.name)
+        dataset["url"] = f"s3://{exp.name}/demo"
+    raw = dict(exp.raw, dataset=dataset)
     exp = bench.from_dict(raw, source=path).with_overrides(repetitions=2, samples=64, warmup_samples=32,
                                                           check_samples=16, trace_batches=2)
     summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
@@ -56,7 +62,20 @@ def test_experiment_runs_small_and_passes_its_checks(path, small_demo, tmp_path)
         assert f"**{arm}: {verdict['decision']}**" in report
     assert "## Hypotheses" in report and "experiment.effective.json" in report
     for arm in exp.arms[1:]:
-        if arm.config["staging"] == "local":  # the copy is weighed: its time and the break-even
-            st = summary["staging"][arm.name]
+        if arm.config["staging"] == "local" or arm.config["storage"] in ("remote-staged", "remote-cache"):
+            st = summary["staging"][arm.name]  # the copy or the cache's first epoch is weighed
             assert st["staging_seconds"] > 0 and "break_even_epochs" in st
             assert "break-even after" in report
+    for arm in exp.arms:  # what each arm fetched from object storage: in all, and while measured
+        mine = [r for r in rows if r["arm"] == arm.name]
+        if arm.config["storage"] == "local":
+            assert max(r["network_bytes_run"] for r in mine) == 0, arm.name
+        else:
+            assert min(r["network_bytes_run"] for r in mine) > 0, arm.name
+        if arm.config["storage"] in ("remote-cache", "remote-staged"):  # a warm cache or a copy: nothing
+            assert max(r["network_bytes"] for r in mine) == 0, arm.name
+        if arm.config["storage"] == "remote-cache":
+            fills = [r["staging"] for r in rows if r["arm"] == arm.name]
+            assert all(f["kind"] == "cache" and f["bytes"] > 0 for f in fills)
+    if any(a.config["storage"] != "local" for a in exp.arms):
+        assert "object storage, measured phase" in report

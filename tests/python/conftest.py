@@ -4,6 +4,7 @@ import os
 from pathlib import Path
 
 import pytest
+from servers import s3, s3_server, start_server, stop_server  # noqa: F401  (fixtures shared with benchmarks/)
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = Path(os.environ.get("LOADSCOPE_SHARED_DATA", REPO.parent / "shared" / "data" / "real"))
@@ -47,44 +48,6 @@ def native_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def _start_server(script: str, workdir: Path, *args: str) -> dict:
-    """Starts one of the project's real servers (scripts/s3-server.sh, scripts/http-server.sh)
-    and returns the variables it exports. Its daemons keep running until `stop`; their output
-    goes to a file, not a pipe (a pipe held open by a daemon would never reach its end)."""
-    import subprocess
-
-    log = workdir / "start.log"
-    with open(log, "w") as out:
-        rc = subprocess.run(["bash", str(REPO / "scripts" / script), "start", str(workdir), *args],
-                            stdout=out, stderr=subprocess.STDOUT, timeout=600).returncode
-    if rc != 0:
-        subprocess.run(["bash", str(REPO / "scripts" / script), "stop", str(workdir)], timeout=120)
-        raise RuntimeError(f"{script} start failed ({rc}):\n{log.read_text()[-3000:]}")
-    env = {}
-    for line in (workdir / "env").read_text().splitlines():
-        if line.startswith("export "):
-            k, _, v = line[len("export "):].partition("=")
-            env[k] = v.strip("'\"")
-    return env
-
-
-def _stop_server(script: str, workdir: Path) -> None:
-    import subprocess
-
-    subprocess.run(["bash", str(REPO / "scripts" / script), "stop", str(workdir)], timeout=120, check=True)
-
-
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory):
-    """A real S3 server (Ceph radosgw, single node, in memory) for this session: its AWS_*
-    variables (endpoint, test credentials, region). Stopped by pid at the end."""
-    d = tmp_path_factory.mktemp("s3")
-    env = _start_server("s3-server.sh", d)
-    env["dir"] = str(d)
-    yield env
-    _stop_server("s3-server.sh", d)
-
-
 @pytest.fixture(scope="session")
 def http_root(tmp_path_factory) -> Path:
     """What the HTTP server serves: tests copy their files here."""
@@ -96,7 +59,7 @@ def http_server(tmp_path_factory, http_root):
     """A real HTTP and HTTPS server (nginx) serving http_root, with /throttled/ (503s past 20
     requests/s) and /slow/ (2 MiB/s) views of it; the HTTPS one has a CA made for the session."""
     d = tmp_path_factory.mktemp("http")
-    env = _start_server("http-server.sh", d, str(http_root))
+    env = start_server("http-server.sh", d, str(http_root))
     env["dir"] = str(d)
     yield env
-    _stop_server("http-server.sh", d)
+    stop_server("http-server.sh", d)

@@ -73,6 +73,18 @@ def test_explicit_arms_that_change_only_the_factor_are_accepted(demo):
     ({"criteria": {"max_regression": {"data_wait_share": 0.1}}}, "data_wait_share is measured with a training step"),
     ({"criteria": {"metric": "staging_seconds"}}, "only staging arms have it"),
     ({"training_repo": "/no/such/repo"}, "the path of an existing directory"),
+    ({"factor": {"name": "storage", "values": ["local", "remote"]}}, "storage='remote' reads \\[dataset\\] url, which is not set"),
+    ({"factor": {"name": "storage", "values": ["remote", "remote-cache"]}, "dataset": {"url": "ftp://h/p"}},
+     "an s3://, http:// or https:// prefix"),
+    ({"factor": {"name": "storage", "values": ["local", "remote"]}, "pipeline": {"loader": "torch"},
+      "dataset": {"url": "s3://b/p"}}, "is a loadscope pipeline; loader='torch' reads local files"),
+    ({"factor": {"name": "storage", "values": ["remote", "remote-staged"]}, "dataset": {"url": "https://h/p"}},
+     "copies an s3:// prefix"),
+    ({"factor": {"name": "storage", "values": ["local", "remote"]}, "pipeline": {"staging": "local"},
+      "dataset": {"url": "s3://b/p"}}, "use storage='remote-staged'"),
+    ({"factor": {"name": "shard_index", "values": ["auto", "off"]}}, "shard_index='off' streams tar shards; it needs layout='shards'"),
+    ({"factor": {"name": "shard_index", "values": ["auto", "off"]}, "pipeline": {"layout": "shards", "world_size": 2}},
+     "which one rank only can do"),
 ])
 def test_bad_experiments_fail_early_with_what_is_allowed(demo, change, message):
     with pytest.raises(ConfigError, match=message):

@@ -15,35 +15,9 @@ import pytest
 
 import loadscope as ls
 from loadscope import _native, shards
+from servers import curl_s3, put_bucket
 
 SECRET_ENV = "AWS_SECRET_ACCESS_KEY"
-
-
-@pytest.fixture
-def s3(s3_server, monkeypatch):
-    """The S3 server's variables in this process's environment (read per request)."""
-    for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION"):
-        monkeypatch.setenv(k, s3_server[k])
-    for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"):
-        monkeypatch.delenv(k, raising=False)
-    return s3_server
-
-
-def curl_s3(env, *args) -> str:
-    """The curl CLI, signing with SigV4: an independent client to put the test data in place."""
-    out = subprocess.run(
-        ["curl", "-s", "-S", "-o", "/dev/null", "-w", "%{http_code}", "--aws-sigv4", f"aws:amz:{env['AWS_REGION']}:s3",
-         "--user", f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}",
-         "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", *args],
-        capture_output=True, text=True, timeout=120)
-    return out.stdout
-
-
-def put_bucket(env, bucket: str, files) -> None:
-    ep = env["AWS_ENDPOINT_URL"]
-    assert curl_s3(env, "-X", "PUT", f"{ep}/{bucket}") in ("200", "409")
-    for key, path in files:
-        assert curl_s3(env, "-T", str(path), f"{ep}/{bucket}/{key}") == "200", key
 
 
 def digest(source, fields=None, **kw):
@@ -196,6 +170,32 @@ def test_a_remote_manifest_naming_remote_files_matches_the_local_one(http_server
     assert len(remote) == len(local)
     fields = {"jpg": ls.Image(40)}
     assert digest(remote, fields=fields) == digest(local, fields=fields)
+
+
+def test_an_experiment_reads_its_arms_from_http_checked_against_local(http_server, http_demo, tmp_path):
+    """The A/B harness's storage factor on an HTTP prefix: the remote and cached arms read the
+    same samples with the same pixels as the local files (the runner's identical check), the
+    cached arm fetches nothing while measured; files missing at the prefix are named before
+    anything runs (an HTTP server cannot be uploaded to)."""
+    from loadscope import bench
+
+    base = http_server["LOADSCOPE_HTTP_URL"]
+    raw = {"name": "http-storage", "dataset": {"path": str(http_demo), "generate": False, "url": f"{base}/demo"},
+           "pipeline": {"batch_size": 16, "layout": "files"},
+           "factor": {"name": "storage", "values": ["local", "remote", "remote-cache"]},
+           "run": {"repetitions": 1, "samples": 32, "warmup_samples": 16, "check_samples": 16, "trace_batches": 0,
+                   "warmup_round": False}}
+    summary = bench.run(bench.from_dict(raw), str(tmp_path / "out"), quiet=True)
+    assert summary["status"] == "ok"
+    for arm, check in summary["correctness"]["arms"].items():
+        assert check["ok"], f"{arm}: {check['detail']}"
+    storage = summary["storage"]
+    assert storage["storage=local"]["network_bytes_run"] == 0
+    assert storage["storage=remote"]["network_bytes"] > 0
+    assert storage["storage=remote-cache"]["network_bytes"] == 0 < storage["storage=remote-cache"]["network_bytes_run"]
+    raw["dataset"]["url"] = f"{base}/nothing-here"
+    with pytest.raises(ls.ConfigError, match=r"nothing-here/\S+ is missing \(an http\(s\):// prefix cannot"):
+        bench.run(bench.from_dict(raw), str(tmp_path / "out2"), quiet=True)
 
 
 def test_503s_from_a_throttling_server_are_retried_and_lose_nothing(http_server, http_demo, monkeypatch):

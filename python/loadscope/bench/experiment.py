@@ -30,6 +30,11 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
     "decode": (("cpu", "gpu"), "cpu"),
     "layout": (("files", "folder", "shards"), "files"),
     "staging": (("in-place", "local"), "in-place"),
+    # Where the data is read from: [dataset] path ("local"), the same files at [dataset] url
+    # streamed ("remote"), through a warm node-local cache ("remote-cache"), or copied from the
+    # url to local disk first ("remote-staged", timed like staging).
+    "storage": (("local", "remote", "remote-cache", "remote-staged"), "local"),
+    "shard_index": (("auto", "off"), "auto"),  # tar shards: ranged reads by their .idx, or streamed
     "world_size": ("int>=1", 1),
     "size": ("int>=1", 224),
     "crop": (("random_resized", "center"), "random_resized"),
@@ -46,6 +51,7 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
 AUTO_CORRECTNESS = {
     "threads": "identical", "prefetch": "identical", "batch_size": "identical", "pin_memory": "identical",
     "staging": "identical", "world_size": "identical", "layout": "identical",
+    "storage": "identical", "shard_index": "identical",
     "loader": "tolerance", "decode": "tolerance",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
@@ -64,7 +70,7 @@ METRICS: Dict[str, Tuple[str, bool, str]] = {
                                           "measured when a criterion names it"),
     "peak_pss": ("MiB", False, "largest PSS summed over the run's processes (workers included)"),
     "cpu_per_sample": ("ms", False, "CPU time of all the run's processes per sample, pipeline phase"),
-    "staging_seconds": ("s", False, "copying the dataset to local disk before loading"),
+    "staging_seconds": ("s", False, "copying the dataset to local disk before loading (remote-cache: filling the cache)"),
     "step_time_p50": ("ms", False, "one training step on the host clock (the call, with any waiting it does), median"),
     "step_time_p99": ("ms", False, "one training step on the host clock, 99th percentile"),
     "step_ms": ("ms", False, "GPU time of one training step (compute='matmul', or your step on a GPU), CUDA events, mean"),
@@ -85,7 +91,10 @@ RUN = {"warmup_samples": ("int>=0", 256), "samples": ("int>=1", 1024), "repetiti
        "order": (("interleaved", "blocked"), "interleaved"), "warmup_round": ((False, True), True),
        "check_samples": ("int>=0", 32), "trace_batches": ("int>=0", 8), "timeout_s": ("float>0", 900.0)}
 DATASET = {"path": ("str", "data/demo"), "generate": ((False, True), True), "images": ("int>=1", 2000),
-           "stage_dir": ("str", "")}
+           "stage_dir": ("str", ""),
+           # The same files under an s3:// or http(s):// prefix, for the storage arms; with
+           # upload = true the files the arms read are put there (s3:// only) where missing.
+           "url": ("str", ""), "upload": ((False, True), True)}
 CRITERIA = {"metric": (tuple(METRICS), "throughput"), "min_gain": ("float", 0.05), "confidence": ("float(0,1)", 0.95),
             "max_regression": ("dict", {"peak_pss": 0.10, "latency_p99": 0.10}),
             "max_break_even_epochs": ("float>0", 10.0)}
@@ -391,8 +400,11 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
             dataset = {"path": None}
     else:
         dataset = _section(raw, "dataset", DATASET)
+        url = dataset["url"]
+        if url and not url.startswith(("s3://", "http://", "https://")):
+            raise ConfigError(f"[dataset] url = {url!r}: an s3://, http:// or https:// prefix holding the files of path")
         for a in arms:
-            _check_arm(a)
+            _check_arm(a, url)
     small = raw.get("small", {})
     if not isinstance(small, dict) or set(small) - set(SMALL_KEYS):
         raise ConfigError(f"[small]: the pytest plugin's small run plan; allowed keys are {', '.join(SMALL_KEYS)}")
@@ -416,9 +428,28 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
                       source=source, raw=raw, user=user, gate=gate, requires=list(requires))
 
 
-def _check_arm(arm: Arm) -> None:
+def _check_arm(arm: Arm, url: str = "") -> None:
     """Combinations no pipeline can run, refused before anything starts."""
     c = arm.config
+    if c["storage"] != "local":
+        if not url:
+            raise ConfigError(f"arm {arm.name}: storage={c['storage']!r} reads [dataset] url, which is not set "
+                              "(an s3:// or http(s):// prefix with the files of [dataset] path)")
+        if c["loader"] != "loadscope":
+            raise ConfigError(f"arm {arm.name}: storage={c['storage']!r} is a loadscope pipeline; "
+                              f"loader={c['loader']!r} reads local files (storage='local')")
+        if c["staging"] != "in-place":
+            raise ConfigError(f"arm {arm.name}: staging='local' copies [dataset] path; to copy from the url use "
+                              "storage='remote-staged'")
+        if c["storage"] == "remote-staged" and not url.startswith("s3://"):
+            raise ConfigError(f"arm {arm.name}: storage='remote-staged' copies an s3:// prefix (an HTTP server "
+                              f"cannot be listed or staged); [dataset] url is {url!r}")
+    if c["shard_index"] == "off":
+        if c["layout"] != "shards":
+            raise ConfigError(f"arm {arm.name}: shard_index='off' streams tar shards; it needs layout='shards'")
+        if c["world_size"] > 1:
+            raise ConfigError(f"arm {arm.name}: shard_index='off' streams every shard from its start, which one "
+                              "rank only can do; use world_size=1 or shard_index='auto'")
     if c["loader"] != "loadscope" and c["layout"] == "shards":
         raise ConfigError(f"arm {arm.name}: loader={c['loader']!r} reads files; use layout 'files' or 'folder'")
     if c["loader"] != "loadscope" and c["decode"] == "gpu":

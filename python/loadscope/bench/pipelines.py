@@ -13,6 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -31,10 +32,18 @@ def sample_id(key: str) -> str:
     return base.split(".", 1)[0]
 
 
-def layout_files(root: str, layout: str) -> List[str]:
-    """The files a layout reads (what staging copies)."""
+def join(root: str, *parts: str) -> str:
+    """A path under a local root or an object-storage prefix (s3://b/p, https://h/p)."""
+    if "://" in root:
+        return "/".join([root.rstrip("/"), *parts])
+    return os.path.join(root, *parts)
+
+
+def layout_files(root: str, layout: str, indexes: bool = False) -> List[str]:
+    """The files a layout reads (what staging copies); `indexes`: shards' .idx files too."""
     if layout == "shards":
-        return sorted(glob.glob(os.path.join(root, "shards", "*.tar")))
+        shards = sorted(glob.glob(os.path.join(root, "shards", "*.tar")))
+        return shards + [p + ".idx" for p in shards if indexes and os.path.exists(p + ".idx")]
     if layout == "files":
         with open(os.path.join(root, "manifest.jsonl")) as f:
             rows = [json.loads(line) for line in f if line.strip()]
@@ -42,23 +51,61 @@ def layout_files(root: str, layout: str) -> List[str]:
     return sorted(glob.glob(os.path.join(root, "folder", "**", "*.jpg"), recursive=True))
 
 
-def stage(root: str, layout: str, dest: str) -> Dict[str, Any]:
+def stage(root: str, layout: str, dest: str, src: Optional[str] = None) -> Dict[str, Any]:
     """Copies what `layout` reads under `dest` (same relative paths) with ``loadscope stage``
-    (parallel, fsynced, read back and compared); returns the new root, seconds and bytes."""
+    (parallel, fsynced, read back and compared), from `src` (an s3:// prefix holding root's
+    files) or from root itself; returns the new root, seconds and bytes."""
     from ..stage import stage as stage_files
 
-    files = [os.path.relpath(f, root) for f in layout_files(root, layout)]
-    r = stage_files(root, dest, files=files)
+    files = [os.path.relpath(f, root) for f in layout_files(root, layout, indexes=src is not None)]
+    r = stage_files(src or root, dest, files=files)
     return {"root": dest, "seconds": r["seconds"], "bytes": r["bytes"], "files": r["files"],
             "mb_per_s": r["mb_per_s"]}
+
+
+def upload(root: str, url: str, files: List[str], threads: int = 8) -> Dict[str, Any]:
+    """Puts `files` (under root) at the same relative paths under the s3:// prefix `url` where
+    an object is missing or has another size; an http(s):// prefix cannot be written, so there
+    every file must already be in place. Returns {files, uploaded, bytes, seconds}."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .. import _native
+
+    t0 = time.monotonic()
+    rel = [os.path.relpath(f, root) for f in files]
+    if url.startswith("s3://"):
+        listed = set(_native.remote_list(url.rstrip("/") + "/"))
+    else:
+        listed = set()
+
+    def one(r: str) -> Optional[int]:
+        dest, src = join(url, *r.split(os.sep)), os.path.join(root, r)
+        size = os.path.getsize(src)
+        if not url.startswith("s3://") or dest in listed:
+            got = _native.remote_probe(dest)
+            if got is not None and got[0] == size:
+                return None
+            if not url.startswith("s3://"):
+                raise ConfigError(f"[dataset] url: {_native.redact_url(dest)} is "
+                                  + ("missing" if got is None else f"{got[0]} bytes, not {size} like {src}")
+                                  + " (an http(s):// prefix cannot be uploaded to: put the files of [dataset] path there)")
+        _native.remote_put_file(dest, src)
+        return size
+
+    with ThreadPoolExecutor(threads) as pool:
+        sizes = list(pool.map(one, rel))
+    return {"files": len(rel), "uploaded": sum(1 for n in sizes if n is not None), "bytes": sum(n or 0 for n in sizes),
+            "seconds": time.monotonic() - t0}
 
 
 class Pipeline:
     """One arm's loader for one process (one rank). `epoch(e)` yields batches of epoch e."""
 
     def __init__(self, root: str, config: Dict[str, Any], rank: int = 0, world: int = 1,
-                 device: Optional[torch.device] = None) -> None:
+                 device: Optional[torch.device] = None, shards: Optional[List[str]] = None,
+                 cache_dir: Optional[str] = None) -> None:
         self.root, self.c, self.rank, self.world, self.device = root, config, rank, world, device
+        self.shards, self.cache_dir = shards, cache_dir
         self.loader: Any = None  # the loadscope.Loader, for its telemetry and traces
 
     def epoch(self, e: int) -> Iterator[Any]:
@@ -88,15 +135,19 @@ class LoadscopePipeline(Pipeline):
         c = self.c
         source: Any
         if c["layout"] == "files":
-            source = FileList(os.path.join(self.root, "manifest.jsonl"))
+            source = FileList(join(self.root, "manifest.jsonl"))
         elif c["layout"] == "shards":
-            source = WebDataset(sorted(glob.glob(os.path.join(self.root, "shards", "*.tar"))))
+            # Under an object-storage prefix the shards are named by the local dataset's layout.
+            names = self.shards if self.shards is not None else \
+                [os.path.relpath(p, self.root) for p in layout_files(self.root, "shards")]
+            source = WebDataset([join(self.root, n) for n in names], index=c["shard_index"])
         else:
             source = Folder(os.path.join(self.root, "folder"))
         image = Bytes() if c["decode"] == "gpu" else Image(c["size"], crop=c["crop"], flip=c["flip"])
         self.loader = Loader(source, fields={"jpg": image, "cls": Int()}, batch_size=c["batch_size"],
                              threads=c["threads"], prefetch=c["prefetch"], shuffle=c["shuffle"], seed=c["seed"],
-                             device=self.device if c["pin_memory"] else "cpu", rank=self.rank, world_size=self.world)
+                             device=self.device if c["pin_memory"] else "cpu", rank=self.rank, world_size=self.world,
+                             cache_dir=self.cache_dir)
         self._gpu = None
         if c["decode"] == "gpu":  # loadscope reads the bytes; nvJPEG decodes them (loadscope.gpu)
             from ..gpu import JpegDecoder
@@ -386,9 +437,12 @@ def rebuild(dl: Any, *, persistent: bool, batches: Optional[int] = None) -> Any:
     return torch.utils.data.DataLoader(**kw)
 
 
-def make(root: str, config: Dict[str, Any], rank: int = 0, world: int = 1) -> Pipeline:
+def make(root: str, config: Dict[str, Any], rank: int = 0, world: int = 1, shards: Optional[List[str]] = None,
+         cache_dir: Optional[str] = None) -> Pipeline:
+    """`root`: a local dataset or an object-storage prefix holding one (then `shards`, the
+    shards' paths relative to it, and optionally `cache_dir`, a node-local cache)."""
     device = None
     if config["pin_memory"] or config["decode"] == "gpu":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)) % max(1, torch.cuda.device_count()))
     cls = LoadscopePipeline if config["loader"] == "loadscope" else TorchPipeline
-    return cls(root, config, rank, world, device)
+    return cls(root, config, rank, world, device, shards, cache_dir)

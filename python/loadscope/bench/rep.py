@@ -4,7 +4,8 @@ torch.distributed's env:// initialisation reads (RANK, WORLD_SIZE, MASTER_ADDR, 
 plus LOCAL_RANK), as torchrun would; gloo for the collectives.
 
 Phases, in order:
-  1. staging (if the arm stages): copy the layout's files to local disk, timed;
+  1. storage (if the arm stages or caches): copy the layout's files to local disk (from [dataset]
+     path, or from its url), or fill a node-local cache from the url, timed;
   2. pipeline: warm-up samples, then `samples` measured with no training step (the loader alone);
   3. end-to-end (when the step has compute): warm-up, then `samples` with the step's compute;
   4. after measuring (rank 0, first repetition only): the correctness pass (the first
@@ -27,10 +28,11 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Dict, Generator, Iterator, List, Optional
+from typing import Any, Dict, Generator, Iterator, List, Optional, Tuple
 
 import torch
 
+from .. import _native
 from ..telemetry import machine_cpu, machine_load, tree_cpu_seconds
 from . import pipelines
 
@@ -193,7 +195,35 @@ def make_pipeline(spec: Dict[str, Any], root: str, config: Dict[str, Any], rank:
         kwargs = {k: v for k, v in config.items() if k not in spec["harness_keys"]}
         kwargs.update(overrides or {})
         return pipelines.UserPipeline(config, kwargs, rank, world)
-    return pipelines.make(root, config, rank, world)
+    return pipelines.make(root, config, rank, world, shards=spec.get("shards"), cache_dir=spec.get("cache_dir"))
+
+
+def _storage(spec: Dict[str, Any], config: Dict[str, Any], rank: int, world: int) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """Where this arm reads from, after what it does first (timed): the root (a local folder or
+    the object-storage prefix) and the staging record, if any. remote-cache fills a node-local
+    cache (spec["cache_dir"], shared by the ranks like a node's) by reading this rank's share of
+    epoch 0, so the measured phases read a warm cache, as every epoch after the first does."""
+    root, storage = spec["root"], config.get("storage", "local")
+    if storage in ("remote", "remote-cache"):
+        if storage == "remote-cache":
+            spec["cache_dir"] = os.path.join(spec["stage_dir"], "cache")
+            # A whole epoch, as in training: the measured window alone would leave the objects
+            # that the measured phase's read-ahead touches beyond it cold.
+            phase("filling the node-local cache (a first epoch)")
+            t0, net0 = time.monotonic(), _native.network_stats()
+            fill = make_pipeline(spec, spec["url"], config, rank, world)
+            samples = sum(fill.count(b) for b in fill.epoch(0))
+            fill.close()
+            net1 = _native.network_stats()
+            return spec["url"], {"seconds": time.monotonic() - t0, "bytes": net1["bytes"] - net0["bytes"],
+                                 "kind": "cache", "samples": samples * world}
+        return spec["url"], None
+    if storage == "remote-staged" or config.get("staging") == "local":
+        dest = os.path.join(spec["stage_dir"], f"rank{rank}")
+        phase("staging to local disk")
+        staging = pipelines.stage(root, config["layout"], dest, src=spec["url"] if storage == "remote-staged" else None)
+        return dest, dict(staging, kind="copy")
+    return root, None
 
 
 def _stream(pipe: pipelines.Pipeline) -> Generator[Any, None, None]:
@@ -376,12 +406,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     # per process, small enough not to tilt the arms (a DataLoader arm has more processes).
     sampler = ProcessTreeSampler(0.5, lambda: None, history=True)
     t_start = time.monotonic()
-    root = spec["root"]
-    staging = None
-    if config.get("staging") == "local":
-        dest = os.path.join(spec["stage_dir"], f"rank{rank}")
-        staging = pipelines.stage(root, config["layout"], dest)
-        root = dest
+    net_start = _native.network_stats()
+    root, staging = _storage(spec, config, rank, world)
     if world > 1:
         dist.barrier()
 
@@ -452,16 +478,19 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
-    cpu0, io0, machine0 = tree_cpu_seconds(), _tree_io(), machine_cpu()
+    cpu0, io0, machine0, net0 = tree_cpu_seconds(), _tree_io(), machine_cpu(), _native.network_stats()
     measured_ids: List[str] = []
     n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids)
-    cpu1, io1, machine1 = tree_cpu_seconds(), _tree_io(), machine_cpu()
+    cpu1, io1, machine1, net1 = tree_cpu_seconds(), _tree_io(), machine_cpu(), _native.network_stats()
     waits.sort()
     result: Dict[str, Any] = {
         "rank": rank, "world": world, "samples": n, "seconds": secs, "throughput": n / secs,
         "latency_p50": _percentile(waits, 0.5) * 1e3, "latency_p99": _percentile(waits, 0.99) * 1e3,
         "batches": len(waits), "batch_size": bs, "cpu_seconds": cpu1 - cpu0, "cpu_per_sample": (cpu1 - cpu0) / n * 1e3,
         "read_chars": io1["read_chars"] - io0["read_chars"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
+        # Object storage, this process (its loader's fetch threads): what the measured phase fetched.
+        "network_bytes": net1["bytes"] - net0["bytes"], "network_requests": net1["requests"] - net0["requests"],
+        "network_bytes_run": net1["bytes"] - net_start["bytes"],  # with staging, cache fill and warm-up
         "first_batch": first_batch, "timeline": _thin(timeline), "measured_ids": measured_ids,
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
         # The rest of the machine while this repetition measured (other ranks are in "own"
@@ -516,7 +545,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         if done is not None:
             result["check"] = done
     if rank == 0 and spec.get("trace") and config.get("loader") == "loadscope":
-        tp = pipelines.make(root, dict(config, world_size=1), 0, 1)
+        tp = pipelines.make(root, dict(config, world_size=1), 0, 1, shards=spec.get("shards"),
+                            cache_dir=spec.get("cache_dir"))
         tp.loader.start_trace(spec["trace"]["path"])
         for i, _ in enumerate(tp.epoch(0)):
             if i + 1 >= spec["trace"]["batches"]:

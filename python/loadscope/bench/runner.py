@@ -21,7 +21,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from .. import _native
 from .._errors import ConfigError
+from .._sources import _remote_setup
 from . import env as envmod
 from . import pipelines, report
 from .experiment import PIPELINE, USER_PIPELINE, Experiment
@@ -206,6 +208,9 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
               cpu_seconds=sum(r["cpu_seconds"] for r in results), peak_pss=sum(r["peak_pss"] for r in results),
               first_batch=max(r["first_batch"] for r in results), ranks=results)
     r0["cpu_per_sample"] = r0["cpu_seconds"] / total * 1e3
+    r0["network_bytes"] = sum(r.get("network_bytes") or 0 for r in results)
+    r0["network_requests"] = sum(r.get("network_requests") or 0 for r in results)
+    r0["network_bytes_run"] = sum(r.get("network_bytes_run") or 0 for r in results)
     if results[0].get("machine"):  # the other ranks are this run, not other processes
         m = dict(results[0]["machine"])
         m["other_cores"] = max(0.0, m["other_cores"] - sum(r["cpu_seconds"] for r in results[1:])
@@ -380,9 +385,24 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     if root and not exp.user:
         layouts = sorted({a.config["layout"] for a in exp.arms})
         files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay)})
+    url = None if exp.user else (exp.dataset["url"].rstrip("/") or None)
+    shards: Optional[List[str]] = None
+    if url and any(a.config["storage"] != "local" for a in exp.arms):
+        assert root is not None
+        remote_files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay, indexes=True)})
+        _remote_setup([url])  # the AWS_* variables as they are now
+        if exp.dataset["upload"]:
+            say(f"{exp.name}: putting the dataset's files at {_native.redact_url(url)} where missing ...")
+            up = pipelines.upload(root, url, remote_files)
+            say(f"  {up['uploaded']} of {up['files']} files uploaded ({up['bytes'] / 1e6:.1f} MB, {up['seconds']:.1f} s)")
+        elif _native.remote_probe(pipelines.join(url, os.path.relpath(remote_files[0], root))) is None:
+            raise ConfigError(f"[dataset] url = {_native.redact_url(url)!r}: "
+                              f"{os.path.relpath(remote_files[0], root)} is not there (upload = true puts the files there)")
+        shards = [os.path.relpath(p, root) for p in pipelines.layout_files(root, "shards")]
     say(f"{exp.name}: recording the environment ...")
     stage_parent = exp.dataset.get("stage_dir") or tempfile.gettempdir()
-    staging = any(a.config.get("staging") == "local" for a in exp.arms)
+    staging = any(a.config.get("staging") == "local" or a.config.get("storage") in ("remote-cache", "remote-staged")
+                  for a in exp.arms)
     environment = envmod.record(root, files, exp.training_repo, stage_parent if staging else None)
     with open(os.path.join(out_dir, "env.json"), "w") as f:
         json.dump(environment, f, indent=1)
@@ -423,7 +443,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 arm = exp.arms[row["arm"]]
                 first_measured = not row["warmup"] and row["round"] == 0
                 tag = f"{row['run']:03d}"
-                spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root,
+                spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root, "url": url, "shards": shards,
                         "stage_dir": os.path.join(stage_root, tag), "cuda": bool(exp.needs_cuda()),
                         "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE),
                         "check_overrides": exp.correctness["overrides"],
