@@ -5,10 +5,11 @@
 #   scripts/http-server.sh start DIR ROOT  # prints (and writes to DIR/env) LOADSCOPE_HTTP* lines
 #   scripts/http-server.sh stop DIR        # idempotent
 #   scripts/http-server.sh env DIR
-# Both ports serve ROOT three ways: /x plain (Range, ETag, multipart byteranges as nginx does),
+# Both ports serve ROOT four ways: /x plain (Range, ETag, multipart byteranges as nginx does),
 # /throttled/x rate-limited (20 r/s, burst 5, then 503s: for retry tests; all requests come from
 # 127.0.0.1, so the limit is shared by every client), /slow/x at 2 MiB/s per connection. nginx
 # lets the first second's worth through at once: a response of up to 2 MiB is not slowed at all.
+# /flaky/x answers one request in ten (at random, by request id) with a 503.
 set -euo pipefail
 NGINX=${NGINX:-/usr/sbin/nginx}
 TIMEOUT=${LOADSCOPE_SERVER_TIMEOUT:-90}  # seconds
@@ -74,6 +75,7 @@ http {
   keepalive_requests 100000;
   limit_req_zone \$binary_remote_addr zone=throttled:1m rate=20r/s;
   limit_req_status 503;
+  split_clients "\${request_id}" \$flaky { 10% 1; * 0; }  # /flaky/: one request in ten at random
   server {
     listen 127.0.0.1:$http;
     listen 127.0.0.1:$https ssl;
@@ -84,6 +86,7 @@ http {
     location = /.ready { access_log off; return 204; }  # for start's probe, which logs no error
     location /throttled/ { alias "$root/"; limit_req zone=throttled burst=5 nodelay; }
     location /slow/ { alias "$root/"; limit_rate 2m; }
+    location /flaky/ { alias "$root/"; if (\$flaky) { return 503; } }
   }
 }
 EOF

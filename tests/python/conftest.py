@@ -56,8 +56,9 @@ def http_root(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def http_server(tmp_path_factory, http_root):
-    """A real HTTP and HTTPS server (nginx) serving http_root, with /throttled/ (503s past 20
-    requests/s) and /slow/ (2 MiB/s) views of it; the HTTPS one has a CA made for the session."""
+    """A real HTTP and HTTPS server (nginx) serving http_root, with /flaky/ (a 503 for one request
+    in ten), /throttled/ (503s past 20 requests/s) and /slow/ (2 MiB/s) views of it; the HTTPS
+    one has a CA made for the session."""
     d = tmp_path_factory.mktemp("http")
     env = start_server("http-server.sh", d, str(http_root))
     env["dir"] = str(d)

@@ -4,6 +4,7 @@ here). Files are put there with the curl CLI, not with loadscope's own client, a
 remote read is compared with the same files read locally."""
 
 import hashlib
+import io
 import os
 import shutil
 import socket
@@ -213,6 +214,59 @@ def test_503s_from_a_throttling_server_are_retried_and_lose_nothing(http_server,
         _native.remote_configure(max_attempts=8, backoff_base=0.1, backoff_cap=5.0, stall_seconds=30, connect_timeout=10)
     assert got == want
     assert _native.network_stats()["retries_server"] > 0
+
+
+def test_1000_samples_under_10_percent_injected_503s_lose_and_repeat_nothing(http_server, http_root, demo):
+    """One request in ten answered 503 by nginx (/flaky/), over an epoch of 1000 samples read
+    as one file each (a manifest: a request per sample) and as indexed shards by two ranks
+    (spans of each rank's own members): every sample arrives exactly once, with the pixels of
+    the same files read from disk, and the retries are counted."""
+    import json
+    import tarfile
+
+    root = http_root / "flaky-1000"
+    jpegs = sorted((demo / "folder").rglob("*.jpg"))
+    if not root.exists():
+        (root / "files").mkdir(parents=True)
+        (root / "shards").mkdir()
+        with open(root / "manifest.jsonl", "w") as m:
+            for i in range(1000):
+                name = f"files/{i:06d}.jpg"
+                shutil.copyfile(jpegs[i % len(jpegs)], root / name)
+                m.write(json.dumps({"path": name, "cls": i % 7}) + "\n")
+        for s in range(10):
+            with tarfile.open(root / "shards" / f"part-{s:02d}.tar", "w") as t:
+                for i in range(s * 100, s * 100 + 100):
+                    t.add(root / "files" / f"{i:06d}.jpg", arcname=f"{i:06d}.jpg")
+                    info = tarfile.TarInfo(f"{i:06d}.cls")
+                    data = str(i % 7).encode()
+                    info.size = len(data)
+                    t.addfile(info, io.BytesIO(data))
+            shards.index([str(root / "shards" / f"part-{s:02d}.tar")])
+    base = http_server["LOADSCOPE_HTTP_URL"] + "/flaky/flaky-1000"
+    local_shards = [str(root / "shards" / f"part-{s:02d}.tar") for s in range(10)]
+    remote_shards = [f"{base}/shards/part-{s:02d}.tar" for s in range(10)]
+    _native.remote_configure(max_attempts=12, backoff_base=0.01, backoff_cap=0.2, stall_seconds=30, connect_timeout=10)
+    try:
+        _native.reset_network_stats()
+        want, n = digest(ls.FileList(root / "manifest.jsonl"))
+        assert n == 1000
+        assert digest(ls.FileList(f"{base}/manifest.jsonl")) == (want, 1000)
+        files = _native.network_stats()
+        assert files["failures"] == 0 and files["retries_server"] >= 30, files  # ~10% of > 1000 requests
+        keys = []
+        for rank in (0, 1):
+            for b in ls.Loader(ls.WebDataset(remote_shards), fields={"jpg": ls.Image(48), "cls": ls.Int()},
+                               batch_size=8, threads=2, seed=5, rank=rank, world_size=2):
+                keys += [k.split(":")[-1] for k in b["__key__"]]
+            assert len(keys) == len(set(keys)) == 500 * (rank + 1)
+            want_rank = digest(ls.WebDataset(local_shards), rank=rank, world_size=2)
+            assert digest(ls.WebDataset(remote_shards), rank=rank, world_size=2) == want_rank
+        assert sorted(keys) == [f"{i:06d}" for i in range(1000)]
+        after = _native.network_stats()
+        assert after["failures"] == 0 and after["retries_server"] > files["retries_server"]
+    finally:
+        _native.remote_configure(max_attempts=8, backoff_base=0.1, backoff_cap=5.0, stall_seconds=30, connect_timeout=10)
 
 
 class CuttingProxy:
