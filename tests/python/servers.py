@@ -45,9 +45,10 @@ def s3_server(tmp_path_factory):
 
 
 def curl_s3(env, *args) -> str:
-    """The curl CLI, signing with SigV4: an independent client to put the test data in place."""
+    """The curl CLI, signing with SigV4: an independent client to put the test data in place
+    (its status code; the body goes to /dev/null unless args name an -o file)."""
     out = subprocess.run(
-        ["curl", "-s", "-S", "-o", "/dev/null", "-w", "%{http_code}", "--aws-sigv4", f"aws:amz:{env['AWS_REGION']}:s3",
+        ["curl", "-s", "-S", *([] if "-o" in args else ["-o", "/dev/null"]), "-w", "%{http_code}", "--aws-sigv4", f"aws:amz:{env['AWS_REGION']}:s3",
          "--user", f"{env['AWS_ACCESS_KEY_ID']}:{env['AWS_SECRET_ACCESS_KEY']}",
          "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD", *args],
         capture_output=True, text=True, timeout=120)

@@ -508,6 +508,36 @@ def test_a_cache_too_small_for_one_pass_is_an_error_not_a_thrash(s3, s3_demo, tm
         ls.Loader(ls.WebDataset(urls), fields={"cls": ls.Int()}, batch_size=8, cache_limit="1GB")
 
 
+def test_a_file_larger_than_a_part_goes_up_in_parts_and_reads_back_whole(s3, tmp_path, monkeypatch):
+    """put_file (convert's and the harness's uploads) sends a file larger than
+    LOADSCOPE_REMOTE_PART_SIZE as an S3 multipart upload: radosgw gives the object a multipart
+    ETag ("<md5 of the parts' md5s>-<parts>", computed here too) and the curl CLI downloads the
+    same bytes."""
+    put_bucket(s3, "parts")
+    part = 5 << 20
+    data = os.urandom(3 * part + 12345)
+    src = tmp_path / "big.bin"
+    src.write_bytes(data)
+    monkeypatch.setenv("LOADSCOPE_REMOTE_PART_SIZE", str(part))
+    _native.remote_reload_environment()
+    try:
+        _native.remote_put_file("s3://parts/big.bin", str(src))
+        size, etag = _native.remote_stat("s3://parts/big.bin")
+        md5s = b"".join(hashlib.md5(data[i:i + part]).digest() for i in range(0, len(data), part))
+        assert size == len(data) and etag.strip('"') == hashlib.md5(md5s).hexdigest() + "-4"
+        got = tmp_path / "got.bin"
+        assert curl_s3(s3, "-o", str(got), f"{s3['AWS_ENDPOINT_URL']}/parts/big.bin") == "200"
+        assert got.read_bytes() == data
+        with pytest.raises(ls.ReadError, match="NoSuchBucket"):  # the first request (initiate) fails
+            _native.remote_put_file("s3://no-such-bucket-here/big.bin", str(src))
+        monkeypatch.setenv("LOADSCOPE_REMOTE_PART_SIZE", str(part - 1))
+        with pytest.raises(ls.ConfigError, match="at least 5 MiB"):
+            _native.remote_reload_environment()
+    finally:
+        monkeypatch.delenv("LOADSCOPE_REMOTE_PART_SIZE")
+        _native.remote_reload_environment()
+
+
 def test_convert_writes_indexed_shards_into_s3_that_read_like_the_folder(s3, demo, tmp_path):
     out = "s3://converted/train"
     assert curl_s3(s3, "-X", "PUT", f"{s3['AWS_ENDPOINT_URL']}/converted") in ("200", "409")

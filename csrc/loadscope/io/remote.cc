@@ -31,6 +31,9 @@ namespace {
 
 // ---- settings and counters ---------------------------------------------------------------
 
+constexpr uint64_t kMinPartSize = uint64_t{5} << 20;  // S3: every part but the last
+constexpr uint64_t kMaxParts = 10000;
+
 std::string env(const char* name) {
   const char* v = std::getenv(name);
   return v ? std::string(v) : std::string();
@@ -57,6 +60,9 @@ Options from_environment() {
   const double inflight = env_number("LOADSCOPE_REMOTE_INFLIGHT", static_cast<double>(o.inflight));
   if (inflight < 1) throw ConfigError("LOADSCOPE_REMOTE_INFLIGHT: bytes, at least 1");
   o.inflight = static_cast<uint64_t>(inflight);
+  const double part = env_number("LOADSCOPE_REMOTE_PART_SIZE", static_cast<double>(o.part_size));
+  if (part < kMinPartSize) throw ConfigError("LOADSCOPE_REMOTE_PART_SIZE: bytes, at least 5 MiB (S3's minimum)");
+  o.part_size = static_cast<uint64_t>(part);
   for (const char* name : {"LOADSCOPE_CA_BUNDLE", "CURL_CA_BUNDLE", "AWS_CA_BUNDLE"}) {
     if (!env(name).empty()) {
       o.ca_bundle = env(name);
@@ -360,14 +366,17 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
 struct Upload {
   const std::string* data = nullptr;
   std::FILE* file = nullptr;
+  uint64_t offset = 0;  // of the file: where this upload (a part) starts
   uint64_t size = 0;
   size_t at = 0;
 };
 
 size_t on_upload(char* dst, size_t size, size_t n, void* user) {
   auto* u = static_cast<Upload*>(user);
-  if (u->file) {
-    const size_t got = std::fread(dst, 1, size * n, u->file);
+  if (u->file) {  // at most what is left of this upload: a part ends before the file does
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(size * n, u->size - u->at));
+    const size_t got = std::fread(dst, 1, want, u->file);
+    u->at += got;
     return std::ferror(u->file) ? CURL_READFUNC_ABORT : got;
   }
   const size_t take = std::min(size * n, u->data->size() - u->at);
@@ -377,7 +386,7 @@ size_t on_upload(char* dst, size_t size, size_t n, void* user) {
 }
 
 struct Request {
-  const char* method = "GET";  // GET, HEAD, PUT
+  const char* method = "GET";  // GET, HEAD, PUT, POST (with `body`), DELETE
   std::string url;             // as given (s3:// or http(s)://)
   std::string query;           // already sorted and encoded (SigV4 signs it as sent)
   bool ranged = false;         // with a Range header from `from`
@@ -385,6 +394,7 @@ struct Request {
   int64_t length = -1;         // bytes wanted from `from`, -1: to the end
   std::string if_match;
   Upload* upload = nullptr;
+  std::string body;  // POST
 };
 
 Response perform(const Request& req, std::string* sink) {
@@ -425,6 +435,11 @@ Response perform(const Request& req, std::string* sink) {
     curl_easy_setopt(h, CURLOPT_READFUNCTION, &on_upload);
     curl_easy_setopt(h, CURLOPT_READDATA, req.upload);
     curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.upload->size));
+  } else if (method == "POST") {
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.c_str());
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+  } else if (method == "DELETE") {
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "DELETE");
   }
   struct curl_slist* headers = nullptr;
   auto add = [&](const std::string& hdr) { headers = curl_slist_append(headers, hdr.c_str()); };
@@ -725,17 +740,69 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
 }
 
 namespace {
-void put_upload(const std::string& url, Upload& up) {
+Response put_upload(const std::string& url, Upload& up, const std::string& query = "") {
   Request req;
   req.method = "PUT";
   req.url = url;
+  req.query = query;
   req.upload = &up;
   std::string sink;
   const Response r = retrying(req, &sink, [&] {
     up.at = 0;  // every attempt sends from the start
-    if (up.file) std::rewind(up.file);
+    if (up.file && ::fseeko(up.file, static_cast<off_t>(up.offset), SEEK_SET) != 0) {
+      throw ReadFailure(redact(url) + ": cannot seek in the file being sent: " + std::strerror(errno));
+    }
   });
-  if (!succeeded(r)) fail("PUT " + redact(url), r, url);
+  if (!succeeded(r)) fail("PUT " + redact(url) + (query.empty() ? "" : " (a part)"), r, url);
+  return r;
+}
+
+// A POST whose answer is XML (multipart upload). S3 may answer CompleteMultipartUpload with
+// 200 and an <Error> in the body, after it has started: that is a failure too.
+std::string post_xml(const std::string& url, const std::string& query, const std::string& body) {
+  Request req;
+  req.method = "POST";
+  req.url = url;
+  req.query = query;
+  req.body = body;
+  std::string answer;
+  const Response r = retrying(req, &answer, [&] { answer.clear(); });
+  if (!succeeded(r)) fail("POST " + redact(url), r, url);
+  if (answer.find("<Error>") != std::string::npos) {
+    throw HttpError("POST " + redact(url) + ": " + xml_field(answer, "Code") + ": " + xml_field(answer, "Message"),
+                    r.status, xml_field(answer, "Code"));
+  }
+  return answer;
+}
+
+// S3's multipart upload: initiate, parts in order, complete; abort on any failure.
+void put_parts(const std::string& url, std::FILE* file, uint64_t size, uint64_t part_size) {
+  part_size = std::max(part_size, (size + kMaxParts - 1) / kMaxParts);
+  const std::string id = xml_field(post_xml(url, "uploads=", ""), "UploadId");
+  if (id.empty()) throw ReadFailure("POST " + redact(url) + ": the server gave no UploadId");
+  const std::string upload_id = "uploadId=" + percent_encode(id, false);
+  try {
+    std::string complete = "<CompleteMultipartUpload>";
+    for (uint64_t at = 0, number = 1; at < size; at += part_size, ++number) {
+      Upload up;
+      up.file = file;
+      up.offset = at;
+      up.size = std::min(part_size, size - at);
+      // Parameters sorted, as curl 7.88 signs the query as sent: partNumber < uploadId.
+      const Response r = put_upload(url, up, "partNumber=" + std::to_string(number) + "&" + upload_id);
+      if (r.etag.empty()) throw ReadFailure("PUT " + redact(url) + ": part " + std::to_string(number) + " has no ETag");
+      complete += "<Part><PartNumber>" + std::to_string(number) + "</PartNumber><ETag>" + r.etag + "</ETag></Part>";
+    }
+    post_xml(url, upload_id, complete + "</CompleteMultipartUpload>");
+  } catch (...) {
+    Request abort;
+    abort.method = "DELETE";
+    abort.url = url;
+    abort.query = upload_id;
+    std::string ignored;
+    (void)retrying(abort, &ignored);  // best effort: the error that matters is the one above
+    throw;
+  }
 }
 }  // namespace
 
@@ -751,9 +818,12 @@ void put_file(const std::string& url, const std::string& path) {
   if (!f) throw ReadFailure(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(::fileno(f.get()), &st) != 0) throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t part_size = current_options().part_size;
+  if (target(url).s3 && size > part_size) return put_parts(url, f.get(), size, part_size);
   Upload up;
   up.file = f.get();
-  up.size = static_cast<uint64_t>(st.st_size);
+  up.size = size;
   put_upload(url, up);
 }
 

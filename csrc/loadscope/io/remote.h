@@ -68,7 +68,9 @@ void pin_etag(const std::string& url, const std::string& etag);
 
 // PUT of a whole object (an index written next to its shard). Throws ReadFailure.
 void put(const std::string& url, const std::string& data);
-// PUT of a local file, read as it is sent (a single PUT: S3 takes up to 5 GB so).
+// PUT of a local file, read as it is sent. To S3, a file larger than Options::part_size goes
+// up as a multipart upload (a single PUT is capped at 5 GB, and a failed part is sent again
+// alone); a failed upload is aborted, so no parts are left behind to be billed.
 void put_file(const std::string& url, const std::string& path);
 
 // The keys under an s3:// prefix (ListObjectsV2, every page), as s3:// URLs, sorted.
@@ -91,6 +93,9 @@ struct Options {
   bool verify_tls = true;
   int connections = 16;                 // LOADSCOPE_REMOTE_CONNECTIONS: the fetch pool (prefetch.h)
   uint64_t inflight = uint64_t{256} << 20;  // LOADSCOPE_REMOTE_INFLIGHT: bytes fetched ahead
+  // LOADSCOPE_REMOTE_PART_SIZE: put_file sends a larger file to S3 in parts of this size (at
+  // least 5 MiB, S3's minimum; more when 10000 parts would not hold the file).
+  uint64_t part_size = uint64_t{64} << 20;
 };
 Options options();
 void configure(const Options& opts);
