@@ -10,13 +10,17 @@ The demo's 2000 real-photo JPEGs in 10 indexed tar shards, RandomResizedCrop(224
   http         nginx over loopback, indexed
   s3-shaped    radosgw behind a shaping proxy: +LATENCY ms per request, a shared bandwidth cap
 The servers run on the same 2 cores as the loader (and so does the shaping proxy): what they
-cost is in the figures. Rounds are interleaved after a warm-up epoch per arm; per round the ratio
+cost is in the figures, unless --pin. Rounds are interleaved after a warm-up epoch per arm; per round the ratio
 of each arm's samples/s to local's; median and range. Also: time to the first batch (a new
 Loader, indexes read), the bytes fetched to resume half-way through an epoch, and the requests
 an epoch makes (a shuffled one from one rank: 4 MiB blocks; the arm s3-rank0of2 reads rank 0's
-half of the epoch as two ranks would, spans of its own members only).
+half of the epoch as two ranks would, spans of its own members only; s3-rank0of2-cache the same
+through a node-local cache emptied before every epoch: whole shards fetched once per node).
 
-    .venv/bin/python benchmarks/bench_remote.py [--rounds 3] [--threads 2] [--latency-ms 10] [--mbit 400]
+    .venv/bin/python benchmarks/bench_remote.py [--rounds 3] [--threads 2] [--latency-ms 10] [--mbit 400] [--pin]
+
+With --pin the servers and the proxy run on the last core and the loader on the others, as if
+the server were another machine.
 """
 
 import argparse
@@ -134,7 +138,14 @@ def main():
     ap.add_argument("--mbit", type=float, default=400.0)
     ap.add_argument("--data", default=str(REPO / "data" / "demo"))
     ap.add_argument("--out", default=str(REPO / "results" / "bench_remote.json"))
+    ap.add_argument("--pin", action="store_true",
+                    help="servers and proxy on the last core, the loader on the others (as if the server were "
+                         "another machine: the arms then differ in where the bytes come from, not in who shares "
+                         "the loader's cores)")
     a = ap.parse_args()
+    cores = sorted(os.sched_getaffinity(0))
+    if a.pin and len(cores) < 2:
+        ap.error("--pin needs two cores or more")
 
     from servers import put_bucket, start_server, stop_server  # the servers the tests use
 
@@ -148,6 +159,8 @@ def main():
     s3dir.mkdir(), httpdir.mkdir()
     proxy = None
     try:
+        if a.pin:  # the daemons and the proxy inherit this affinity
+            os.sched_setaffinity(0, {cores[-1]})
         s3 = start_server("s3-server.sh", s3dir)
         http = start_server("http-server.sh", httpdir, str(www))
         os.environ.update({k: v for k, v in s3.items() if k.startswith("AWS_")})
@@ -164,12 +177,18 @@ def main():
         proxy.start()
         ready.wait(30)
         shaped_endpoint = f"http://127.0.0.1:{port}"
+        if a.pin:  # the loader's threads, made later, inherit this one
+            os.sched_setaffinity(0, set(cores[:-1]))
 
-        def s3_arm(endpoint, **kw):
+        def s3_arm(endpoint, fresh_cache=None, loader_args=None, **kw):
             def run(seed):
                 os.environ["AWS_ENDPOINT_URL"] = endpoint
+                args = dict(loader_args or {})
+                if fresh_cache is not None:
+                    shutil.rmtree(fresh_cache, ignore_errors=True)
+                    args["cache_dir"] = str(fresh_cache)
                 try:
-                    return epoch(s3_urls, a.threads, a.batch, seed, **kw)
+                    return epoch(s3_urls, a.threads, a.batch, seed, loader_args=args, **kw)
                 finally:
                     os.environ["AWS_ENDPOINT_URL"] = s3["AWS_ENDPOINT_URL"]
             return run
@@ -181,6 +200,10 @@ def main():
             "http": lambda seed: epoch(http_urls, a.threads, a.batch, seed),
             "s3-shaped": s3_arm(shaped_endpoint),
             "s3-rank0of2": s3_arm(s3["AWS_ENDPOINT_URL"], loader_args={"rank": 0, "world_size": 2}),
+            # The same through a node-local cache that starts empty every epoch (a first epoch):
+            # whole shards are fetched once per node, the ranks read them from local disk.
+            "s3-rank0of2-cache": s3_arm(s3["AWS_ENDPOINT_URL"], loader_args={"rank": 0, "world_size": 2},
+                                        fresh_cache=tmp / "cache"),
         }
         names = list(arms)
         for n in names:  # warm-up: page cache, server caches, connections
@@ -192,7 +215,8 @@ def main():
                 rows[n].append(arms[n](r))
                 print(f"round {r} {n:10s} {rows[n][-1][0]:7.1f} samples/s, {rows[n][-1][1] * 1e3:.1f} ms CPU/sample, "
                       f"{rows[n][-1][2]} requests", flush=True)
-        out = {"arms": {}, "machine": {"cpus": os.cpu_count()}, "args": vars(a)}
+        out = {"arms": {}, "machine": {"cpus": os.cpu_count(), "loader_cores": sorted(os.sched_getaffinity(0))},
+               "args": vars(a)}
         for n in names:
             ratios = [x[0] / base[0] for x, base in zip(rows[n], rows["local"])]
             out["arms"][n] = {"samples_per_s": statistics.median(x[0] for x in rows[n]),

@@ -157,3 +157,27 @@ def test_fork_child_inherits_no_running_epoch(demo, settle):
     msg = os.read(r, 100).decode()
     assert msg == "1 120", "the child's new epoch did not finish" if not msg else msg
     assert len(next(it)["__key__"]) == 4  # the parent's epoch is unaffected
+
+
+def test_a_process_allowed_one_cpu_loads_and_stops(demo):
+    """A process whose affinity mask holds one CPU (taskset, a cpuset of one, a SLURM task with
+    one core): oneTBB's default parallelism is then 1, and stopping an epoch used to spin in
+    tbb::finalize forever once the loader's worker request was withdrawn before it. Epochs of
+    1 and 3 threads, ended early and run to the end, in a child pinned to one CPU; the timeout
+    only catches a hang."""
+    code = textwrap.dedent(f"""
+        import os
+        os.sched_setaffinity(0, {{min(os.sched_getaffinity(0))}})
+        import loadscope as ls
+        for threads in (1, 3):
+            L = ls.Loader(ls.Folder({str(demo / "folder")!r}), fields={{"jpg": ls.Image(32)}}, batch_size=8,
+                          threads=threads)
+            for i, _ in enumerate(L):
+                if i == 2:
+                    break
+            print(threads, sum(len(b["jpg"]) for b in L), flush=True)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    n = len(ls.Folder(demo / "folder"))
+    assert out.stdout.split() == ["1", str(n), "3", str(n)]

@@ -70,8 +70,11 @@ struct EpochRun::Arena {
     if (shut) return;
     shut = true;
     arena.terminate();
-    WorkerBudget::instance().remove(threads);
+    // finalize first, while this run's workers are still allowed: withdrawn first, a process
+    // whose affinity holds one CPU (default parallelism 1, so no workers without the control)
+    // spun in finalize forever, its worker never told to leave (oneTBB 2021.8).
     tbb::finalize(handle, std::nothrow);
+    WorkerBudget::instance().remove(threads);
   }
   bool shut = false;
   int threads;
