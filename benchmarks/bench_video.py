@@ -2,9 +2,14 @@
 """Video-clip benchmark of issue 3 (a benchmark, not a test: it asserts nothing).
 
 16-frame clips (stride 2) at 224x224 with RandomResizedCrop + flip, from the demo videos
-(H.264, 5 s at 30 fps, 360p/480p/720p, GOP 10/30/60/150 frames), 2 threads, batch 8:
-  1. loadscope vs torch DataLoader(num_workers=2) over torchvision.io.read_video (PyAV) with the
-     same sampling, vs the FFmpeg decode-only ceiling; interleaved rounds after a warm-up;
+(H.264, 5 s at 30 fps, 360p/480p/720p, GOP 10/30/60/150 frames), 2 threads, batch 8. Every
+arm reads the same clips: one plan per epoch (a start frame per clip, drawn from the seed and
+the epoch: compare.clip_plans) handed to loadscope (a manifest with a start column and
+VideoClip(start=)), to the DataLoader (through its batch sampler) and to the ceiling, and each
+round checks that every arm read exactly the plan (digests):
+  1. loadscope vs torch DataLoader(num_workers=2) over torchvision.io.read_video (PyAV), vs the
+     FFmpeg decode-only ceiling; interleaved rounds after a warm-up; clips/s, CPU seconds per
+     clip and cores kept busy per arm, and the plan's decode work;
   2. clips/s by GOP length (seek cost), loadscope and ceiling;
   3. clips/s by FFmpeg decoder threads.
 
@@ -26,6 +31,16 @@ def med(xs):
     return statistics.median(xs)
 
 
+def table(res, plans, reps):
+    """Per arm: clips/s, CPU seconds per clip, cores kept busy (medians of the rounds)."""
+    lines = [f"| arm | clips/s, median of {reps} (min-max) | CPU s per clip | cores busy |", "|---|---|---|---|"]
+    for name, rs in res.items():
+        per_s = [r["per_s"] for r in rs]
+        lines.append(f"| {name} | {med(per_s):.1f} ({min(per_s):.1f}-{max(per_s):.1f}) | "
+                     f"{med(r['cpu_per_item'] for r in rs):.3f} | {med(r['cores'] for r in rs):.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="data/demo")
@@ -39,40 +54,58 @@ def main() -> int:
     env = compare.machine()
     print(json.dumps(env))
     rows = compare.video_clips(a.data, repeat=a.repeat)
+    plans = compare.clip_plans(rows)  # one plan per epoch, the same for every arm
+    work = [plans(e).work() for e in range(1 + a.reps)]
+    print(f"decode work per epoch (keyframe to last clip frame): {med(w['frames'] for w in work):.0f} frames, "
+          f"{med(w['megapixels'] for w in work):.0f} megapixels; {len(rows)} clips", flush=True)
 
-    arms = [compare.video_loadscope_arm(rows, threads=a.threads), compare.video_torch_arm(rows, workers=a.threads),
-            compare.video_ceiling_arm(rows, threads=a.threads)]
+    arms = [compare.video_loadscope_arm(rows, threads=a.threads, plans=plans),
+            compare.video_torch_arm(rows, workers=a.threads, plans=plans),
+            compare.video_ceiling_arm(rows, threads=a.threads, plans=plans)]
     try:
-        res = compare.interleaved(arms, reps=a.reps, warmup=1)
+        res = compare.measured(arms, reps=a.reps, warmup=1)
     finally:
         for arm in arms:
             arm.close()
+    same = compare.same_inputs(res)
     ls_name, tv_name, ceil_name = (arm.name for arm in arms)
-    vs_torch = compare.ratio_summary(res[ls_name], res[tv_name])
-    vs_ceiling = compare.ratio_summary(res[ls_name], res[ceil_name])
+    rate = {n: [r["per_s"] for r in rs] for n, rs in res.items()}
+    vs_torch = compare.ratio_summary(rate[ls_name], rate[tv_name])
+    vs_ceiling = compare.ratio_summary(rate[ls_name], rate[ceil_name])
+    cpu_ratio = {n: med(r["cpu_per_item"] for r in rs) / med(r["cpu_per_item"] for r in res[ls_name])
+                 for n, rs in res.items()}
 
     by_gop = {}
     for gop in sorted({r["gop"] for r in rows}):
         sub = compare.video_clips(a.data, repeat=a.repeat * 4, gop=gop)
-        g_arms = [compare.video_loadscope_arm(sub, threads=a.threads), compare.video_ceiling_arm(sub, threads=a.threads)]
-        g = compare.interleaved(g_arms, reps=3, warmup=1)
-        by_gop[gop] = {"clips": len(sub), "loadscope": med(g[g_arms[0].name]), "ceiling": med(g[g_arms[1].name])}
+        sub_plans = compare.clip_plans(sub)
+        g_arms = [compare.video_loadscope_arm(sub, threads=a.threads, plans=sub_plans),
+                  compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans)]
+        g = compare.measured(g_arms, reps=3, warmup=1)
+        by_gop[gop] = {"clips": len(sub), "loadscope": med(r["per_s"] for r in g[g_arms[0].name]),
+                       "ceiling": med(r["per_s"] for r in g[g_arms[1].name]),
+                       "same_inputs": compare.same_inputs(g)["identical"]}
         print(f"  GOP {gop}: {by_gop[gop]}", flush=True)
 
-    thread_arms = [compare.video_loadscope_arm(rows, threads=t, decoder_threads=d) for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))]
-    by_threads = {k: med(v) for k, v in compare.interleaved(thread_arms, reps=3, warmup=1).items()}
+    thread_arms = [compare.video_loadscope_arm(rows, threads=t, decoder_threads=d, plans=plans)
+                   for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))]
+    t_res = compare.measured(thread_arms, reps=3, warmup=1)
+    by_threads = {k: med(r["per_s"] for r in v) for k, v in t_res.items()}
 
-    report = {"machine": env, "threads": a.threads, "reps": a.reps, "clips_per_epoch": len(rows), "clips_per_s": res,
-              "loadscope_vs_torch": vs_torch, "loadscope_vs_ceiling": vs_ceiling, "by_gop": by_gop, "by_decoder_threads": by_threads}
+    report = {"machine": env, "threads": a.threads, "reps": a.reps, "clips_per_epoch": len(rows), "rounds": res,
+              "same_inputs": same, "decode_work_per_epoch": work, "loadscope_vs_torch": vs_torch,
+              "loadscope_vs_ceiling": vs_ceiling, "cpu_per_clip_vs_loadscope": cpu_ratio, "by_gop": by_gop,
+              "by_decoder_threads": by_threads, "by_decoder_threads_same_inputs": compare.same_inputs(t_res)["identical"]}
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(report, f, indent=1)
 
-    print(f"\n| arm | clips/s, median of {a.reps} (min-max) |\n|---|---|")
-    for name, xs in res.items():
-        print(f"| {name} | {med(xs):.1f} ({min(xs):.1f}-{max(xs):.1f}) |")
+    print("\n" + table(res, plans, a.reps))
+    print(f"\nevery arm read the same clips in every round: {'yes' if same['identical'] else 'NO, rounds ' + str(same['differing_rounds'])}"
+          f" ({', '.join(same['arms_checked'])})")
     for label, r in (("loadscope / DataLoader+read_video", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
         print("\n" + compare.format_ratio(label, r))
+    print("\nCPU seconds per clip against loadscope's: " + ", ".join(f"{n}: {x:.2f}x" for n, x in cpu_ratio.items()))
     print("\n| GOP (frames) | loadscope clips/s | ceiling clips/s | ratio |\n|---|---|---|---|")
     for gop, g in by_gop.items():
         print(f"| {gop} | {g['loadscope']:.1f} | {g['ceiling']:.1f} | {g['loadscope'] / g['ceiling']:.2f} |")

@@ -427,6 +427,10 @@ class VideoClip(Image):
             each time shows the frame on screen then). Exclusive with ``stride``.
         position: ``"random"`` (a start drawn per clip), ``"uniform"`` (K clips evenly spaced
             over the video), ``"center"``.
+        start: the name of a member holding the clip's start in seconds from the first frame
+            (a manifest column such as Kinetics' ``time_start``, or a tar member): the clip
+            starts at the frame shown then, instead of at ``position``. One clip per video; a
+            start at or past the end fails the sample.
         clips: K clips per video.
         short: a video shorter than a clip: ``"pad"`` repeats its last frame (the timestamps say
             so), ``"fail"`` makes it a failed sample (raised or skipped per ``on_error``).
@@ -455,6 +459,7 @@ class VideoClip(Image):
     decoder_threads: int = 1
     rotate: bool = True
     color_tags: bool = True
+    start: Optional[str] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -471,6 +476,11 @@ class VideoClip(Image):
             raise ConfigError(f"VideoClip.position={self.position!r} is not one of {', '.join(POSITIONS)}")
         if self.position == "center" and self.clips != 1:
             raise ConfigError("VideoClip: position='center' takes clips=1; use 'uniform' for several")
+        if self.start is not None:
+            if not isinstance(self.start, str) or not self.start:
+                raise ConfigError(f"VideoClip.start must name a member (a manifest column) holding seconds, got {self.start!r}")
+            if self.clips != 1:
+                raise ConfigError("VideoClip: start= gives one clip's start; clips must be 1")
         if self.short not in SHORT:
             raise ConfigError(f"VideoClip.short={self.short!r} is not one of {', '.join(SHORT)}")
         if self.stream is not None:
@@ -507,5 +517,5 @@ class VideoClip(Image):
             flip=float(self.flip), channels_last=self.channels_last,
             stream=-1 if self.stream is None else int(self.stream),
             decoder_threads=int(self.decoder_threads), rotate=self.rotate, color_tags=self.color_tags,
-            optional=self.optional, max_pixels=int(self.max_pixels),
+            optional=self.optional, max_pixels=int(self.max_pixels), start=self.start or "",
         )

@@ -25,7 +25,8 @@ def plain_field(name: str, keys: List[str], kind: str, optional: bool = False) -
 def video_field(name: str, keys: List[str], frames: int, stride: int, fps: float, position: str, clips: int,
                 short: str, height: int, width: int, crop: str, scale: Tuple[float, float],
                 ratio: Tuple[float, float], resize: int, flip: float, channels_last: bool, stream: int,
-                decoder_threads: int, rotate: bool, color_tags: bool, optional: bool) -> FieldSpec: ...
+                decoder_threads: int, rotate: bool, color_tags: bool, optional: bool, max_pixels: int = ...,
+                start: str = "") -> FieldSpec: ...
 def video_index(path: str, stream: int = -1, rotate: bool = True) -> Dict[str, Any]: ...
 
 class Source:

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 
@@ -30,21 +30,35 @@ from .bench.stats import t_quantile
 
 @dataclass
 class Arm:
-    """One way of loading the data; `epoch()` runs one epoch and returns the images seen."""
+    """One way of loading the data; `epoch()` runs one epoch and returns the images seen.
+    `read()`, where an arm has one: a digest of what its last epoch read (which files, which
+    clips), so that a comparison can show its arms did the same work (fixed inputs)."""
 
     name: str
     epoch: Callable[[], int]
     close: Callable[[], None] = lambda: None
+    read: Callable[[], Optional[str]] = lambda: None
+
+
+def digest(items: Iterable[Any]) -> str:
+    """An order-free digest of what an epoch read: the sorted reprs of its items."""
+    import hashlib
+
+    return hashlib.sha256("\n".join(sorted(repr(x) for x in items)).encode()).hexdigest()[:16]
 
 
 def loadscope_arm(root: str, *, threads: int, batch_size: int = 64, size: int = 224) -> Arm:
     loader = Loader(Folder(root), fields={"jpg": Image(size, flip=0.5)}, batch_size=batch_size,
                     threads=threads, shuffle=True, seed=0)
+    seen: List[str] = []
 
     def epoch() -> int:
-        return sum(b["jpg"].shape[0] for b in loader)
+        seen.clear()
+        for b in loader:
+            seen.extend(os.path.relpath(k, root) for k in b["__key__"])
+        return len(seen)
 
-    return Arm(f"loadscope ({threads} threads)", epoch)
+    return Arm(f"loadscope ({threads} threads)", epoch, read=lambda: digest(seen))
 
 
 def torch_arm(root: str, *, workers: int, batch_size: int = 64, size: int = 224) -> Arm:
@@ -53,19 +67,28 @@ def torch_arm(root: str, *, workers: int, batch_size: int = 64, size: int = 224)
     from torchvision.datasets import ImageFolder
 
     tf = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.PILToTensor()])
-    ds = ImageFolder(root, transform=tf)
+
+    class Indexed(ImageFolder):  # the index with the image: what the epoch read
+        def __getitem__(self, i: int):  # type: ignore[override]
+            return super().__getitem__(i)[0], i
+
+    ds = Indexed(root, transform=tf)
     dl = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
                                      persistent_workers=workers > 0)
+    seen: List[str] = []
 
     def epoch() -> int:
-        return sum(x.shape[0] for x, _ in dl)
+        seen.clear()
+        for _, idx in dl:
+            seen.extend(os.path.relpath(ds.samples[i][0], root) for i in idx.tolist())
+        return len(seen)
 
     def close() -> None:
         it = getattr(dl, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
 
-    return Arm(f"torch DataLoader ({workers} workers) + PIL", epoch, close)
+    return Arm(f"torch DataLoader ({workers} workers) + PIL", epoch, close, read=lambda: digest(seen))
 
 
 def ceiling_arm(root: str, *, threads: int) -> Arm:
@@ -73,6 +96,7 @@ def ceiling_arm(root: str, *, threads: int) -> Arm:
     batching. The practical ceiling of any JPEG loader on these cores."""
     files = sorted(glob.glob(os.path.join(root, "**", "*.jpg"), recursive=True))
     data = [open(f, "rb").read() for f in files]
+    names = [os.path.relpath(f, root) for f in files]
 
     def epoch() -> int:
         _seconds, images, failures = _native.turbojpeg_decode_only(data, threads, 1)
@@ -80,27 +104,47 @@ def ceiling_arm(root: str, *, threads: int) -> Arm:
             raise RuntimeError(f"{failures} images failed the decode-only ceiling")
         return images
 
-    return Arm(f"decode-only ceiling (TurboJPEG, {threads} threads)", epoch)
+    return Arm(f"decode-only ceiling (TurboJPEG, {threads} threads)", epoch, read=lambda: digest(names))
 
 
-def timed(arm: Arm) -> float:
-    """Images per second of one epoch, wall clock."""
-    t0 = time.perf_counter()
+def timed(arm: Arm) -> Dict[str, Any]:
+    """One epoch: items per second (wall clock), CPU seconds per item and cores kept busy
+    (this process and its children: DataLoader workers; ns clocks), and what it read."""
+    from .telemetry import tree_cpu_seconds
+
+    c0, t0 = tree_cpu_seconds(), time.perf_counter()
     n = arm.epoch()
-    return n / (time.perf_counter() - t0)
+    wall, cpu = time.perf_counter() - t0, tree_cpu_seconds() - c0
+    return {"per_s": n / wall, "items": n, "cpu_per_item": cpu / max(n, 1), "cores": cpu / wall, "read": arm.read()}
 
 
-def interleaved(arms: List[Arm], reps: int, warmup: int = 1) -> Dict[str, List[float]]:
+def measured(arms: List[Arm], reps: int, warmup: int = 1) -> Dict[str, List[Dict[str, Any]]]:
     """Runs warm-up epochs (discarded), then `reps` rounds of A B C ... A B C ..., so that
-    drift on a shared machine falls on every arm alike."""
+    drift on a shared machine falls on every arm alike. Per arm, one `timed` record a round.
+    Every arm's k-th epoch is its k-th call: arms that take a plan per epoch (video clips) read
+    the same plan in the same round."""
     for arm in arms:
         for _ in range(warmup):
             arm.epoch()
-    results: Dict[str, List[float]] = {a.name: [] for a in arms}
+    results: Dict[str, List[Dict[str, Any]]] = {a.name: [] for a in arms}
     for _ in range(reps):
         for arm in arms:
             results[arm.name].append(timed(arm))
     return results
+
+
+def interleaved(arms: List[Arm], reps: int, warmup: int = 1) -> Dict[str, List[float]]:
+    """`measured`, items per second only."""
+    return {name: [r["per_s"] for r in rs] for name, rs in measured(arms, reps, warmup).items()}
+
+
+def same_inputs(results: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+    """Whether every arm that reports what it read read the same in every round (the A/B
+    harness's fixed-input check, for benchmarks/)."""
+    rounds = max((len(rs) for rs in results.values()), default=0)
+    checked = [name for name, rs in results.items() if rs and all(r["read"] is not None for r in rs)]
+    differ = [k for k in range(rounds) if len({results[n][k]["read"] for n in checked}) > 1]
+    return {"arms_checked": checked, "rounds": rounds, "identical": not differ, "differing_rounds": differ}
 
 
 def ratio_summary(num: List[float], den: List[float]) -> Dict[str, float]:
@@ -222,18 +266,118 @@ def _manifest(rows: List[dict]) -> str:
     return path
 
 
+@dataclass
+class ClipPlan:
+    """One epoch's clips, drawn once and handed to every arm: clip i is frames start[i],
+    start[i] + stride, ... of rows[i]'s video (starting at start[i] / fps seconds)."""
+
+    epoch: int
+    rows: List[dict]
+    starts: List[int]
+    frames: int
+    stride: int
+
+    def seconds(self, i: int) -> float:
+        return self.starts[i] / self.rows[i]["fps"]
+
+    def digest(self) -> str:
+        return digest((os.path.basename(r["path"]), s) for r, s in zip(self.rows, self.starts))
+
+    def work(self) -> Dict[str, float]:
+        """What a decoder that seeks to the keyframe at or before a clip and decodes to its last
+        frame must decode this epoch: frames and megapixels (equal for every arm by construction)."""
+        frames = mp = 0.0
+        span = (self.frames - 1) * self.stride
+        for r, s in zip(self.rows, self.starts):
+            info = _video_info(r["path"])
+            key = max((k for k in info["keyframes"] if k <= s), default=0)
+            n = s + span - key + 1
+            frames += n
+            mp += n * info["width"] * info["height"] / 1e6
+        return {"frames": frames, "megapixels": mp}
+
+
+_VIDEO_INFO: Dict[str, Dict[str, Any]] = {}
+
+
+def _video_info(path: str) -> Dict[str, Any]:
+    """Frame size and keyframe positions (frame indices, presentation order) of a video, from
+    its packets (PyAV demux, no decode); cached per process."""
+    if path not in _VIDEO_INFO:
+        import av
+
+        with av.open(path) as c:
+            st = c.streams.video[0]
+            pts = sorted((p.pts, p.is_keyframe) for p in c.demux(st) if p.pts is not None)
+            _VIDEO_INFO[path] = {"width": st.codec_context.width, "height": st.codec_context.height,
+                                 "keyframes": [i for i, (_, key) in enumerate(pts) if key]}
+    return _VIDEO_INFO[path]
+
+
+def clip_plans(rows: List[dict], frames: int = 16, stride: int = 2, seed: int = 0) -> Callable[[int], ClipPlan]:
+    """The plan of epoch e: a start frame per clip drawn from (seed, e), uniformly over the
+    starts whose clip fits in its video."""
+    import random
+
+    span = (frames - 1) * stride + 1
+
+    def plan(epoch: int) -> ClipPlan:
+        rng = random.Random(seed * 1_000_003 + epoch)
+        return ClipPlan(epoch, rows, [rng.randrange(0, int(r["frames"]) - span + 1) for r in rows], frames, stride)
+
+    return plan
+
+
+def _planned_arm(name: str, plans: Callable[[int], ClipPlan], run: Callable[[ClipPlan], List[tuple]],
+                 close: Callable[[], None] = lambda: None) -> Arm:
+    """An arm whose k-th epoch reads plan k; `run` returns the (video, start frame) pairs read."""
+    state = {"epoch": 0, "read": None}
+
+    def epoch() -> int:
+        got = run(plans(state["epoch"]))
+        state["epoch"] += 1
+        state["read"] = digest(got)
+        return len(got)
+
+    return Arm(name, epoch, close, read=lambda: state["read"])
+
+
 def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2, size: int = 224,
-                        batch_size: int = 8, decoder_threads: int = 1) -> Arm:
+                        batch_size: int = 8, decoder_threads: int = 1,
+                        plans: Optional[Callable[[int], ClipPlan]] = None) -> Arm:
+    """loadscope through its public API: each epoch's plan is a manifest with a `start` column
+    (seconds) and VideoClip(start="start"); what was read is recovered from the returned
+    frames' presentation times."""
+    import tempfile
+
     from ._fields import VideoClip
     from ._sources import FileList
 
-    loader = Loader(FileList(_manifest(rows)), fields={"mp4": VideoClip(size, frames=frames, stride=stride, flip=0.5, decoder_threads=decoder_threads)},
-                    batch_size=batch_size, threads=threads, shuffle=True, seed=0)
+    plans = plans or clip_plans(rows, frames, stride)
+    clip = VideoClip(size, frames=frames, stride=stride, flip=0.5, decoder_threads=decoder_threads, start="start")
+    fps = {r["path"]: r["fps"] for r in rows}
+    tmp = tempfile.mkdtemp(prefix="loadscope-clips-")
 
-    def epoch() -> int:
-        return sum(b["mp4"].shape[0] for b in loader)
+    def run(plan: ClipPlan) -> List[tuple]:
+        manifest = os.path.join(tmp, "plan.jsonl")
+        with open(manifest, "w") as f:
+            for i, r in enumerate(plan.rows):
+                f.write(json.dumps({"path": r["path"], "start": plan.seconds(i)}) + "\n")
+        loader = Loader(FileList(manifest), fields={"mp4": clip}, batch_size=batch_size, threads=threads,
+                        shuffle=True, seed=plan.epoch)
+        got = []
+        for b in loader:
+            for key, t in zip(b["__key__"], b["mp4.time"][:, 0].tolist()):
+                got.append((os.path.basename(key), round(t * fps[key])))
+        return got
 
-    return Arm(f"loadscope ({threads} threads, {decoder_threads} FFmpeg thread{'s' if decoder_threads != 1 else ''} each)", epoch)
+    def close() -> None:
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    return _planned_arm(f"loadscope ({threads} threads, {decoder_threads} FFmpeg thread{'s' if decoder_threads != 1 else ''} each)",
+                        plans, run, close)
 
 
 def read_clip(path: str, start_s: float, end_s: float) -> torch.Tensor:
@@ -265,62 +409,91 @@ def read_clip(path: str, start_s: float, end_s: float) -> torch.Tensor:
 class ReadVideoClips(torch.utils.data.Dataset):
     """The baseline users write: a PyAV decode of the clip's time range (read_clip, what
     torchvision.io.read_video did), every `stride`-th frame, RandomResizedCrop + flip on the clip
-    tensor (one crop per clip)."""
+    tensor (one crop per clip). Indexed by (row, start frame): the plan comes with the index, from
+    the sampler in the main process, so persistent workers see every epoch's plan."""
 
     def __init__(self, rows: List[dict], frames: int, stride: int, size: int) -> None:
         import torchvision.transforms as T
 
         self.rows, self.frames, self.stride = rows, frames, stride
         self.tf = T.Compose([T.RandomResizedCrop(size, antialias=True), T.RandomHorizontalFlip()])
-        self.epoch = 0
 
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, i: int) -> torch.Tensor:
-        import random
-
+    def __getitem__(self, item: tuple) -> tuple:
+        i, start = item
         r = self.rows[i]
         span = (self.frames - 1) * self.stride + 1
-        start = random.Random(i * 1000003 + self.epoch).randrange(0, r["frames"] - span + 1)
         video = read_clip(r["path"], start / r["fps"], (start + span - 1) / r["fps"])
         clip = video[:: self.stride][: self.frames]
         if clip.shape[0] < self.frames:  # pad with the last frame, as loadscope does
             clip = torch.cat([clip, clip[-1:].expand(self.frames - clip.shape[0], -1, -1, -1)])
-        return self.tf(clip)
+        return self.tf(clip), i, start
+
+
+class _PlanBatches:
+    """A batch sampler over the current plan: (row, start) pairs, shuffled by the epoch."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size, self.plan = batch_size, None
+
+    def __iter__(self):
+        import random
+
+        plan = self.plan
+        order = list(range(len(plan.rows)))
+        random.Random(plan.epoch).shuffle(order)
+        for b in range(0, len(order), self.batch_size):
+            yield [(i, plan.starts[i]) for i in order[b:b + self.batch_size]]
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.plan.rows) / self.batch_size) if self.plan else 0
+
+
+def batches_per_worker(items: int, batch_size: int, workers: int) -> List[int]:
+    """How a DataLoader deals an epoch's batches to its workers (round robin): unequal counts
+    mean some workers idle at the epoch's end, and clips/s measures the split."""
+    n = math.ceil(items / batch_size)
+    return [len(range(w, n, workers)) for w in range(max(workers, 1))]
 
 
 def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride: int = 2, size: int = 224,
-                    batch_size: int = 8) -> Arm:
-    ds = ReadVideoClips(rows, frames, stride, size)
-    dl = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
-                                     persistent_workers=workers > 0)
+                    batch_size: int = 8, plans: Optional[Callable[[int], ClipPlan]] = None) -> Arm:
+    plans = plans or clip_plans(rows, frames, stride)
+    sampler = _PlanBatches(batch_size)
+    dl = torch.utils.data.DataLoader(ReadVideoClips(rows, frames, stride, size), batch_sampler=sampler,
+                                     num_workers=workers, persistent_workers=workers > 0)
 
-    def epoch() -> int:
-        return sum(x.shape[0] for x in dl)
+    def run(plan: ClipPlan) -> List[tuple]:
+        sampler.plan = plan
+        got = []
+        for _, idx, start in dl:
+            got.extend((os.path.basename(rows[i]["path"]), s) for i, s in zip(idx.tolist(), start.tolist()))
+        return got
 
     def close() -> None:
         it = getattr(dl, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
 
-    return Arm(f"torch DataLoader ({workers} workers) + PyAV clip decode (read_video's)", epoch, close)
+    split = batches_per_worker(len(rows), batch_size, workers)
+    uneven = "" if len(set(split)) <= 1 else f", batches per worker {split}: uneven"
+    return _planned_arm(f"torch DataLoader ({workers} workers) + PyAV clip decode (read_video's){uneven}", plans, run, close)
 
 
-def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2, seed: int = 0) -> Arm:
+def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2,
+                      plans: Optional[Callable[[int], ClipPlan]] = None) -> Arm:
     """FFmpeg decoding exactly the frames each clip needs (seek to the keyframe before it, decode
     to its last frame), no conversion or resizing: the practical ceiling on these cores."""
-    import random
-
-    rng = random.Random(seed)
-    span = (frames - 1) * stride + 1
+    plans = plans or clip_plans(rows, frames, stride)
     paths = [r["path"] for r in rows]
 
-    def epoch() -> int:
-        starts = [rng.randrange(0, r["frames"] - span + 1) / r["fps"] for r in rows]
+    def run(plan: ClipPlan) -> List[tuple]:
+        starts = [plan.seconds(i) for i in range(len(rows))]
         _s, clips, failures = _native.ffmpeg_decode_only(paths, starts, frames, stride, threads, 1)
-        if failures:
+        if failures or clips != len(rows):
             raise RuntimeError(f"{failures} clips failed the decode-only ceiling")
-        return clips
+        return [(os.path.basename(p), s) for p, s in zip(paths, plan.starts)]  # the plan it was handed
 
-    return Arm(f"decode-only ceiling (FFmpeg, {threads} threads)", epoch)
+    return _planned_arm(f"decode-only ceiling (FFmpeg, {threads} threads)", plans, run)

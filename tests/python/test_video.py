@@ -216,6 +216,49 @@ def test_variable_frame_rate_sampling_by_time(real, tmp_path):
     assert len(set(got)) == 12
 
 
+def test_clip_starts_given_by_a_manifest_column(real, tmp_path):
+    """VideoClip(start="start"): the clip starts at the frame on screen `start` seconds after the
+    first frame (times from ffmpeg's reference framemd5), by frame index and by time, whatever
+    the seed or epoch; a clip running past the end pads or fails like a short video; a start at
+    or past the end, a missing or non-numeric start fail the sample, naming it."""
+    rel = "vision/test/assets/videos/R6llTwEh07w.mp4"  # 303 frames at 30 fps
+    times, tb = framemd5_times(real, rel)
+    starts = [0.0, 1.0, 2.51, 7.0 + 1 / 60, 9.9]
+    p = tmp_path / "plan.jsonl"
+    p.write_text("\n".join(json.dumps({"path": str(real / rel), "start": s}) for s in starts))
+    for seed, epoch in ((0, 0), (7, 3)):
+        loader = ls.Loader(ls.FileList(p), fields={"mp4": ls.VideoClip(32, frames=5, stride=3, start="start")},
+                           batch_size=len(starts), seed=seed)
+        loader.set_epoch(epoch)
+        got = next(iter(loader))["mp4.time"].tolist()
+        for s, clip in zip(starts, got):
+            first = bisect.bisect_right(times, times[0] + s + 1e-9) - 1  # the frame on screen at s
+            want = [times[min(first + 3 * j, len(times) - 1)] for j in range(5)]  # 9.9 s: padded
+            assert clip == pytest.approx(want, abs=tb), s
+    by_time = ls.Loader(ls.FileList(p), fields={"mp4": ls.VideoClip(32, frames=3, fps=10.0, start="start")},
+                        batch_size=len(starts))
+    for s, clip in zip(starts, next(iter(by_time))["mp4.time"].tolist()):
+        want = [times[bisect.bisect_right(times, times[0] + s + k / 10 + 1e-9) - 1] for k in range(3)]
+        assert clip == pytest.approx(want, abs=tb), s
+
+    def failure(start, **kw):
+        q = tmp_path / "bad.jsonl"
+        q.write_text(json.dumps({"path": str(real / rel), **({} if start is None else {"start": start})}))
+        with pytest.raises(ls.SampleError) as e:
+            next(iter(ls.Loader(ls.FileList(q), fields={"mp4": ls.VideoClip(32, frames=5, start="start", **kw)},
+                                batch_size=1)))
+        assert rel in str(e.value)
+        return str(e.value)
+
+    assert "past the video's end" in failure(10.1)
+    assert "no member 'start'" in failure(None)
+    assert "must be seconds >= 0, got '-1'" in failure(-1)
+    assert "must be seconds >= 0, got 'soon'" in failure("soon")
+    assert "past the video's 303" in failure(9.99, short="fail")
+    with pytest.raises(ls.ConfigError, match="clips must be 1"):
+        ls.VideoClip(32, start="start", clips=2)
+
+
 def test_uniform_and_center_positions(real, tmp_path):
     rel = real / "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi"  # 240 frames
     loader = ls.Loader(write_manifest(tmp_path, [rel]), fields={"avi": ls.VideoClip(32, frames=4, stride=5, position="uniform", clips=3)}, batch_size=1)
@@ -425,3 +468,33 @@ def test_the_video_baselines_pyav_read_equals_torchvisions_read_video(demo_video
             ref, _, _ = torchvision.io.read_video(path, a, b, pts_unit="sec", output_format="TCHW")
             got = read_clip(path, a, b)
             assert got.shape == ref.shape and torch.equal(got, ref), (path, a, b)
+
+
+def test_video_benchmark_arms_read_one_plan_per_epoch(demo_videos):
+    """benchmarks/bench_video.py's arms read the same clips: one plan per epoch (drawn from the
+    seed and the epoch) handed to loadscope (a start column: what it read is recovered from the
+    frames' presentation times), to a DataLoader with persistent workers (through its batch
+    sampler) and to the decode-only ceiling; each arm's digest of what it read equals the plan's,
+    epoch after epoch, and the plan moves with the epoch."""
+    from loadscope import compare
+
+    rows = compare.video_clips(str(demo_videos), repeat=2)
+    plans = compare.clip_plans(rows, frames=4, stride=2, seed=3)
+    arms = [compare.video_loadscope_arm(rows, threads=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
+            compare.video_torch_arm(rows, workers=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
+            compare.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans)]
+    try:
+        res = compare.measured(arms, reps=2, warmup=0)
+    finally:
+        for arm in arms:
+            arm.close()
+    assert compare.same_inputs(res) == {"arms_checked": [a.name for a in arms], "rounds": 2, "identical": True,
+                                        "differing_rounds": []}
+    for e in (0, 1):
+        assert {res[a.name][e]["read"] for a in arms} == {plans(e).digest()}
+        assert all(res[a.name][e]["items"] == len(rows) and res[a.name][e]["cpu_per_item"] > 0 for a in arms)
+    assert plans(0).digest() != plans(1).digest()
+    work = plans(0).work()
+    assert work["frames"] >= len(rows) * 7 and work["megapixels"] > 0  # at least each clip's own 7 frames
+    assert compare.batches_per_worker(24, 8, 2) == [2, 1]  # the split the issue saw: reported, not hidden
+    assert "uneven" in compare.video_torch_arm(rows * 2, workers=2, batch_size=8, plans=plans).name  # 24 in 8s

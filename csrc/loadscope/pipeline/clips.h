@@ -24,7 +24,10 @@ struct ClipSpec {
 // Returns clips * frames target timestamps (clip-major), each one of `pts` (ascending, in
 // ticks of `time_base` seconds): the frame shown at the sampled time. A video too short for a
 // clip is padded with its last frame (kPad) or throws DecodeFailure (kFail).
+// `start` (seconds from the first frame; one clip): the clip starts at the frame shown then,
+// instead of a drawn position; a clip running past the end is padded or fails alike, a start
+// at or past the end fails.
 std::vector<int64_t> plan_clips(const std::vector<int64_t>& pts, double time_base,
-                                const ClipSpec& spec, Rng& rng);
+                                const ClipSpec& spec, Rng& rng, const double* start = nullptr);
 
 }  // namespace loadscope::pipeline

@@ -237,6 +237,9 @@ void validate(const std::vector<FieldSpec>& fields) {
       if (v.decoder_threads < 0 || v.decoder_threads > 64) {
         throw ConfigError("field '" + f.name + "': decoder_threads must be 0..64");
       }
+      if (!v.start_key.empty() && v.clip.clips != 1) {
+        throw ConfigError("field '" + f.name + "': start= gives one clip's start; clips must be 1");
+      }
     }
     if (f.kind != FieldKind::kImage && f.kind != FieldKind::kVideo) continue;
     const ImageSpec& s = f.image;
@@ -610,6 +613,33 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
   }
 }
 
+namespace {
+// The clip's start in seconds from the sample's member `key` (VideoClip(start=)): a number
+// >= 0, as a manifest column or a tar member holds it.
+double clip_start(const Sample& sample, const std::string& key, const std::string& field) {
+  const Member* m = sample.find(key);
+  if (m == nullptr) {
+    throw SampleError(sample.key,
+                      "no member '" + key + "' for the start of field '" + field + "' (sample has: " +
+                          member_list(sample) + ")",
+                      FailureKind::kField);
+  }
+  const std::string& text = m->data;
+  char* end = nullptr;
+  const double v = m->is_path ? -1 : std::strtod(text.c_str(), &end);
+  const char* rest = end;
+  const bool whole = rest != nullptr && rest != text.c_str() &&
+                     std::all_of(rest, text.c_str() + text.size(), [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; });
+  if (!whole || !(v >= 0) || !std::isfinite(v)) {
+    throw SampleError(sample.key,
+                      key + ": the start of field '" + field + "' must be seconds >= 0, got '" +
+                          preview(m->is_path ? m->path : text) + "'",
+                      FailureKind::kField);
+  }
+  return v;
+}
+}  // namespace
+
 void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Member& m,
                                    const std::string& bytes, Sample& sample, Batch& batch,
                                    int slot, SampleContext& ctx) {
@@ -636,7 +666,10 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
     Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
             static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + index),
             static_cast<uint64_t>(sample.position));
-    const std::vector<int64_t> targets = plan_clips(dec.pts(), info.time_base, v.clip, rng);
+    double start = 0;
+    if (!v.start_key.empty()) start = clip_start(sample, v.start_key, f.name);
+    const std::vector<int64_t> targets =
+        plan_clips(dec.pts(), info.time_base, v.clip, rng, v.start_key.empty() ? nullptr : &start);
     const int frames = v.clip.frames;
     const size_t frame_bytes = static_cast<size_t>(f.image.height) * f.image.width * 3;
     uint8_t* pixels = slot_ptr(batch, out.fixed[0], slot);

@@ -57,6 +57,9 @@ struct VideoSpec {
   int decoder_threads = 1;   // FFmpeg's own threads per decode (the engine parallelises videos)
   bool rotate = true;        // apply the display-matrix rotation: frames come out upright
   bool color_tags = true;    // honour colour-matrix and range tags, as the ffmpeg CLI does
+  // A member (a manifest column, a tar member) holding the clip's start in seconds from the
+  // first frame, instead of a drawn one (VideoClip(start=)): a plan given from outside.
+  std::string start_key;
 };
 
 struct FieldSpec {

@@ -317,7 +317,7 @@ PYBIND11_MODULE(_native, m) {
          int width, const std::string& crop, std::pair<double, double> scale,
          std::pair<double, double> ratio, int resize, double flip, bool channels_last,
          int stream, int decoder_threads, bool rotate, bool color_tags, bool optional,
-         int64_t max_pixels) {
+         int64_t max_pixels, std::string start) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -348,6 +348,7 @@ PYBIND11_MODULE(_native, m) {
         f.video.decoder_threads = decoder_threads;
         f.video.rotate = rotate;
         f.video.color_tags = color_tags;
+        f.video.start_key = std::move(start);
         f.image = geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
         f.image.dct_scaling = false;
         pipeline::validate({f});
@@ -357,7 +358,8 @@ PYBIND11_MODULE(_native, m) {
       py::arg("position"), py::arg("clips"), py::arg("short"), py::arg("height"), py::arg("width"),
       py::arg("crop"), py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
       py::arg("channels_last"), py::arg("stream"), py::arg("decoder_threads"), py::arg("rotate"),
-      py::arg("color_tags"), py::arg("optional"), py::arg("max_pixels") = 178956970);
+      py::arg("color_tags"), py::arg("optional"), py::arg("max_pixels") = 178956970,
+      py::arg("start") = "");
 
   m.def(
       "video_index",
