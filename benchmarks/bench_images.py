@@ -4,7 +4,8 @@
 On the demo dataset, RandomResizedCrop(224) + flip, batch 64, same cores:
   1. throughput of loadscope (T threads), torch DataLoader (T workers) + PIL + torchvision, and
      the decode-only ceiling (TurboJPEG full decode from memory, T threads), interleaved over
-     --reps rounds after a warm-up epoch; ratios per round with median, range and 95% CI;
+     --reps rounds after a warm-up epoch; ratios per round with median, range and 95% CI; CPU
+     per image and cores kept busy per arm; and a check that every arm read the same files;
   2. peak PSS over all processes (loader process + DataLoader workers) and throughput of
      loadscope and DataLoader at 2 and 8 threads/workers, each in a fresh process.
 
@@ -39,12 +40,16 @@ def main() -> int:
     arms = [compare.loadscope_arm(root, threads=a.threads), compare.torch_arm(root, workers=a.threads),
             compare.ceiling_arm(root, threads=a.threads)]
     try:
-        res = compare.interleaved(arms, reps=a.reps, warmup=1)
+        rounds = compare.measured(arms, reps=a.reps, warmup=1)
     finally:
         for arm in arms:
             arm.close()
+    same = compare.same_inputs(rounds)  # every arm read the same files, every round
+    res = {name: [r["per_s"] for r in rs] for name, rs in rounds.items()}
     ls_name, tv_name, ceil_name = (arm.name for arm in arms)
-    summary = {name: {"median": statistics.median(x), "min": min(x), "max": max(x)} for name, x in res.items()}
+    summary = {name: {"median": statistics.median(x), "min": min(x), "max": max(x),
+                      "cpu_ms_per_image": statistics.median(r["cpu_per_item"] for r in rounds[name]) * 1e3,
+                      "cores": statistics.median(r["cores"] for r in rounds[name])} for name, x in res.items()}
     vs_torch = compare.ratio_summary(res[ls_name], res[tv_name])
     vs_ceiling = compare.ratio_summary(res[ls_name], res[ceil_name])
 
@@ -56,14 +61,16 @@ def main() -> int:
             print(f"  {arm} n={n}: {r['images_per_s']:.0f} img/s, peak PSS {r['peak_pss_mib']:.0f} MiB", flush=True)
 
     report = {"machine": env, "threads": a.threads, "reps": a.reps, "images_per_s": res, "summary": summary,
+              "same_inputs": same,
               "loadscope_vs_torch": vs_torch, "loadscope_vs_ceiling": vs_ceiling, "memory": memory}
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(report, f, indent=1)
 
-    print(f"\n| arm | images/s, median of {a.reps} (min-max) |\n|---|---|")
+    print(f"\n| arm | images/s, median of {a.reps} (min-max) | CPU ms per image | cores busy |\n|---|---|---|---|")
     for name, s in summary.items():
-        print(f"| {name} | {s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f}) |")
+        print(f"| {name} | {s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f}) | {s['cpu_ms_per_image']:.2f} | {s['cores']:.2f} |")
+    print(f"\nevery arm read the same files in every round: {'yes' if same['identical'] else 'NO'}")
     for label, r in (("loadscope / DataLoader", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
         print("\n" + compare.format_ratio(label, r))
     print("\n| loader | threads/workers | images/s | peak PSS, all processes (MiB) |\n|---|---|---|---|")
