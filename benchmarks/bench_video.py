@@ -14,6 +14,8 @@ round checks that every arm read exactly the plan (digests):
   3. clips/s by FFmpeg decoder threads.
 
     .venv/bin/python benchmarks/bench_video.py [--reps 5] [--out results/bench_video.json]
+    .venv/bin/python benchmarks/bench_video.py --data data/realistic --video-profile realistic \
+        --videos 48 --repeat 1 --images 64 --skip-sweeps   # every clip from another video
 """
 
 import argparse
@@ -47,10 +49,15 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--repeat", type=int, default=4, help="clips per video per epoch")
+    p.add_argument("--videos", type=int, default=24)
+    p.add_argument("--video-profile", default="demo", choices=sorted(datasets.VIDEO_PROFILES),
+                   help="realistic: 10 s, GOP 60, 360p and 720p (the demo's are 5 s, every GOP length)")
+    p.add_argument("--images", type=int, default=2000, help="images of the dataset (--data) it makes")
+    p.add_argument("--skip-sweeps", action="store_true", help="only the arms' comparison (no GOP, no threads sweep)")
     p.add_argument("--out", default="results/bench_video.json")
     a = p.parse_args()
     torch.set_num_threads(1)
-    datasets.ensure(a.data)
+    datasets.ensure(a.data, images=a.images, videos=a.videos, video_profile=a.video_profile)
     env = compare.machine()
     print(json.dumps(env))
     rows = compare.video_clips(a.data, repeat=a.repeat)
@@ -76,7 +83,7 @@ def main() -> int:
                  for n, rs in res.items()}
 
     by_gop = {}
-    for gop in sorted({r["gop"] for r in rows}):
+    for gop in sorted({r["gop"] for r in rows} if not a.skip_sweeps else ()):
         sub = compare.video_clips(a.data, repeat=a.repeat * 4, gop=gop)
         sub_plans = compare.clip_plans(sub)
         g_arms = [compare.video_loadscope_arm(sub, threads=a.threads, plans=sub_plans),
@@ -88,11 +95,11 @@ def main() -> int:
         print(f"  GOP {gop}: {by_gop[gop]}", flush=True)
 
     thread_arms = [compare.video_loadscope_arm(rows, threads=t, decoder_threads=d, plans=plans)
-                   for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))]
+                   for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))] if not a.skip_sweeps else []
     t_res = compare.measured(thread_arms, reps=3, warmup=1)
     by_threads = {k: med(r["per_s"] for r in v) for k, v in t_res.items()}
 
-    report = {"machine": env, "threads": a.threads, "reps": a.reps, "clips_per_epoch": len(rows), "rounds": res,
+    report = {"machine": env, "args": vars(a), "threads": a.threads, "reps": a.reps, "clips_per_epoch": len(rows), "rounds": res,
               "same_inputs": same, "decode_work_per_epoch": work, "loadscope_vs_torch": vs_torch,
               "loadscope_vs_ceiling": vs_ceiling, "cpu_per_clip_vs_loadscope": cpu_ratio, "by_gop": by_gop,
               "by_decoder_threads": by_threads, "by_decoder_threads_same_inputs": compare.same_inputs(t_res)["identical"]}
