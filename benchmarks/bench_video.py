@@ -88,7 +88,11 @@ def main() -> int:
         sub_plans = compare.clip_plans(sub)
         g_arms = [compare.video_loadscope_arm(sub, threads=a.threads, plans=sub_plans),
                   compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans)]
-        g = compare.measured(g_arms, reps=3, warmup=1)
+        try:
+            g = compare.measured(g_arms, reps=3, warmup=1)
+        finally:
+            for arm in g_arms:
+                arm.close()
         by_gop[gop] = {"clips": len(sub), "loadscope": med(r["per_s"] for r in g[g_arms[0].name]),
                        "ceiling": med(r["per_s"] for r in g[g_arms[1].name]),
                        "same_inputs": compare.same_inputs(g)["identical"]}
@@ -96,7 +100,11 @@ def main() -> int:
 
     thread_arms = [compare.video_loadscope_arm(rows, threads=t, decoder_threads=d, plans=plans)
                    for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))] if not a.skip_sweeps else []
-    t_res = compare.measured(thread_arms, reps=3, warmup=1)
+    try:
+        t_res = compare.measured(thread_arms, reps=3, warmup=1)
+    finally:
+        for arm in thread_arms:
+            arm.close()
     by_threads = {k: med(r["per_s"] for r in v) for k, v in t_res.items()}
 
     report = {"machine": env, "args": vars(a), "threads": a.threads, "reps": a.reps, "clips_per_epoch": len(rows), "rounds": res,

@@ -61,6 +61,20 @@ def loadscope_arm(root: str, *, threads: int, batch_size: int = 64, size: int = 
     return Arm(f"loadscope ({threads} threads)", epoch, read=lambda: digest(seen))
 
 
+class _WithIndex(torch.utils.data.Dataset):
+    """A dataset's image with its index (what the epoch read); module-level, so that spawned
+    DataLoader workers can unpickle it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, i: int) -> tuple:
+        return self.inner[i][0], i
+
+
 def torch_arm(root: str, *, workers: int, batch_size: int = 64, size: int = 224) -> Arm:
     """What users run today: ImageFolder + PIL + RandomResizedCrop + flip, uint8 tensors."""
     import torchvision.transforms as T
@@ -68,11 +82,7 @@ def torch_arm(root: str, *, workers: int, batch_size: int = 64, size: int = 224)
 
     tf = T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.PILToTensor()])
 
-    class Indexed(ImageFolder):  # the index with the image: what the epoch read
-        def __getitem__(self, i: int):  # type: ignore[override]
-            return super().__getitem__(i)[0], i
-
-    ds = Indexed(root, transform=tf)
+    ds = _WithIndex(ImageFolder(root, transform=tf))
     dl = torch.utils.data.DataLoader(ds, batch_size=batch_size, shuffle=True, num_workers=workers,
                                      persistent_workers=workers > 0)
     seen: List[str] = []
@@ -80,7 +90,7 @@ def torch_arm(root: str, *, workers: int, batch_size: int = 64, size: int = 224)
     def epoch() -> int:
         seen.clear()
         for _, idx in dl:
-            seen.extend(os.path.relpath(ds.samples[i][0], root) for i in idx.tolist())
+            seen.extend(os.path.relpath(ds.inner.samples[i][0], root) for i in idx.tolist())
         return len(seen)
 
     def close() -> None:
@@ -278,7 +288,12 @@ class ClipPlan:
     stride: int
 
     def seconds(self, i: int) -> float:
+        """Clip i's start in seconds from its video's first frame (VideoClip(start=)'s unit)."""
         return self.starts[i] / self.rows[i]["fps"]
+
+    def time(self, i: int) -> float:
+        """Clip i's start as a presentation time (what a seek takes): the first frame's time on."""
+        return _video_info(self.rows[i]["path"])["t0"] + self.seconds(i)
 
     def digest(self) -> str:
         return digest((os.path.basename(r["path"]), s) for r, s in zip(self.rows, self.starts))
@@ -301,8 +316,9 @@ _VIDEO_INFO: Dict[str, Dict[str, Any]] = {}
 
 
 def _video_info(path: str) -> Dict[str, Any]:
-    """Frame size and keyframe positions (frame indices, presentation order) of a video, from
-    its packets (PyAV demux, no decode); cached per process."""
+    """Frame size, the first frame's presentation time (t0, seconds) and keyframe positions
+    (frame indices, presentation order) of a video, from its packets (PyAV demux, no decode);
+    cached per process."""
     if path not in _VIDEO_INFO:
         import av
 
@@ -310,6 +326,7 @@ def _video_info(path: str) -> Dict[str, Any]:
             st = c.streams.video[0]
             pts = sorted((p.pts, p.is_keyframe) for p in c.demux(st) if p.pts is not None)
             _VIDEO_INFO[path] = {"width": st.codec_context.width, "height": st.codec_context.height,
+                                 "t0": float(pts[0][0] * st.time_base) if pts else 0.0,
                                  "keyframes": [i for i, (_, key) in enumerate(pts) if key]}
     return _VIDEO_INFO[path]
 
@@ -328,13 +345,16 @@ def clip_plans(rows: List[dict], frames: int = 16, stride: int = 2, seed: int = 
     return plan
 
 
-def _planned_arm(name: str, plans: Callable[[int], ClipPlan], run: Callable[[ClipPlan], List[tuple]],
+def _planned_arm(name: str, rows: List[dict], plans: Callable[[int], ClipPlan], run: Callable[[ClipPlan], List[tuple]],
                  close: Callable[[], None] = lambda: None) -> Arm:
     """An arm whose k-th epoch reads plan k; `run` returns the (video, start frame) pairs read."""
+    if plans(0).rows is not rows and plans(0).rows != rows:
+        raise ValueError(f"{name}: the plans are of other clips than the arm's rows")
     state = {"epoch": 0, "read": None}
 
     def epoch() -> int:
-        got = run(plans(state["epoch"]))
+        plan = plans(state["epoch"])
+        got = run(plan)
         state["epoch"] += 1
         state["read"] = digest(got)
         return len(got)
@@ -356,6 +376,7 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
     plans = plans or clip_plans(rows, frames, stride)
     clip = VideoClip(size, frames=frames, stride=stride, flip=0.5, decoder_threads=decoder_threads, start="start")
     fps = {r["path"]: r["fps"] for r in rows}
+    t0 = {r["path"]: _video_info(r["path"])["t0"] for r in rows}  # .time is a presentation time
     tmp = tempfile.mkdtemp(prefix="loadscope-clips-")
 
     def run(plan: ClipPlan) -> List[tuple]:
@@ -368,7 +389,7 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
         got = []
         for b in loader:
             for key, t in zip(b["__key__"], b["mp4.time"][:, 0].tolist()):
-                got.append((os.path.basename(key), round(t * fps[key])))
+                got.append((os.path.basename(key), round((t - t0[key]) * fps[key])))
         return got
 
     def close() -> None:
@@ -377,14 +398,15 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
         shutil.rmtree(tmp, ignore_errors=True)
 
     return _planned_arm(f"loadscope ({threads} threads, {decoder_threads} FFmpeg thread{'s' if decoder_threads != 1 else ''} each)",
-                        plans, run, close)
+                        rows, plans, run, close)
 
 
-def read_clip(path: str, start_s: float, end_s: float) -> torch.Tensor:
-    """The frames of [start_s, end_s] as uint8 [T, 3, H, W], decoded with PyAV the way
-    torchvision.io.read_video did (seek to the keyframe before the start, decode, keep the frames
-    in the range, convert to RGB). torchvision 0.22 deprecated read_video and later releases
-    dropped it; this keeps the baseline the same on every torch."""
+def read_clip(path: str, start_s: float, end_s: float, times: Optional[List[float]] = None) -> torch.Tensor:
+    """The frames of [start_s, end_s] (presentation times) as uint8 [T, 3, H, W], decoded with
+    PyAV the way torchvision.io.read_video did (seek to the keyframe before the start, decode,
+    keep the frames in the range, convert to RGB); `times`, if given, receives their times.
+    torchvision 0.22 deprecated read_video and later releases dropped it; this keeps the
+    baseline the same on every torch."""
     import av
     import numpy as np
 
@@ -401,6 +423,8 @@ def read_clip(path: str, start_s: float, end_s: float) -> torch.Tensor:
             if t > end_s + eps:
                 break
             out.append(frame.to_ndarray(format="rgb24"))
+            if times is not None:
+                times.append(t)
     if not out:
         raise RuntimeError(f"{path}: no frames in [{start_s:.3f}, {end_s:.3f}] s")
     return torch.from_numpy(np.stack(out)).permute(0, 3, 1, 2)
@@ -422,14 +446,17 @@ class ReadVideoClips(torch.utils.data.Dataset):
         return len(self.rows)
 
     def __getitem__(self, item: tuple) -> tuple:
+        """(clip, row, start frame it decoded: recovered from the first frame's time)."""
         i, start = item
         r = self.rows[i]
         span = (self.frames - 1) * self.stride + 1
-        video = read_clip(r["path"], start / r["fps"], (start + span - 1) / r["fps"])
+        t0 = _video_info(r["path"])["t0"]
+        times: List[float] = []
+        video = read_clip(r["path"], t0 + start / r["fps"], t0 + (start + span - 1) / r["fps"], times)
         clip = video[:: self.stride][: self.frames]
         if clip.shape[0] < self.frames:  # pad with the last frame, as loadscope does
             clip = torch.cat([clip, clip[-1:].expand(self.frames - clip.shape[0], -1, -1, -1)])
-        return self.tf(clip), i, start
+        return self.tf(clip), i, round((times[0] - t0) * r["fps"])
 
 
 class _PlanBatches:
@@ -454,8 +481,8 @@ class _PlanBatches:
 def batches_per_worker(items: int, batch_size: int, workers: int) -> List[int]:
     """How a DataLoader deals an epoch's batches to its workers (round robin): unequal counts
     mean some workers idle at the epoch's end, and clips/s measures the split."""
-    n = math.ceil(items / batch_size)
-    return [len(range(w, n, workers)) for w in range(max(workers, 1))]
+    n, w = math.ceil(items / batch_size), max(workers, 1)  # 0 workers: the main process takes all
+    return [len(range(k, n, w)) for k in range(w)]
 
 
 def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride: int = 2, size: int = 224,
@@ -479,7 +506,8 @@ def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride:
 
     split = batches_per_worker(len(rows), batch_size, workers)
     uneven = "" if len(set(split)) <= 1 else f", batches per worker {split}: uneven"
-    return _planned_arm(f"torch DataLoader ({workers} workers) + PyAV clip decode (read_video's){uneven}", plans, run, close)
+    return _planned_arm(f"torch DataLoader ({workers} workers) + PyAV clip decode (read_video's){uneven}", rows, plans, run,
+                        close)
 
 
 def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2,
@@ -490,10 +518,11 @@ def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, strid
     paths = [r["path"] for r in rows]
 
     def run(plan: ClipPlan) -> List[tuple]:
-        starts = [plan.seconds(i) for i in range(len(rows))]
+        starts = [plan.time(i) for i in range(len(rows))]  # it seeks to presentation times
         _s, clips, failures = _native.ffmpeg_decode_only(paths, starts, frames, stride, threads, 1)
         if failures or clips != len(rows):
-            raise RuntimeError(f"{failures} clips failed the decode-only ceiling")
-        return [(os.path.basename(p), s) for p, s in zip(paths, plan.starts)]  # the plan it was handed
+            raise RuntimeError(f"the decode-only ceiling decoded {clips} of {len(rows)} clips ({failures} failed)")
+        # It reports counts only: what it read is the plan it was handed, not recovered.
+        return [(os.path.basename(p), s) for p, s in zip(paths, plan.starts)]
 
-    return _planned_arm(f"decode-only ceiling (FFmpeg, {threads} threads)", plans, run)
+    return _planned_arm(f"decode-only ceiling (FFmpeg, {threads} threads)", rows, plans, run)

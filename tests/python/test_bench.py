@@ -83,6 +83,8 @@ def test_explicit_arms_that_change_only_the_factor_are_accepted(demo):
     ({"factor": {"name": "storage", "values": ["local", "remote"]}, "pipeline": {"staging": "local"},
       "dataset": {"url": "s3://b/p"}}, "use storage='remote-staged'"),
     ({"factor": {"name": "shard_index", "values": ["auto", "off"]}}, "shard_index='off' streams tar shards; it needs layout='shards'"),
+    ({"factor": {"name": "storage", "values": ["local", "remote"]}, "pipeline": {"layout": "folder"},
+      "dataset": {"url": "s3://b/p"}}, "layout='folder' lists a local directory"),
     ({"factor": {"name": "shard_index", "values": ["auto", "off"]}, "pipeline": {"layout": "shards", "world_size": 2}},
      "which one rank only can do"),
 ])

@@ -371,6 +371,18 @@ struct Upload {
   size_t at = 0;
 };
 
+// curl rewinds an upload it must send again within one attempt (a kept-alive connection that
+// turned out dead, a 417 to Expect): back to `offset` bytes into this upload.
+int on_upload_seek(void* user, curl_off_t offset, int origin) {
+  auto* u = static_cast<Upload*>(user);
+  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > u->size) return CURL_SEEKFUNC_FAIL;
+  if (u->file && ::fseeko(u->file, static_cast<off_t>(u->offset + static_cast<uint64_t>(offset)), SEEK_SET) != 0) {
+    return CURL_SEEKFUNC_FAIL;
+  }
+  u->at = static_cast<size_t>(offset);
+  return CURL_SEEKFUNC_OK;
+}
+
 size_t on_upload(char* dst, size_t size, size_t n, void* user) {
   auto* u = static_cast<Upload*>(user);
   if (u->file) {  // at most what is left of this upload: a part ends before the file does
@@ -434,6 +446,8 @@ Response perform(const Request& req, std::string* sink) {
     curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(h, CURLOPT_READFUNCTION, &on_upload);
     curl_easy_setopt(h, CURLOPT_READDATA, req.upload);
+    curl_easy_setopt(h, CURLOPT_SEEKFUNCTION, &on_upload_seek);
+    curl_easy_setopt(h, CURLOPT_SEEKDATA, req.upload);
     curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(req.upload->size));
   } else if (method == "POST") {
     curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.c_str());
@@ -740,7 +754,8 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
 }
 
 namespace {
-Response put_upload(const std::string& url, Upload& up, const std::string& query = "") {
+Response put_upload(const std::string& url, Upload& up, const std::string& query = "",
+                    const std::string& what = "") {
   Request req;
   req.method = "PUT";
   req.url = url;
@@ -753,7 +768,7 @@ Response put_upload(const std::string& url, Upload& up, const std::string& query
       throw ReadFailure(redact(url) + ": cannot seek in the file being sent: " + std::strerror(errno));
     }
   });
-  if (!succeeded(r)) fail("PUT " + redact(url) + (query.empty() ? "" : " (a part)"), r, url);
+  if (!succeeded(r)) fail("PUT " + redact(url) + what, r, url);
   return r;
 }
 
@@ -789,18 +804,28 @@ void put_parts(const std::string& url, std::FILE* file, uint64_t size, uint64_t 
       up.offset = at;
       up.size = std::min(part_size, size - at);
       // Parameters sorted, as curl 7.88 signs the query as sent: partNumber < uploadId.
-      const Response r = put_upload(url, up, "partNumber=" + std::to_string(number) + "&" + upload_id);
-      if (r.etag.empty()) throw ReadFailure("PUT " + redact(url) + ": part " + std::to_string(number) + " has no ETag");
+      const std::string part = " (part " + std::to_string(number) + ")";
+      const Response r = put_upload(url, up, "partNumber=" + std::to_string(number) + "&" + upload_id, part);
+      if (r.etag.empty()) throw ReadFailure("PUT " + redact(url) + part + ": the answer has no ETag");
       complete += "<Part><PartNumber>" + std::to_string(number) + "</PartNumber><ETag>" + r.etag + "</ETag></Part>";
     }
-    post_xml(url, upload_id, complete + "</CompleteMultipartUpload>");
+    try {
+      post_xml(url, upload_id, complete + "</CompleteMultipartUpload>");
+    } catch (const HttpError& e) {
+      // A retried Complete whose first answer was lost finds the upload gone (NoSuchUpload):
+      // the object is there if it has this file's size.
+      if (e.code() != "NoSuchUpload" || stat(url).size != size) throw;
+    }
   } catch (...) {
-    Request abort;
-    abort.method = "DELETE";
-    abort.url = url;
-    abort.query = upload_id;
-    std::string ignored;
-    (void)retrying(abort, &ignored);  // best effort: the error that matters is the one above
+    try {  // best effort, and never in place of the error that matters (the one above)
+      Request abort;
+      abort.method = "DELETE";
+      abort.url = url;
+      abort.query = upload_id;
+      std::string ignored;
+      (void)retrying(abort, &ignored);
+    } catch (...) {
+    }
     throw;
   }
 }

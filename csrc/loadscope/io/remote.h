@@ -70,7 +70,8 @@ void pin_etag(const std::string& url, const std::string& etag);
 void put(const std::string& url, const std::string& data);
 // PUT of a local file, read as it is sent. To S3, a file larger than Options::part_size goes
 // up as a multipart upload (a single PUT is capped at 5 GB, and a failed part is sent again
-// alone); a failed upload is aborted, so no parts are left behind to be billed.
+// alone); a failed upload is aborted (best effort: a killed process leaves its parts, which a
+// bucket lifecycle rule for incomplete uploads removes).
 void put_file(const std::string& url, const std::string& path);
 
 // The keys under an s3:// prefix (ListObjectsV2, every page), as s3:// URLs, sorted.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -615,7 +616,8 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
 
 namespace {
 // The clip's start in seconds from the sample's member `key` (VideoClip(start=)): a number
-// >= 0, as a manifest column or a tar member holds it.
+// >= 0, as a manifest column or a tar member holds it (an indexed tar's member is a byte range
+// of its shard, read here: a few bytes). Parsed with from_chars: no locale's decimal comma.
 double clip_start(const Sample& sample, const std::string& key, const std::string& field) {
   const Member* m = sample.find(key);
   if (m == nullptr) {
@@ -624,16 +626,28 @@ double clip_start(const Sample& sample, const std::string& key, const std::strin
                           member_list(sample) + ")",
                       FailureKind::kField);
   }
-  const std::string& text = m->data;
-  char* end = nullptr;
-  const double v = m->is_path ? -1 : std::strtod(text.c_str(), &end);
-  const char* rest = end;
-  const bool whole = rest != nullptr && rest != text.c_str() &&
-                     std::all_of(rest, text.c_str() + text.size(), [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; });
-  if (!whole || !(v >= 0) || !std::isfinite(v)) {
+  std::string text = m->data;
+  if (m->is_path) {
+    try {
+      if (m->whole_file()) {
+        io::read_file(m->path, text);
+      } else {
+        io::read_range(m->path, m->offset, static_cast<uint64_t>(m->length), text);
+      }
+    } catch (const ReadFailure& e) {
+      throw SampleError(sample.key, key + ": " + e.what(), FailureKind::kRead);
+    }
+  }
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  while (first < last && space(*first)) ++first;
+  while (last > first && space(last[-1])) --last;
+  double v = -1;
+  const auto [end, ec] = std::from_chars(first, last, v);
+  if (ec != std::errc() || end != last || first == last || !(v >= 0) || !std::isfinite(v)) {
     throw SampleError(sample.key,
-                      key + ": the start of field '" + field + "' must be seconds >= 0, got '" +
-                          preview(m->is_path ? m->path : text) + "'",
+                      key + ": the start of field '" + field + "' must be seconds >= 0, got '" + preview(text) + "'",
                       FailureKind::kField);
   }
   return v;
@@ -657,6 +671,8 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
       throw SampleError(m.path, e.what(), FailureKind::kRead);
     }
   }
+  // Before the video is opened and indexed: a bad start costs no index pass.
+  const double start = v.start_key.empty() ? 0.0 : clip_start(sample, v.start_key, f.name);
   try {
     const decode::VideoInfo& info =
         m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
@@ -666,8 +682,6 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
     Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
             static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + index),
             static_cast<uint64_t>(sample.position));
-    double start = 0;
-    if (!v.start_key.empty()) start = clip_start(sample, v.start_key, f.name);
     const std::vector<int64_t> targets =
         plan_clips(dec.pts(), info.time_base, v.clip, rng, v.start_key.empty() ? nullptr : &start);
     const int frames = v.clip.frames;

@@ -441,6 +441,9 @@ def _check_arm(arm: Arm, url: str = "") -> None:
         if c["staging"] != "in-place":
             raise ConfigError(f"arm {arm.name}: staging='local' copies [dataset] path; to copy from the url use "
                               "storage='remote-staged'")
+        if c["layout"] == "folder" and c["storage"] != "remote-staged":
+            raise ConfigError(f"arm {arm.name}: layout='folder' lists a local directory; storage={c['storage']!r} "
+                              "reads the url: use layout 'files' (the manifest) or 'shards'")
         if c["storage"] == "remote-staged" and not url.startswith("s3://"):
             raise ConfigError(f"arm {arm.name}: storage='remote-staged' copies an s3:// prefix (an HTTP server "
                               f"cannot be listed or staged); [dataset] url is {url!r}")

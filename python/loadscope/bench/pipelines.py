@@ -92,8 +92,11 @@ def upload(root: str, url: str, files: List[str], threads: int = 8) -> Dict[str,
         _native.remote_put_file(dest, src)
         return size
 
-    with ThreadPoolExecutor(threads) as pool:
+    pool = ThreadPoolExecutor(threads)
+    try:
         sizes = list(pool.map(one, rel))
+    finally:  # on the first failure, the files not started yet are not tried (and not waited for)
+        pool.shutdown(wait=True, cancel_futures=True)
     return {"files": len(rel), "uploaded": sum(1 for n in sizes if n is not None), "bytes": sum(n or 0 for n in sizes),
             "seconds": time.monotonic() - t0}
 

@@ -212,8 +212,10 @@ def _storage(spec: Dict[str, Any], config: Dict[str, Any], rank: int, world: int
             phase("filling the node-local cache (a first epoch)")
             t0, net0 = time.monotonic(), _native.network_stats()
             fill = make_pipeline(spec, spec["url"], config, rank, world)
-            samples = sum(fill.count(b) for b in fill.epoch(0))
-            fill.close()
+            try:
+                samples = sum(fill.count(b) for b in fill.epoch(0))
+            finally:
+                fill.close()
             net1 = _native.network_stats()
             return spec["url"], {"seconds": time.monotonic() - t0, "bytes": net1["bytes"] - net0["bytes"],
                                  "kind": "cache", "samples": samples * world}

@@ -172,7 +172,8 @@ def _staging(exp: Experiment, per_arm: Dict[str, Any], storage: Dict[str, Any], 
         cost = max(0.0, st * n / filled - fb - n / tb) if cache else st
         out[a.name] = {"staging_seconds": st, "epoch_seconds_baseline": n / tb, "epoch_seconds_arm": n / ta,
                        "saved_per_epoch": saved, "cost": cost, "cache": cache,
-                       "break_even_epochs": (cost / saved if saved > 0 else None) if cost > 0 else 0.0}
+                       # No time saved per epoch: it never pays off, whatever it cost.
+                       "break_even_epochs": None if saved <= 0 else cost / saved}
     return out
 
 
