@@ -345,6 +345,21 @@ std::vector<size_t> FieldProcessor::fixed_bytes_per_sample() const { return fixe
 
 namespace {
 
+// The bytes of a member named by path (a whole file, or a byte range such as an indexed tar's
+// member): from the span prepare() fetched ahead (waited for; rethrows its failure), else read
+// now. Returns the bytes read. Throws ReadFailure.
+uint64_t read_member(const Member& m, std::string& out) {
+  if (m.fetched.valid()) {
+    const std::shared_ptr<const std::string> span = m.fetched.get();
+    const uint64_t want = m.whole_file() ? span->size() : static_cast<uint64_t>(m.length);
+    if (m.fetched_at + want > span->size()) throw ReadFailure("short read of a prefetched range");
+    out.assign(*span, static_cast<size_t>(m.fetched_at), static_cast<size_t>(want));
+    return want;
+  }
+  return m.whole_file() ? io::read_file(m.path, out)
+                        : io::read_range(m.path, m.offset, static_cast<uint64_t>(m.length), out);
+}
+
 std::string member_list(const Sample& s) {
   std::string names;
   for (const auto& m : s.members) names += (names.empty() ? "" : ", ") + m.name;
@@ -505,17 +520,7 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
     if (m->is_path && (f.kind != FieldKind::kVideo || !m->whole_file())) {
       telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kRead, kind);
       try {
-        uint64_t n = 0;
-        if (m->fetched.valid()) {  // fetched ahead by prepare(): wait for it (rethrows its failure)
-          const std::shared_ptr<const std::string> span = m->fetched.get();
-          const uint64_t want = m->whole_file() ? span->size() : static_cast<uint64_t>(m->length);
-          if (m->fetched_at + want > span->size()) throw ReadFailure("short read of a prefetched range");
-          s.file.assign(*span, static_cast<size_t>(m->fetched_at), static_cast<size_t>(want));
-          n = want;
-        } else {
-          n = m->whole_file() ? io::read_file(m->path, s.file)
-                              : io::read_range(m->path, m->offset, static_cast<uint64_t>(m->length), s.file);
-        }
+        const uint64_t n = read_member(*m, s.file);
         ctx.bytes_read += n;
         timer.add_bytes(n);
       } catch (const ReadFailure& e) {
@@ -629,11 +634,7 @@ double clip_start(const Sample& sample, const std::string& key, const std::strin
   std::string text = m->data;
   if (m->is_path) {
     try {
-      if (m->whole_file()) {
-        io::read_file(m->path, text);
-      } else {
-        io::read_range(m->path, m->offset, static_cast<uint64_t>(m->length), text);
-      }
+      read_member(*m, text);
     } catch (const ReadFailure& e) {
       throw SampleError(sample.key, key + ": " + e.what(), FailureKind::kRead);
     }

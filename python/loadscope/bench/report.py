@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 from typing import Any, Dict, List, Optional
 
 from . import stats
@@ -137,8 +138,8 @@ def _storage(by_arm: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
     repetitions), and how many samples a cache fill read."""
     out: Dict[str, Any] = {}
     def med(rows: List[Dict[str, Any]], key: str) -> Optional[float]:
-        xs = sorted(r[key] for r in rows if r.get(key) is not None)
-        return xs[len(xs) // 2] if xs else None
+        xs = [r[key] for r in rows if r.get(key) is not None]
+        return statistics.median(xs) if xs else None
 
     for a, rows in by_arm.items():
         fills = [r["staging"]["samples"] for r in rows if (r.get("staging") or {}).get("kind") == "cache"]
