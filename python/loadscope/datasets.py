@@ -14,7 +14,8 @@ that upscaled crops keep a photograph's entropy), and saved as baseline 4:2:0 JP
 
 Videos (``--videos``, made by the ffmpeg CLI with libx264): slow pans and zooms across the same
 photographs, 5 s at 30 fps, 640x360 / 854x480 / 1280x720, GOP of 10, 30, 60 or 150 frames,
-each with a label and a caption:
+each with a label and a caption (``--video-profile``: "realistic" and "dataset" make videos like
+those of real datasets, see VIDEO_PROFILES):
 
     <out>/videos/<class>/<key>.mp4 (+ .txt, .json)
     <out>/video_shards/videos-{000000..}.tar   key.mp4 key.cls key.txt key.json
@@ -41,9 +42,27 @@ GENERATOR_VERSION = 2
 # Video profiles. "demo": short videos of every size and GOP length, for tests and the demo.
 # "realistic": what video datasets hold (issue 14): 10 s at 30 fps, H.264 High with B-frames,
 # a keyframe every 2 s, 720p and 360p — for speed figures (docs/benchmarks.md).
+# "dataset": what a large video dataset holds (issue 14, part 10): 8-12 s at 24-30 fps,
+# 340x256 to 1280x720, H.264 High with B-frames at x264's default GOP of 250 and at 60 and 30,
+# one video in ten HEVC (MP4) and one in ten VP9 (WebM, as Something-Something ships), one in
+# ten stored landscape with a rotation to portrait (phone footage); made for hundreds of
+# distinct videos, so that every clip of an epoch comes from another one.
 VIDEO_PROFILES = {
     "demo": {"sizes": [(640, 360), (854, 480), (1280, 720)], "gops": [10, 30, 60, 150], "seconds": 5, "fps": 30},
     "realistic": {"sizes": [(1280, 720), (640, 360)], "gops": [60], "seconds": 10, "fps": 30},
+    "dataset": {"sizes": [(340, 256), (480, 360), (640, 360), (854, 480), (1280, 720)], "gops": [250, 60, 30],
+                "seconds": (8, 12), "fps": [24, 25, 30], "codecs": ["h264", "hevc", "vp9"] + ["h264"] * 7},
+}
+
+# How each codec is encoded: (file extension, encoder arguments for a GOP of g frames).
+_ENCODERS = {
+    "h264": (".mp4", lambda g: ["-c:v", "libx264", "-preset", "veryfast", "-crf", "23",
+                                "-g", str(g), "-keyint_min", str(g), "-sc_threshold", "0", "-bf", "2",
+                                "-movflags", "+faststart"]),
+    "hevc": (".mp4", lambda g: ["-c:v", "libx265", "-preset", "ultrafast", "-crf", "28", "-tag:v", "hvc1",
+                                "-x265-params", f"keyint={g}:min-keyint={g}:scenecut=0:bframes=2:log-level=error"]),
+    "vp9": (".webm", lambda g: ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-row-mt", "1",
+                                "-b:v", "0", "-crf", "33", "-g", str(g), "-keyint_min", str(g)]),
 }
 
 # (class name, scikit-image function, how a caption names it)
@@ -119,15 +138,24 @@ def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np
     from PIL import Image
 
     prof = VIDEO_PROFILES[profile]
-    sizes, gops, seconds, fps = prof["sizes"], prof["gops"], prof["seconds"], prof["fps"]
+    sizes, gops = prof["sizes"], prof["gops"]
 
     stills = os.path.join(tmp, "stills")
     os.makedirs(stills, exist_ok=True)
     jobs = []
     for i in range(videos):
         cls = int(rng.integers(0, len(PHOTOS)))
-        w, h = sizes[i % len(sizes)]
-        gop = gops[(i // len(sizes)) % len(gops)]
+        seconds, fps, codec, rotation = prof["seconds"], prof["fps"], "h264", 0
+        if profile == "dataset":  # sizes drawn; GOP, codec and rotation cycle: each codec has every GOP
+            w, h = sizes[int(rng.integers(0, len(sizes)))]
+            gop = gops[i % len(gops)]
+            codec = prof["codecs"][i % len(prof["codecs"])]
+            seconds = round(float(rng.uniform(*prof["seconds"])), 1)
+            fps = int(prof["fps"][int(rng.integers(0, len(prof["fps"])))])
+            rotation = {3: 90, 13: 270}.get(i % 20, 0)  # one in ten
+        else:
+            w, h = sizes[i % len(sizes)]
+            gop = gops[(i // len(sizes)) % len(gops)]
         still = os.path.join(stills, f"{cls}.png")
         if not os.path.exists(still):
             Image.fromarray(photos[cls]).save(still)
@@ -149,12 +177,16 @@ def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np
         caption = f"a slow {'pan across' if kind == 'pan' else 'zoom into'} {thing}"
         meta = {"class": name, "width": w, "height": h, "gop": gop, "fps": fps,
                 "seconds": seconds, "motion": kind}
+        if profile == "dataset":
+            meta.update(codec=codec, rotation=rotation)
+        ext, encoder = _ENCODERS[codec]
         cmd = ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-i", still, "-t", str(seconds),
                "-r", str(fps), "-vf", f"{motion},noise=alls=4:allf=t,format=yuv420p",
-               "-c:v", "libx264", "-preset", "veryfast", "-crf", "23", "-g", str(gop),
-               "-keyint_min", str(gop), "-sc_threshold", "0", "-bf", "2", "-threads", "1",
-               "-movflags", "+faststart", "-an"]
-        jobs.append((key, cls, caption, meta, cmd))
+               *encoder(gop), "-threads", "1", "-an"]
+        # FFmpeg 5.1 sets a rotation only when it copies a stream: a second, copying pass.
+        rotate = (["ffmpeg", "-v", "error", "-y", "-i", "{tmp}", "-c", "copy", "-metadata:s:v:0",
+                   f"rotate={rotation}", "-movflags", "+faststart"] if rotation else None)
+        jobs.append((key, cls, caption, meta, cmd, ext, rotate))
     return jobs
 
 
@@ -170,14 +202,21 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
     jobs = _video_jobs(tmp, videos, rng, photos, profile)
     labels = sorted(p[0] for p in PHOTOS)
     outputs = {}
-    for key, cls, _caption, _meta, _cmd in jobs:
+    for key, cls, _caption, _meta, _cmd, ext, _rotate in jobs:
         folder = os.path.join(tmp, "videos", PHOTOS[cls][0])
         os.makedirs(folder, exist_ok=True)
-        outputs[key] = os.path.join(folder, key + ".mp4")
+        outputs[key] = os.path.join(folder, key + ext)
 
     def run(job):
-        key, _, _, _, cmd = job
-        subprocess.run(cmd + [outputs[key]], check=True, capture_output=True)
+        key, _, _, _, cmd, ext, rotate = job
+        if rotate is None:
+            subprocess.run(cmd + [outputs[key]], check=True, capture_output=True)
+            return
+        unrotated = outputs[key] + ".unrotated" + ext
+        subprocess.run(cmd + [unrotated], check=True, capture_output=True)
+        subprocess.run([unrotated if a == "{tmp}" else a for a in rotate] + [outputs[key]], check=True,
+                       capture_output=True)
+        os.remove(unrotated)
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         for n, _ in enumerate(pool.map(run, jobs), 1):
@@ -187,7 +226,7 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
     tar = None
     total = 0
     with open(os.path.join(tmp, "videos.jsonl"), "w") as manifest:
-        for i, (key, cls, caption, meta, _) in enumerate(jobs):
+        for i, (key, cls, caption, meta, _, ext, _) in enumerate(jobs):
             if i % shard_size == 0:
                 if tar is not None:
                     tar.close()
@@ -196,13 +235,13 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
             with open(path, "rb") as f:
                 data = f.read()
             total += len(data)
-            base = path[:-4]
+            base = path[: -len(ext)]
             with open(base + ".txt", "w") as f:
                 f.write(caption)
             with open(base + ".json", "w") as f:
                 json.dump(meta, f)
             label = labels.index(PHOTOS[cls][0])
-            _tar_add(tar, key + ".mp4", data)
+            _tar_add(tar, key + ext, data)
             _tar_add(tar, key + ".cls", str(label).encode())
             _tar_add(tar, key + ".txt", caption.encode())
             _tar_add(tar, key + ".json", json.dumps(meta).encode())
@@ -305,7 +344,8 @@ def main(argv=None) -> int:
     p.add_argument("--videos", type=int, default=24, help="number of videos (default: 24; 0: none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--video-profile", choices=sorted(VIDEO_PROFILES), default="demo",
-                   help="demo: 5 s videos of every size and GOP; realistic: 10 s, GOP 60, 720p/360p")
+                   help="demo: 5 s videos of every size and GOP; realistic: 10 s, GOP 60, 720p/360p; "
+                        "dataset: 8-12 s, 256p-720p, GOP 250/60/30, some HEVC, VP9 and rotated (for 500+ videos)")
     p.add_argument("--force", action="store_true", help="regenerate even if present")
     a = p.parse_args(argv)
     if a.images < 1 or a.videos < 0:

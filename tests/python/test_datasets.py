@@ -123,5 +123,42 @@ def test_the_realistic_video_profile_is_what_video_datasets_hold(tmp_path):
         assert int(st["nb_read_frames"]) == 300 and len(keys) == 5
         shapes.append((st["width"], st["height"]))
     assert shapes == [(1280, 720), (640, 360)]
-    with pytest.raises(ConfigError, match="video_profile='hd': allowed are 'demo', 'realistic'"):
+    with pytest.raises(ConfigError, match="video_profile='hd': allowed are 'demo', 'realistic', 'dataset'"):
         datasets.generate(str(tmp_path / "x"), images=1, videos=1, video_profile="hd")
+
+
+def test_the_dataset_video_profile_mixes_gops_codecs_sizes_and_rotations(tmp_path):
+    """Issue 14's benchmark set: 8-12 s at 24-30 fps, 340x256 to 1280x720, GOP 250/60/30, one in
+    ten HEVC and one in ten VP9 (WebM), one in ten rotated; read back with ffprobe."""
+    from loadscope import datasets
+
+    out = tmp_path / "set"
+    datasets.generate(str(out), images=1, seed=0, quiet=True, videos=4, video_profile="dataset")
+    rows = [json.loads(line) for line in (out / "videos.jsonl").read_text().splitlines()]
+    seen = []
+    for row in rows:
+        path = str(out / row["path"])
+        st = json.loads(subprocess.run(
+            ["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+             "stream=codec_name,width,height,avg_frame_rate,has_b_frames:stream_side_data=rotation:format=duration",
+             "-of", "json", path], capture_output=True, text=True, check=True).stdout)
+        st, duration = st["streams"][0], float(st["format"]["duration"])
+        packets = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v", "-show_entries",
+                                  "packet=pts_time,flags", "-of", "csv=p=0", path], capture_output=True, text=True,
+                                 check=True).stdout.split()
+        shown = sorted((float(p.split(",")[0]), p.split(",")[1]) for p in packets)  # in presentation order
+        keys = [n for n, (_, flags) in enumerate(shown) if flags.startswith("K")]
+        codec = {".mp4": st["codec_name"], ".webm": "webm/" + st["codec_name"]}[path[path.rfind("."):]]
+        fps = len(packets) / duration  # WebM states no rate: frames over seconds
+        rotation = abs(int(st.get("side_data_list", [{}])[0].get("rotation", 0)))
+        gap = keys[1] - keys[0] if len(keys) > 1 else None
+        seen.append((codec, rotation, gap))
+        assert min(abs(fps - f) for f in (24, 25, 30)) < 0.2 and 8 <= duration <= 12.1
+        assert (st["width"], st["height"]) in datasets.VIDEO_PROFILES["dataset"]["sizes"]
+        if codec == "h264":
+            assert st["has_b_frames"] > 0
+    # GOPs cycle 250, 60, 30 (a GOP of 250 frames: one or two keyframes in 8-12 s), codecs and
+    # rotations by index, so that the first four videos show every kind.
+    assert [c for c, _, _ in seen] == ["h264", "hevc", "webm/vp9", "h264"]
+    assert [g for _, _, g in seen][1:3] == [60, 30] and seen[0][2] in (None, 250) and seen[3][2] in (None, 250)
+    assert [r for _, r, _ in seen] == [0, 0, 0, 90]

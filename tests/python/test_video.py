@@ -299,8 +299,10 @@ def test_short_videos_pad_or_fail(real, tmp_path):
 
 def test_corrupt_and_truncated_videos(real, tmp_path):
     corrupted = real / "decord/tests/test_data/corrupted.mp4"
+    # Frames 28-49 are damaged; decord's test reads frames 0-39 and expects an error. The MP4 is
+    # indexed from its tables (it opens): any clip that covers the damage names it.
     with pytest.raises(ls.DecodeError, match="Invalid NAL unit size") as e:
-        list(ls.Loader(write_manifest(tmp_path, [corrupted]), fields={"mp4": ls.VideoClip(32, frames=4)}, batch_size=1))
+        list(ls.Loader(write_manifest(tmp_path, [corrupted]), fields={"mp4": ls.VideoClip(32, frames=40)}, batch_size=1))
     assert e.value.key == str(corrupted)
     cut = []
     for i, rel in enumerate(["vision/test/assets/videos/R6llTwEh07w.mp4", "decord/examples/flipping_a_pancake.mkv", "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi"]):
@@ -453,16 +455,66 @@ def test_hostile_and_broken_files_are_refused(awkward, demo):
         _native.video_index(str(awkward / "trunc.flv"))
 
 
-def test_index_cache_spares_rereading(awkward, tmp_path):
-    fresh = tmp_path / "fresh.mp4"  # 20 s, a GOP a second; a path not indexed yet
-    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=160x120:r=30:d=20", "-c:v", "libx264",
-                    "-g", "30", str(fresh)], check=True)
-    L = ls.Loader(write_manifest(tmp_path, [fresh]), fields={"mp4": ls.VideoClip(32, frames=2, position="center")}, batch_size=1)
-    list(L)
-    first = L.stats()["bytes_read"]
-    assert first >= fresh.stat().st_size  # indexing read the whole file
-    list(L)
-    assert L.stats()["bytes_read"] < first / 2  # the second epoch reads only around its clip
+def _packets(path):
+    """The video stream's packets in file order, by ffprobe: (pts, pos, size, key)."""
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                          "packet=pts,pos,size,flags", "-of", "csv=p=0", str(path)],
+                         check=True, capture_output=True, text=True).stdout
+    rows = [line.split(",") for line in out.split()]
+    return [(int(pts), int(pos), int(size), flags.startswith("K")) for pts, size, pos, flags in rows]
+
+
+MP4S = ["vision/test/assets/videos/SOX5yA1l24A.mp4", "vision/test/assets/videos/R6llTwEh07w.mp4",
+        "torchcodec/test/resources/nasa_13013.mp4", "torchcodec/test/resources/h265_video.mp4",
+        "decord/tests/test_data/video_90.mov", "decord/tests/test_data/video_0.mov"]
+
+
+@pytest.mark.parametrize("name", MP4S + ["opengop.mp4", "cut.mp4"])
+def test_an_mp4_is_indexed_from_its_tables_like_ffprobes_packets(real, awkward, name):
+    """Note [index from the container's tables]: the frames of an MP4/MOV (edit lists, open GOPs,
+    B-frames, HEVC) without reading its packets: the shown packets' times by ffprobe."""
+    path = awkward / name if "/" not in name else real / name
+    d = _native.video_index(str(path))
+    out = subprocess.run(["ffprobe", "-v", "error", "-select_streams", str(d["stream"]), "-show_entries",
+                          "packet=pts,flags", "-of", "csv=p=0", str(path)], check=True, capture_output=True, text=True)
+    rows = [line.split(",") for line in out.stdout.split()]
+    assert d["pts"] == sorted({int(pts) for pts, flags in rows if "D" not in flags})
+    if path.stat().st_size > 256 << 10:
+        assert d["bytes_read"] < path.stat().st_size / 4  # the header, not the frames
+
+
+@pytest.mark.parametrize("layout", ["moov-last", "faststart"])
+def test_a_clip_reads_the_gops_it_decodes_not_the_whole_file(tmp_path, layout):
+    """Issue 14: an MP4 is indexed from its tables; a clip of a 10 s 720p video reads at most
+    twice the bytes of the GOPs holding its frames (ffprobe's packet table is the reference)."""
+    video = tmp_path / "v.mp4"  # 10 s, 720p, H.264 with B-frames, a keyframe every 2 s
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=1280x720:r=30:d=10",
+                    "-vf", "noise=alls=10:allf=t", "-c:v", "libx264", "-preset", "veryfast", "-bf", "2",
+                    "-g", "60", "-keyint_min", "60", "-sc_threshold", "0"]
+                   + (["-movflags", "+faststart"] if layout == "faststart" else []) + [str(video)], check=True)
+    packets = _packets(video)
+    manifest = tmp_path / "clip.jsonl"
+    manifest.write_text(json.dumps({"path": str(video), "t": 5.5}) + "\n")
+    L = ls.Loader(ls.FileList(manifest), fields={"mp4": ls.VideoClip(32, frames=16, stride=2, start="t")},
+                  batch_size=1)
+    b = next(iter(L))
+    read = L.stats()["bytes_read"]
+    # The GOPs (a keyframe and the packets after it, in file order) holding the clip's frames.
+    tb = _native.video_index(str(video))["time_base"]
+    shown = {round(t / tb) for t in b["mp4.time"][0].tolist()}
+    gop, touched, gop_bytes = -1, set(), {}
+    for pts, _pos, size, key in packets:
+        gop += key
+        gop_bytes[gop] = gop_bytes.get(gop, 0) + size
+        if pts in shown:
+            touched.add(gop)
+    assert len(shown) == 16 and touched == {2, 3}  # 5.5 s to 6.5 s: the GOPs from 4 s and from 6 s
+    needed = sum(gop_bytes[g] for g in touched)
+    print(layout, "read", read, "GOPs", needed, "file", video.stat().st_size)
+    assert read <= 2 * needed, (read, needed, video.stat().st_size)
+    assert read < video.stat().st_size / 2
+    list(L)  # once more: the index comes from the cache; the clip reads the same
+    assert L.stats()["bytes_read"] <= 2 * read
 
 
 def test_the_video_baselines_pyav_read_equals_torchvisions_read_video(demo_videos):

@@ -153,10 +153,32 @@ RandomAccess::RandomAccess(const std::string& path) : path_(path) {
     }
     path_ = local;  // the cached copy, read like any local file
   }
+  const LocalFile file(path_);
+  size_ = file.size();
+  version_ = file.version();
+}
+
+LocalFile::LocalFile(const std::string& path) {
   struct stat st {};
-  Fd f{open_regular(path_, st)};
+  fd_ = open_regular(path, st);
   size_ = static_cast<uint64_t>(st.st_size);
   version_ = std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+}
+
+LocalFile::~LocalFile() { ::close(fd_); }
+
+size_t LocalFile::read_at(uint64_t offset, uint8_t* dst, size_t n) const {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t got = ::pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw ReadFailure(std::string("read failed: ") + std::strerror(errno));
+    }
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+  }
+  return done;
 }
 
 void RandomAccess::read(uint64_t offset, uint64_t length, std::string& out) const {

@@ -43,6 +43,25 @@ class RandomAccess {
   std::string version_;
 };
 
+// A local file held open for positioned reads (a video FFmpeg demuxes through a custom AVIO,
+// which reads a few kilobytes at a time: one open per file, not per read).
+class LocalFile {
+ public:
+  explicit LocalFile(const std::string& path);  // throws ReadFailure; only regular files
+  ~LocalFile();
+  LocalFile(const LocalFile&) = delete;
+  LocalFile& operator=(const LocalFile&) = delete;
+  uint64_t size() const { return size_; }
+  const std::string& version() const { return version_; }  // size + mtime
+  // Up to n bytes at `offset` (fewer only at the end of the file). Throws ReadFailure.
+  size_t read_at(uint64_t offset, uint8_t* dst, size_t n) const;
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string version_;
+};
+
 // A sequential reader (a streamed tar shard). read() returns 0 at the end; throws ReadFailure.
 class ByteStream {
  public:

@@ -368,6 +368,7 @@ PYBIND11_MODULE(_native, m) {
         decode::VideoDecoder dec;
         decode::VideoInfo info;
         std::vector<int64_t> pts;
+        uint64_t bytes_read = 0;
         {
           py::gil_scoped_release release;
           try {
@@ -376,6 +377,7 @@ PYBIND11_MODULE(_native, m) {
             throw SampleError(path, e.what(), FailureKind::kDecode);
           }
           pts = dec.pts();
+          bytes_read = dec.bytes_read();
         }
         py::dict d;
         d["stream"] = info.stream;
@@ -388,6 +390,7 @@ PYBIND11_MODULE(_native, m) {
         d["header_frames"] = info.header_frames;
         d["codec"] = info.codec;
         d["pts"] = pts;
+        d["bytes_read"] = bytes_read;  // by opening and indexing
         return d;
       },
       py::arg("path"), py::arg("stream") = -1, py::arg("rotate") = true);

@@ -1,7 +1,5 @@
 #include "loadscope/decode/video/video_decoder.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <list>
@@ -27,82 +25,73 @@ using ffmpeg::error_string;
 
 namespace {
 
-// An in-memory file for FFmpeg's custom I/O.
-struct MemoryInput {
-  const uint8_t* data = nullptr;
-  size_t size = 0;
-  size_t pos = 0;
-};
-
-int memory_read(void* opaque, uint8_t* buf, int n) {
-  auto* m = static_cast<MemoryInput*>(opaque);
-  const size_t left = m->size - m->pos;
-  if (left == 0) return AVERROR_EOF;
-  const size_t k = std::min(left, static_cast<size_t>(n));
-  std::memcpy(buf, m->data + m->pos, k);
-  m->pos += k;
-  return static_cast<int>(k);
-}
-
-int64_t memory_seek(void* opaque, int64_t offset, int whence) {
-  auto* m = static_cast<MemoryInput*>(opaque);
-  if (whence & AVSEEK_SIZE) return static_cast<int64_t>(m->size);
-  whence &= ~AVSEEK_FORCE;
-  int64_t p = whence == SEEK_SET   ? offset
-              : whence == SEEK_CUR ? static_cast<int64_t>(m->pos) + offset
-              : whence == SEEK_END ? static_cast<int64_t>(m->size) + offset
-                                   : -1;
-  if (p < 0 || p > static_cast<int64_t>(m->size)) return AVERROR(EINVAL);
-  m->pos = static_cast<size_t>(p);
-  return p;
-}
-
-// A remote video, read through a custom AVIO in blocks fetched with ranged GETs: a clip takes
-// the blocks its packets lie in, never the whole file. (The index is still built by demuxing
-// every packet the first time: docs/video.md.) An exception must not cross FFmpeg's C frames:
-// a failed fetch is kept here and rethrown once FFmpeg gives up.
-struct RangeInput {
+// Where FFmpeg reads a video from, through one custom AVIO: a local file (positioned reads), an
+// in-memory file (a tar member) or a remote object (ranged GETs in blocks of kBlock: a clip
+// takes the blocks its packets lie in, never the whole file). Counts the bytes it really
+// fetched. An exception must not cross FFmpeg's C frames: a failed read is kept in `error`
+// and rethrown once FFmpeg gives up.
+struct Input {
   static constexpr uint64_t kBlock = 1 << 20;
-  std::unique_ptr<io::RandomAccess> source;
+  std::unique_ptr<io::LocalFile> file;
+  std::unique_ptr<io::RandomAccess> remote;
+  const uint8_t* data = nullptr;  // in memory
+  uint64_t size = 0;
   uint64_t pos = 0;
+  uint64_t fetched = 0;
+  // Answer reads without fetching anything: the demuxer then walks the packets the container's
+  // tables list, at no I/O cost (Note [index from the container's tables]).
+  bool skip = false;
   uint64_t block_at = UINT64_MAX;
   std::string block;
   std::string error;
 };
 
-int range_read(void* opaque, uint8_t* buf, int n) {
-  auto* r = static_cast<RangeInput*>(opaque);
-  const uint64_t size = r->source->size();
-  if (r->pos >= size) return AVERROR_EOF;
-  const uint64_t at = r->pos / RangeInput::kBlock * RangeInput::kBlock;
-  if (at != r->block_at) {
-    try {
-      r->block_at = UINT64_MAX;
-      r->source->read(at, std::min(RangeInput::kBlock, size - at), r->block);
-      r->block_at = at;
-    } catch (const std::exception& e) {
-      r->error = e.what();
-      return AVERROR(EIO);
-    }
+int input_read(void* opaque, uint8_t* buf, int n) {
+  auto* in = static_cast<Input*>(opaque);
+  if (in->pos >= in->size) return AVERROR_EOF;
+  size_t k = static_cast<size_t>(std::min<uint64_t>(in->size - in->pos, static_cast<uint64_t>(n)));
+  if (in->skip) {  // the bytes are left as they are: nothing looks at them
+    in->pos += k;
+    return static_cast<int>(k);
   }
-  const size_t in = static_cast<size_t>(r->pos - at);
-  const size_t k = std::min(r->block.size() - in, static_cast<size_t>(n));
-  std::memcpy(buf, r->block.data() + in, k);
-  r->pos += k;
+  try {
+    if (in->data != nullptr) {
+      std::memcpy(buf, in->data + in->pos, k);
+    } else if (in->file) {
+      k = in->file->read_at(in->pos, buf, k);
+      if (k == 0) return AVERROR_EOF;  // the file shrank since it was opened
+    } else {
+      const uint64_t at = in->pos / Input::kBlock * Input::kBlock;
+      if (at != in->block_at) {
+        in->block_at = UINT64_MAX;
+        in->remote->read(at, std::min(Input::kBlock, in->size - at), in->block);
+        in->block_at = at;
+        in->fetched += in->block.size();
+      }
+      const size_t within = static_cast<size_t>(in->pos - at);
+      k = std::min(in->block.size() - within, k);
+      std::memcpy(buf, in->block.data() + within, k);
+    }
+  } catch (const std::exception& e) {
+    in->error = e.what();
+    return AVERROR(EIO);
+  }
+  if (!in->remote) in->fetched += k;
+  in->pos += k;
   return static_cast<int>(k);
 }
 
-int64_t range_seek(void* opaque, int64_t offset, int whence) {
-  auto* r = static_cast<RangeInput*>(opaque);
-  const auto size = static_cast<int64_t>(r->source->size());
+int64_t input_seek(void* opaque, int64_t offset, int whence) {
+  auto* in = static_cast<Input*>(opaque);
+  const auto size = static_cast<int64_t>(in->size);
   if (whence & AVSEEK_SIZE) return size;
   whence &= ~AVSEEK_FORCE;
   int64_t p = whence == SEEK_SET   ? offset
-              : whence == SEEK_CUR ? static_cast<int64_t>(r->pos) + offset
+              : whence == SEEK_CUR ? static_cast<int64_t>(in->pos) + offset
               : whence == SEEK_END ? size + offset
                                    : -1;
   if (p < 0 || p > size) return AVERROR(EINVAL);
-  r->pos = static_cast<uint64_t>(p);
+  in->pos = static_cast<uint64_t>(p);
   return p;
 }
 
@@ -126,6 +115,9 @@ int stream_rotation(const AVStream* st) {
 struct Key {
   int64_t pts;
   int64_t dts;
+  // Followed in decode order by frames shown before it (an open GOP's leading pictures, which
+  // reference the GOP before): see Note [leading pictures].
+  bool leading = false;
 };
 
 // A decoded frame's timestamp; frames drained from the decoder at the end may carry none, and
@@ -195,8 +187,7 @@ class IndexCache {
 struct VideoDecoder::State {
   AVFormatContext* fmt = nullptr;
   AVIOContext* avio = nullptr;
-  MemoryInput memory;
-  RangeInput range;
+  Input input;
   ffmpeg::CodecContextPtr codec;
   AVStream* stream = nullptr;
   VideoInfo info;
@@ -223,7 +214,7 @@ struct VideoDecoder::State {
     }
     stream = nullptr;
     keys.clear();
-    range = RangeInput{};
+    input = Input{};
   }
 };
 
@@ -258,49 +249,39 @@ std::string with_log(std::string what, const ffmpeg::LogCapture& log) {
 const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bool rotate,
                                          int threads) {
   if (io::remote::is_url(path)) return open_remote(path, stream, rotate, threads);
-  ffmpeg::LogCapture log;
   s_->close();
-  struct stat st {};
-  cache_key_.clear();
-  if (::stat(path.c_str(), &st) == 0) {
-    cache_key_ = path + '\n' + std::to_string(st.st_size) + '\n' +
-                 std::to_string(st.st_mtim.tv_sec) + '.' + std::to_string(st.st_mtim.tv_nsec) +
-                 '\n' + std::to_string(stream);
-  }
-  AVDictionary* opts = open_options();
-  int rc = avformat_open_input(&s_->fmt, path.c_str(), nullptr, &opts);
-  av_dict_free(&opts);
-  if (rc < 0) {
-    throw DecodeFailure(with_log("video: cannot open (not a video container loadscope reads?): " +
-                                     error_string(rc), log));
-  }
-  open_common(stream, rotate, threads);
-  return s_->info;
+  // Refuses what is not a regular file (a FIFO would block the thread forever).
+  s_->input.file = std::make_unique<io::LocalFile>(path);  // throws ReadFailure
+  s_->input.size = s_->input.file->size();
+  cache_key_ = path + '\n' + s_->input.file->version() + '\n' + std::to_string(stream);
+  // The path goes with the custom I/O so that probing may use its extension, as it would if
+  // FFmpeg opened the file itself.
+  return open_custom(path.c_str(), stream, rotate, threads);
 }
 
 const VideoInfo& VideoDecoder::open_remote(const std::string& url, int stream, bool rotate, int threads) {
   s_->close();
-  s_->range.source = std::make_unique<io::RandomAccess>(url);  // throws ReadFailure
-  cache_key_ = url + '\n' + s_->range.source->version() + '\n' + std::to_string(stream);
-  return open_custom(&s_->range, &range_read, &range_seek, stream, rotate, threads);
+  s_->input.remote = std::make_unique<io::RandomAccess>(url);  // throws ReadFailure
+  s_->input.size = s_->input.remote->size();
+  cache_key_ = url + '\n' + s_->input.remote->version() + '\n' + std::to_string(stream);
+  return open_custom(nullptr, stream, rotate, threads);
 }
 
 const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int stream,
                                            bool rotate, int threads) {
   s_->close();
   cache_key_.clear();
-  s_->memory = MemoryInput{data, size, 0};
-  return open_custom(&s_->memory, &memory_read, &memory_seek, stream, rotate, threads);
+  s_->input.data = data;
+  s_->input.size = size;
+  return open_custom(nullptr, stream, rotate, threads);
 }
 
-const VideoInfo& VideoDecoder::open_custom(void* opaque, int (*read)(void*, uint8_t*, int),
-                                           int64_t (*seek)(void*, int64_t, int), int stream, bool rotate,
-                                           int threads) {
+const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rotate, int threads) {
   ffmpeg::LogCapture log;
   constexpr int kBuffer = 1 << 16;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
   if (buffer == nullptr) throw std::bad_alloc();
-  s_->avio = avio_alloc_context(buffer, kBuffer, 0, opaque, read, nullptr, seek);
+  s_->avio = avio_alloc_context(buffer, kBuffer, 0, &s_->input, &input_read, nullptr, &input_seek);
   if (s_->avio == nullptr) {
     av_free(buffer);
     throw std::bad_alloc();
@@ -310,11 +291,11 @@ const VideoInfo& VideoDecoder::open_custom(void* opaque, int (*read)(void*, uint
   s_->fmt->pb = s_->avio;
   s_->fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
   AVDictionary* opts = open_options();
-  int rc = avformat_open_input(&s_->fmt, nullptr, nullptr, &opts);
+  int rc = avformat_open_input(&s_->fmt, url, nullptr, &opts);
   av_dict_free(&opts);
   if (rc < 0) {
     s_->fmt = nullptr;  // freed by avformat_open_input on failure
-    if (!s_->range.error.empty()) throw ReadFailure(s_->range.error);
+    if (!s_->input.error.empty()) throw ReadFailure(s_->input.error);
     throw DecodeFailure(with_log("video: cannot open (not a video container loadscope reads?): " +
                                      error_string(rc), log));
   }
@@ -424,6 +405,34 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
                                           : 0;
 }
 
+namespace {
+// Note [index from the container's tables]
+// An MP4/MOV file lists every sample in its `moov` (sizes, offsets, decode times, composition
+// offsets, keyframes, edit lists), and FFmpeg's demuxer reads all of it while opening. Indexing
+// such a file reads no packet data: the demuxer walks its packets while the input answers their
+// reads without fetching anything, so the index holds exactly the timestamps and flags FFmpeg's
+// own reading gives (edit-list discards, B-frame reordering), at the cost of the moov alone.
+// A 10 s 720p clip then reads the moov and the GOPs it decodes instead of the whole file, which
+// mattered most where every clip of an epoch is from another video (the index cache never hits)
+// and over a network. Only for files that are not fragmented (fragments are read as the demuxer
+// reaches them) and streams the demuxer hands on without a parser (a parser would read the bytes
+// and, fed nothing, report damage): known only once the stream's first packet was read, which
+// is read for real.
+bool index_from_tables(const AVFormatContext* fmt, const AVStream* st) {
+  if (std::strstr(fmt->iformat->name, "mov") == nullptr) return false;
+  switch (st->codecpar->codec_id) {
+    case AV_CODEC_ID_H264:
+    case AV_CODEC_ID_HEVC:
+    case AV_CODEC_ID_MPEG4:
+    case AV_CODEC_ID_AV1:
+      break;
+    default:
+      return false;
+  }
+  return st->nb_frames > 0 && avformat_index_get_entries_count(st) == st->nb_frames;
+}
+}  // namespace
+
 void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
   State& s = *s_;
   int rc = 0;
@@ -433,19 +442,47 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
   bool missing_pts = false;
   int64_t packets = 0;  // all of the stream's packets, edit-list discards included
   AVPacket* pkt = s.packet.get();
+  // Skipping: reads bypass AVIO's buffer (`direct`), so that no unread bytes are left there for
+  // the decoding after it, and the buffer is emptied at the end all the same.
+  struct Skipping {
+    Input& in;
+    AVIOContext* pb;
+    AVFormatContext* fmt;
+    void begin() {
+      in.skip = true;
+      pb->direct = 1;
+      fmt->flags |= AVFMT_FLAG_NOPARSE | AVFMT_FLAG_NOFILLIN;
+    }
+    ~Skipping() { end(); }
+    void end() {
+      if (!in.skip) return;
+      in.skip = false;
+      pb->direct = 0;
+      fmt->flags &= ~(AVFMT_FLAG_NOPARSE | AVFMT_FLAG_NOFILLIN);
+      pb->buf_ptr = pb->buf_end = pb->buffer;
+      pb->pos = static_cast<int64_t>(in.pos);
+      pb->eof_reached = 0;
+    }
+  } skipping{s.input, s.fmt->pb, s.fmt};
+  if (index_from_tables(s.fmt, s.stream)) skipping.begin();
   while (true) {
     rc = av_read_frame(s.fmt, pkt);
     if (rc == AVERROR_EOF) break;
     if (rc < 0) throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
     packets += pkt->stream_index == s.stream->index;
     if (pkt->stream_index == s.stream->index) {
+
       const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
       missing_pts |= pkt->pts == AV_NOPTS_VALUE;
       // Packets an edit list cuts away (AV_PKT_FLAG_DISCARD) are decoded but never output:
       // not frames of the index, yet their keyframes are where decoding must start.
       if (ts != AV_NOPTS_VALUE) {
         if (!(pkt->flags & AV_PKT_FLAG_DISCARD)) pts_.push_back(ts);
-        if (pkt->flags & AV_PKT_FLAG_KEY) s.keys.push_back(Key{ts, pkt->dts});
+        if (pkt->flags & AV_PKT_FLAG_KEY) {
+          s.keys.push_back(Key{ts, pkt->dts});
+        } else if (!s.keys.empty() && ts < s.keys.back().pts) {
+          s.keys.back().leading = true;
+        }
       }
     }
     av_packet_unref(pkt);
@@ -460,6 +497,7 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
                         std::to_string(s.stream->nb_frames) + " frames, only " +
                         std::to_string(packets) + " are present");
   }
+  skipping.end();  // decoding by timestamps (below) needs the bytes
   // Some or all packets without a presentation time while the codec reorders frames: the
   // decoder alone knows the frames' times (Note [timestamps from the decoder]).
   if (missing_pts && (s.codec->has_b_frames > 0 || s.stream->codecpar->video_delay > 0)) {
@@ -642,11 +680,9 @@ void convert(SwsContext*& sws, std::vector<uint8_t>& rgb,
 
 size_t VideoDecoder::buffer_bytes() const { return s_->rgb.capacity() + s_->upright.capacity(); }
 
-const std::string& VideoDecoder::input_error() const { return s_->range.error; }
+const std::string& VideoDecoder::input_error() const { return s_->input.error; }
 
-uint64_t VideoDecoder::bytes_read() const {
-  return s_->fmt && s_->fmt->pb ? static_cast<uint64_t>(s_->fmt->pb->bytes_read) : 0;
-}
+uint64_t VideoDecoder::bytes_read() const { return s_->input.fetched; }
 
 void VideoDecoder::decode(const std::vector<Request>& requests) {
   State& s = *s_;
@@ -680,20 +716,40 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   auto fail = [&](const std::string& what) {
     return DecodeFailure(with_log("video: " + what, log));
   };
-  // The keyframe to start from for target t: the last one at or before it. When frame times
-  // come from the decoder, a keyframe packet's time says little about the frames around it
-  // (a DivX keyframe packet at 118 may hold the frame shown at 120, the frames shown at 118
-  // and 119 needing the GOP before): start one keyframe earlier.
-  auto key_for = [&](int64_t t) {
+  // Where to start for target t: seek to `key`; frames before `from` are never shown. Mostly
+  // the last keyframe at or before t, for both. When frame times come from the decoder, a
+  // keyframe packet's time says little about the frames around it (a DivX keyframe packet at
+  // 118 may hold the frame shown at 120, the frames shown at 118 and 119 needing the GOP
+  // before): start one keyframe earlier.
+  struct Start {
+    Key key;
+    int64_t from;
+  };
+  auto start_for = [&](int64_t t) {
     auto it = std::upper_bound(s.keys.begin(), s.keys.end(), t,
                                [](int64_t v, const Key& k) { return v < k.pts; });
     const size_t at_or_before = static_cast<size_t>(it - s.keys.begin());
     const size_t back = s.decoder_times ? 2 : 1;
-    return at_or_before >= back ? s.keys[at_or_before - back] : s.keys.front();
+    if (at_or_before < back) return Start{s.keys.front(), s.keys.front().pts};
+    size_t i = at_or_before - back;
+    const int64_t from = s.keys[i].pts;
+    // An open GOP's keyframe: H.264's reference marking in the frames after it may name
+    // pictures of the GOP before, which fails under AV_EF_EXPLODE. Decode from the keyframe
+    // before it; the frames in between are never shown, so their errors do not count.
+    if (s.keys[i].leading && i > 0) --i;
+    return Start{s.keys[i], from};
   };
   Extrapolate frame_time;
-  auto seek_to = [&](const Key& k) {
-    const int64_t ts = k.dts != AV_NOPTS_VALUE ? std::min(k.dts, k.pts) : k.pts;
+  const bool mov = std::strstr(s.fmt->iformat->name, "mov") != nullptr;
+  int64_t seek_pts = INT64_MIN;  // the keyframe sought last
+  auto seek_to = [&](const Start& start) {
+    const Key& k = start.key;
+    // Seeks find the last keyframe at or before a time in the demuxer's own terms. Mostly
+    // decode times, hence the keyframe's (at or before its presentation time). MP4's table is
+    // the decode times shifted by the first frame's reordering delay, where a keyframe's decode
+    // time lies before its entry and the seek landed a whole GOP early: there, by presentation
+    // time. A seek that lands after the keyframe is caught below.
+    const int64_t ts = mov || k.dts == AV_NOPTS_VALUE ? k.pts : std::min(k.dts, k.pts);
     int rc = av_seek_frame(s.fmt, s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MAX, 0);
     if (rc < 0) throw fail("cannot seek: " + error_string(rc));
@@ -701,17 +757,18 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     have_last = false;
     frame_time = Extrapolate{};
     read_up_to = INT64_MIN;
-    key_reached = k.pts;  // a seek may land earlier (Matroska seeks by cue): never retry it
-    sought = k.pts;
+    key_reached = start.from;  // a seek may land earlier (Matroska seeks by cue): never retry it
+    sought = start.from;
+    seek_pts = k.pts;
     check_landing = true;
   };
   // A seek that landed after its keyframe (inexact seeking, e.g. MPEG-PS): start from the
   // keyframe before it, or from the beginning.
   auto seek_earlier = [&]() {
-    auto it = std::lower_bound(s.keys.begin(), s.keys.end(), sought,
+    auto it = std::lower_bound(s.keys.begin(), s.keys.end(), seek_pts,
                                [](const Key& k, int64_t v) { return k.pts < v; });
     if (it != s.keys.begin()) {
-      seek_to(*(it - 1));
+      seek_to(Start{*(it - 1), sought});
     } else {
       int rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MIN, 0);
       if (rc < 0) throw fail("cannot seek to the start: " + error_string(rc));
@@ -777,14 +834,14 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     }
   };
 
-  seek_to(key_for(targets[order[0]]));
+  seek_to(start_for(targets[order[0]]));
   bool eof = false;
   while (cur < order.size()) {
     const int64_t t = targets[order[cur]];
     // Far ahead of what was read so far: jump to the target's keyframe instead of decoding
     // up to it.
-    const Key k = key_for(t);
-    if (k.pts > key_reached && k.pts > read_up_to) seek_to(k);
+    const Start start = start_for(t);
+    if (start.from > key_reached && start.key.pts > read_up_to) seek_to(start);
     int rc = av_read_frame(s.fmt, pkt);
     if (rc == AVERROR_EOF) {
       eof = true;
@@ -798,7 +855,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
     if (check_landing && ts != AV_NOPTS_VALUE) {
       check_landing = false;
-      if (ts > sought && !s.decoder_times) {
+      if (ts > seek_pts && !s.decoder_times) {
         av_packet_unref(pkt);
         seek_earlier();
         continue;

@@ -95,8 +95,7 @@ class VideoDecoder {
   std::vector<int64_t> pts_;
   uint64_t convert_ns_ = 0;
   void open_common(int stream, bool rotate, int threads);
-  const VideoInfo& open_custom(void* opaque, int (*read)(void*, uint8_t*, int), int64_t (*seek)(void*, int64_t, int),
-                               int stream, bool rotate, int threads);
+  const VideoInfo& open_custom(const char* url, int stream, bool rotate, int threads);
   void scan_index(const ffmpeg::LogCapture& log);
   void index_by_decoding();
   std::string cache_key_;  // set for files opened by path: see Note [index cache]
