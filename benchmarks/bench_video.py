@@ -16,6 +16,12 @@ round checks that every arm read exactly the plan (digests):
     .venv/bin/python benchmarks/bench_video.py [--reps 5] [--out results/bench_video.json]
     .venv/bin/python benchmarks/bench_video.py --data data/realistic --video-profile realistic \
         --videos 48 --repeat 1 --images 64 --skip-sweeps   # every clip from another video
+    .venv/bin/python benchmarks/bench_video.py --data data/dataset --video-profile dataset \
+        --videos 500 --repeat 1 --images 1 --reps 3 --cold --skip-threads   # issue 14's set
+
+With --cold the loader keeps no video index between clips (LOADSCOPE_VIDEO_INDEX_CACHE_MB=0),
+as when every clip of an epoch comes from another of 10^5 videos; the sweeps by GOP (and by
+codec, where the set has several) then take every video once per epoch as well.
 """
 
 import argparse
@@ -54,8 +60,12 @@ def main() -> int:
                    help="realistic: 10 s, GOP 60, 360p and 720p (the demo's are 5 s, every GOP length)")
     p.add_argument("--images", type=int, default=2000, help="images of the dataset (--data) it makes")
     p.add_argument("--skip-sweeps", action="store_true", help="only the arms' comparison (no GOP, no threads sweep)")
+    p.add_argument("--skip-threads", action="store_true", help="no decoder-threads sweep")
+    p.add_argument("--cold", action="store_true", help="no video index cache in the loader (every video as if new)")
     p.add_argument("--out", default="results/bench_video.json")
     a = p.parse_args()
+    if a.cold:  # read when the first video is opened
+        os.environ["LOADSCOPE_VIDEO_INDEX_CACHE_MB"] = "0"
     torch.set_num_threads(1)
     datasets.ensure(a.data, images=a.images, videos=a.videos, video_profile=a.video_profile)
     env = compare.machine()
@@ -82,9 +92,13 @@ def main() -> int:
     cpu_ratio = {n: med(r["cpu_per_item"] for r in rs) / med(r["cpu_per_item"] for r in res[ls_name])
                  for n, rs in res.items()}
 
+    groups = [("GOP", gop, [r for r in rows if r["gop"] == gop]) for gop in sorted({r["gop"] for r in rows})]
+    codecs = sorted({r["codec"] for r in rows})
+    if len(codecs) > 1:
+        groups += [("codec", c, [r for r in rows if r["codec"] == c]) for c in codecs]
     by_gop = {}
-    for gop in sorted({r["gop"] for r in rows} if not a.skip_sweeps else ()):
-        sub = compare.video_clips(a.data, repeat=a.repeat * 4, gop=gop)
+    for kind, value, sub in groups if not a.skip_sweeps else ():
+        sub = sub if a.cold else sub * 4  # cold: each video once an epoch
         sub_plans = compare.clip_plans(sub)
         g_arms = [compare.video_loadscope_arm(sub, threads=a.threads, plans=sub_plans),
                   compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans)]
@@ -93,13 +107,15 @@ def main() -> int:
         finally:
             for arm in g_arms:
                 arm.close()
-        by_gop[gop] = {"clips": len(sub), "loadscope": med(r["per_s"] for r in g[g_arms[0].name]),
-                       "ceiling": med(r["per_s"] for r in g[g_arms[1].name]),
-                       "same_inputs": compare.same_inputs(g)["identical"]}
-        print(f"  GOP {gop}: {by_gop[gop]}", flush=True)
+        ratios = compare.ratio_summary([r["per_s"] for r in g[g_arms[0].name]], [r["per_s"] for r in g[g_arms[1].name]])
+        by_gop[f"{kind} {value}"] = {"clips": len(sub), "loadscope": med(r["per_s"] for r in g[g_arms[0].name]),
+                                     "ceiling": med(r["per_s"] for r in g[g_arms[1].name]), "ratio": ratios,
+                                     "loadscope_info": [r["info"] for r in g[g_arms[0].name]],
+                                     "same_inputs": compare.same_inputs(g)["identical"]}
+        print(f"  {kind} {value}: {by_gop[f'{kind} {value}']}", flush=True)
 
     thread_arms = [compare.video_loadscope_arm(rows, threads=t, decoder_threads=d, plans=plans)
-                   for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))] if not a.skip_sweeps else []
+                   for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))] if not (a.skip_sweeps or a.skip_threads) else []
     try:
         t_res = compare.measured(thread_arms, reps=3, warmup=1)
     finally:
@@ -121,9 +137,17 @@ def main() -> int:
     for label, r in (("loadscope / DataLoader+read_video", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
         print("\n" + compare.format_ratio(label, r))
     print("\nCPU seconds per clip against loadscope's: " + ", ".join(f"{n}: {x:.2f}x" for n, x in cpu_ratio.items()))
-    print("\n| GOP (frames) | loadscope clips/s | ceiling clips/s | ratio |\n|---|---|---|---|")
-    for gop, g in by_gop.items():
-        print(f"| {gop} | {g['loadscope']:.1f} | {g['ceiling']:.1f} | {g['loadscope'] / g['ceiling']:.2f} |")
+    info = [r["info"] for r in res[ls_name] if r["info"]]
+    if info:
+        print(f"\nloadscope per clip (medians of the rounds): decode p50 {med(i['clip_decode_p50'] for i in info) * 1e3:.0f} ms, "
+              f"p99 {med(i['clip_decode_p99'] for i in info) * 1e3:.0f} ms; "
+              f"{med(i['frames_decoded'] for i in info):.1f} frames decoded, {med(i['packets'] for i in info):.1f} packets, "
+              f"{med(i['bytes'] for i in info) / 2**20:.2f} MiB read, open and index {med(i['open_seconds'] for i in info) * 1e3:.1f} ms")
+    print("\n| group | clips | loadscope clips/s | ceiling clips/s | ratio (median of rounds, range) | clip p99 |\n|---|---|---|---|---|---|")
+    for name, g in by_gop.items():
+        p99 = [i["clip_decode_p99"] for i in g["loadscope_info"] if i]
+        print(f"| {name} | {g['clips']} | {g['loadscope']:.1f} | {g['ceiling']:.1f} | {g['ratio']['median']:.2f} "
+              f"({g['ratio']['min']:.2f}-{g['ratio']['max']:.2f}) | {med(p99) * 1e3:.0f} ms |")
     print("\n| configuration | clips/s (median of 3) |\n|---|---|")
     for name, v in by_threads.items():
         print(f"| {name} | {v:.1f} |")

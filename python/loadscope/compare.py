@@ -32,12 +32,14 @@ from .bench.stats import t_quantile
 class Arm:
     """One way of loading the data; `epoch()` runs one epoch and returns the images seen.
     `read()`, where an arm has one: a digest of what its last epoch read (which files, which
-    clips), so that a comparison can show its arms did the same work (fixed inputs)."""
+    clips), so that a comparison can show its arms did the same work (fixed inputs). `info()`,
+    where an arm has one: what its last epoch measured of itself (loadscope's telemetry)."""
 
     name: str
     epoch: Callable[[], int]
     close: Callable[[], None] = lambda: None
     read: Callable[[], Optional[str]] = lambda: None
+    info: Callable[[], Optional[Dict[str, Any]]] = lambda: None
 
 
 def digest(items: Iterable[Any]) -> str:
@@ -125,7 +127,8 @@ def timed(arm: Arm) -> Dict[str, Any]:
     c0, t0 = tree_cpu_seconds(), time.perf_counter()
     n = arm.epoch()
     wall, cpu = time.perf_counter() - t0, tree_cpu_seconds() - c0
-    return {"per_s": n / wall, "items": n, "cpu_per_item": cpu / max(n, 1), "cores": cpu / wall, "read": arm.read()}
+    return {"per_s": n / wall, "items": n, "cpu_per_item": cpu / max(n, 1), "cores": cpu / wall, "read": arm.read(),
+            "info": arm.info()}
 
 
 def measured(arms: List[Arm], reps: int, warmup: int = 1) -> Dict[str, List[Dict[str, Any]]]:
@@ -259,10 +262,11 @@ def video_clips(root: str, repeat: int = 4, gop: Optional[int] = None) -> List[d
         for line in f:
             row = json.loads(line)
             path = os.path.abspath(os.path.join(root, row["path"]))
-            with open(path[: -len(".mp4")] + ".json") as m:
+            with open(os.path.splitext(path)[0] + ".json") as m:
                 meta = json.load(m)
             if gop is None or meta["gop"] == gop:
-                rows.append({"path": path, "frames": meta["seconds"] * meta["fps"], "fps": meta["fps"], "gop": meta["gop"]})
+                rows.append({"path": path, "frames": int(meta["seconds"] * meta["fps"]) - 1, "fps": meta["fps"],
+                             "gop": meta["gop"], "codec": meta.get("codec", "h264"), "height": meta["height"]})
     return rows * repeat
 
 
@@ -346,7 +350,8 @@ def clip_plans(rows: List[dict], frames: int = 16, stride: int = 2, seed: int = 
 
 
 def _planned_arm(name: str, rows: List[dict], plans: Callable[[int], ClipPlan], run: Callable[[ClipPlan], List[tuple]],
-                 close: Callable[[], None] = lambda: None) -> Arm:
+                 close: Callable[[], None] = lambda: None,
+                 info: Callable[[], Optional[Dict[str, Any]]] = lambda: None) -> Arm:
     """An arm whose k-th epoch reads plan k; `run` returns the (video, start frame) pairs read."""
     if plans(0).rows is not rows and plans(0).rows != rows:
         raise ValueError(f"{name}: the plans are of other clips than the arm's rows")
@@ -359,7 +364,7 @@ def _planned_arm(name: str, rows: List[dict], plans: Callable[[int], ClipPlan], 
         state["read"] = digest(got)
         return len(got)
 
-    return Arm(name, epoch, close, read=lambda: state["read"])
+    return Arm(name, epoch, close, read=lambda: state["read"], info=info)
 
 
 def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2, size: int = 224,
@@ -378,6 +383,7 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
     fps = {r["path"]: r["fps"] for r in rows}
     t0 = {r["path"]: _video_info(r["path"])["t0"] for r in rows}  # .time is a presentation time
     tmp = tempfile.mkdtemp(prefix="loadscope-clips-")
+    last: Dict[str, Any] = {"info": None}
 
     def run(plan: ClipPlan) -> List[tuple]:
         manifest = os.path.join(tmp, "plan.jsonl")
@@ -390,6 +396,9 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
         for b in loader:
             for key, t in zip(b["__key__"], b["mp4.time"][:, 0].tolist()):
                 got.append((os.path.basename(key), round((t - t0[key]) * fps[key])))
+        snap = loader.telemetry().to_dict()
+        decode = snap["stages"]["decode"]["video"]["busy"]
+        last["info"] = {"clip_decode_p50": decode["p50"], "clip_decode_p99": decode["p99"], **snap["video"]["per_clip"]}
         return got
 
     def close() -> None:
@@ -398,7 +407,7 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
         shutil.rmtree(tmp, ignore_errors=True)
 
     return _planned_arm(f"loadscope ({threads} threads, {decoder_threads} FFmpeg thread{'s' if decoder_threads != 1 else ''} each)",
-                        rows, plans, run, close)
+                        rows, plans, run, close, info=lambda: last["info"])
 
 
 def read_clip(path: str, start_s: float, end_s: float, times: Optional[List[float]] = None) -> torch.Tensor:

@@ -201,6 +201,12 @@ class Snapshot:
                 lines.append(f"{stage:<8} {kind:<7} {c['items']:>7} {_t(busy):>9} {_t(c['busy']['p50']):>9} "
                              f"{_t(c['busy']['p99']):>9} {_t(c['busy']['max']):>9} "
                              f"{'' if mbps is None else f'{mbps:.0f}':>7} {c['failures']:>6}")
+        v = d.get("video", {})
+        if v.get("clips"):
+            c = v["per_clip"]
+            lines.append(f"video: {v['clips']} clips; per clip {c['frames_decoded']:.1f} frames decoded for "
+                         f"{c['frames_shown']:.1f} shown ({c['packets']:.1f} packets read), {c['seeks']:.2f} seeks, "
+                         f"{c['bytes'] / 2**20:.2f} MiB read by path, open and index {_t(c['open_seconds'])}")
         t = d.get("transfer", {})
         if t.get("enabled"):
             lines.append(f"transfer: {t['batches']} batches, copy p50 {_t(t['copy']['p50'])}, "
@@ -339,6 +345,12 @@ def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, A
                "engine_reads_per_s": reads / active if active else 0.0,
                "proc_rchar": since("io_rchar"), "proc_read_bytes": since("io_read_bytes"), "proc_syscr": since("io_syscr")}
     d["network"] = network_section(_native.network_stats(), baseline.get("network"), active)
+    v = d["video"]
+    v["bytes"] = video.get("bytes", 0)  # read by FFmpeg for videos opened by path
+    n = v["clips"]
+    v["per_clip"] = {"frames_decoded": v["frames_decoded"] / n, "frames_shown": v["frames_shown"] / n,
+                     "packets": v["packets"] / n, "seeks": v["seeks"] / n, "bytes": v["bytes"] / n,
+                     "open_seconds": v["open_seconds"] / n} if n else {}
     d["transfer"] = transfer
     d["config"] = config
     return Snapshot(d)
@@ -373,6 +385,8 @@ _COUNTERS = (
     "io.proc_syscr", "threads.*.cpu_seconds", "transfer.batches", "transfer.bytes",
     "network.requests", "network.bytes", "network.failures", "network.retries", "network.retries_server",
     "network.retries_network", "network.resumed", "network.busy_s",
+    "video.clips", "video.frames_shown", "video.frames_decoded", "video.packets", "video.seeks", "video.open_seconds",
+    "video.bytes",
 )
 
 

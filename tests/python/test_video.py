@@ -310,14 +310,23 @@ def test_corrupt_and_truncated_videos(real, tmp_path):
         p = tmp_path / f"cut{i}{rel[rel.rfind('.'):]}"
         p.write_bytes(data[: len(data) * 2 // 3])
         cut.append(p)
+    # The same MP4 with its moov first (indexed from its tables, frames unread): the cut shows
+    # where the demuxer's walk over the packets runs past the end.
+    faststart = tmp_path / "faststart.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(real / "vision/test/assets/videos/R6llTwEh07w.mp4"), "-c", "copy",
+                    "-movflags", "+faststart", str(faststart)], check=True)
+    data = faststart.read_bytes()
+    cut.append(tmp_path / "cut3.mp4")
+    cut[-1].write_bytes(data[: len(data) * 2 // 3])
     loader = ls.Loader(write_manifest(tmp_path, cut, "cut.jsonl"), fields={"v": ls.VideoClip(32, frames=4, keys=["mp4", "mkv", "avi"])},
-                       batch_size=3, on_error="skip", error_budget=None)
+                       batch_size=4, on_error="skip", error_budget=None, shuffle=False)
     assert sum(len(b["__key__"]) for b in loader) == 0
-    reasons = [s["reason"] for s in loader.stats()["skipped"]]
-    assert len(reasons) == 3
+    reasons = [s["reason"] for s in sorted(loader.stats()["skipped"], key=lambda s: s["key"])]
+    assert len(reasons) == 4
     assert "moov atom not found" in reasons[0]
     assert "damaged or truncated" in reasons[1]
     assert "truncated: the container lists 240 frames" in reasons[2]
+    assert "partial file" in reasons[3]
 
 
 def test_videos_in_tar_shards_decode_from_memory(real, tmp_path):
@@ -510,9 +519,16 @@ def test_a_clip_reads_the_gops_it_decodes_not_the_whole_file(tmp_path, layout):
             touched.add(gop)
     assert len(shown) == 16 and touched == {2, 3}  # 5.5 s to 6.5 s: the GOPs from 4 s and from 6 s
     needed = sum(gop_bytes[g] for g in touched)
-    print(layout, "read", read, "GOPs", needed, "file", video.stat().st_size)
     assert read <= 2 * needed, (read, needed, video.stat().st_size)
     assert read < video.stat().st_size / 2
+    # The clip's telemetry: one seek, to the keyframe at 4 s; packets from it (file order) to the
+    # last one shown, and no more than the decoder's reordering delay after it.
+    v = L.telemetry().to_dict()["video"]
+    first = next(n for n, (pts, _, _, key) in enumerate(packets) if key and pts * tb >= 4.0 - 1e-6)
+    last = max(n for n, (pts, _, _, _) in enumerate(packets) if pts in shown)
+    assert (v["clips"], v["frames_shown"], v["seeks"]) == (1, 16, 1)
+    assert last - first + 1 <= v["packets"] <= last - first + 1 + 4, (v, first, last)
+    assert 16 <= v["frames_decoded"] <= v["packets"] and v["bytes"] == read
     list(L)  # once more: the index comes from the cache; the clip reads the same
     assert L.stats()["bytes_read"] <= 2 * read
 

@@ -679,6 +679,7 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
         m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
                   : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
                                     v.stream, v.rotate, v.decoder_threads);
+    const uint64_t opened = ctx.telemetry ? telemetry::now_ns() : 0;
     check_pixels(info.width, info.height, f.image);  // a frame size no real video has
     Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
             static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + index),
@@ -715,6 +716,9 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
       ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kVideo,
                             total - convert, read);
       ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, telemetry::Kind::kVideo, convert);
+      const decode::VideoDecoder::Work& w = dec.work();
+      ctx.telemetry->record_video(*ctx.slot, telemetry::VideoTotals{1, requests.size(), w.frames_decoded, w.packets,
+                                                                    w.seeks, opened - t0});
     }
     batch.strings[out.strings[0]][slot] =
         "{\"duration\": " + json_number(info.duration) + ", \"fps\": " + json_number(info.fps) +

@@ -117,6 +117,14 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
   d["first_batch_after_create"] = s.first_batch_after_create;
   d["first_batch_last_epoch"] = s.first_batch_last_epoch;
   d["spans_dropped"] = s.spans_dropped;
+  py::dict video;
+  video["clips"] = s.video.clips;
+  video["frames_shown"] = s.video.frames_shown;
+  video["frames_decoded"] = s.video.frames_decoded;
+  video["packets"] = s.video.packets;
+  video["seeks"] = s.video.seeks;
+  video["open_seconds"] = s.video.open_ns * 1e-9;
+  d["video"] = video;
   return d;
 }
 

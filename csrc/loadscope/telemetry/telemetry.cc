@@ -77,6 +77,19 @@ void Telemetry::fail(Slot& s, Stage stage, Kind kind) {
   f.store(f.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
+void Telemetry::record_video(Slot& s, const VideoTotals& clip) {
+  // Single writer per slot: load + store, no read-modify-write.
+  auto add = [](std::atomic<uint64_t>& a, uint64_t v) {
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  };
+  add(s.video.clips, clip.clips);
+  add(s.video.frames_shown, clip.frames_shown);
+  add(s.video.frames_decoded, clip.frames_decoded);
+  add(s.video.packets, clip.packets);
+  add(s.video.seeks, clip.seeks);
+  add(s.video.open_ns, clip.open_ns);
+}
+
 void Telemetry::span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg) {
   if (!tracing()) return;
   if (span_count_.fetch_add(1, std::memory_order_relaxed) >= max_spans_.load(std::memory_order_relaxed)) {
@@ -193,6 +206,13 @@ Snapshot Telemetry::snapshot(bool with_depth) const {
           t.failures += c.failures.load(std::memory_order_relaxed);
         }
       }
+      const VideoCell& v = s->video;
+      out.video.clips += v.clips.load(std::memory_order_relaxed);
+      out.video.frames_shown += v.frames_shown.load(std::memory_order_relaxed);
+      out.video.frames_decoded += v.frames_decoded.load(std::memory_order_relaxed);
+      out.video.packets += v.packets.load(std::memory_order_relaxed);
+      out.video.seeks += v.seeks.load(std::memory_order_relaxed);
+      out.video.open_ns += v.open_ns.load(std::memory_order_relaxed);
       out.slots.push_back(Snapshot::SlotView{s->role, s->cpu_ns.load() * 1e-9, s->scratch_bytes.load()});
     }
   }

@@ -51,9 +51,25 @@ struct StageCell {
   std::atomic<uint64_t> items{0}, bytes{0}, failures{0};
 };
 
+// What decoding video clips took besides time: why a dataset is slow (long GOPs decode many
+// frames per frame shown; large files read many bytes per clip). Totals over clips.
+struct VideoTotals {
+  uint64_t clips = 0;
+  uint64_t frames_shown = 0;    // frames returned (clips x frames)
+  uint64_t frames_decoded = 0;  // frames the decoder produced for them
+  uint64_t packets = 0;         // packets read to decode them (non-reference ones skipped included)
+  uint64_t seeks = 0;
+  uint64_t open_ns = 0;         // opening and indexing
+};
+
+struct VideoCell {
+  std::atomic<uint64_t> clips{0}, frames_shown{0}, frames_decoded{0}, packets{0}, seeks{0}, open_ns{0};
+};
+
 struct Slot {
   std::string role;  // "planner", "consumer", "worker 0", ...
   StageCell cells[kStages][kKinds];
+  VideoCell video;
   std::atomic<uint64_t> cpu_ns{0};        // CPU time spent in the engine's work
   std::atomic<uint64_t> scratch_bytes{0}; // decoder and resampler buffers held
   std::mutex spans_mutex;                 // taken only while tracing
@@ -87,6 +103,7 @@ struct Snapshot {
     uint64_t scratch_bytes = 0;
   };
   std::vector<SlotView> slots;
+  VideoTotals video;
   HistogramData consumer_wait, producer_block;  // ns
   double ready_integral = 0, inflight_integral = 0;  // batch-seconds (occupancy x time)
   double back_pressure_seconds = 0;  // every prefetch slot held a ready batch: workers idle
@@ -117,6 +134,7 @@ class Telemetry {
   // Recording (single writer per slot).
   void record(Slot& s, Stage stage, Kind kind, uint64_t ns, uint64_t bytes = 0);
   void fail(Slot& s, Stage stage, Kind kind);
+  void record_video(Slot& s, const VideoTotals& clip);
   void span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg);
 
   // Queue accounting, called under the engine's lock whenever a count changes.

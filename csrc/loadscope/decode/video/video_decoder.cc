@@ -6,6 +6,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
@@ -134,10 +135,12 @@ struct Extrapolate {
 };
 
 // Note [index cache]
-// Indexing demuxes the whole file, i.e. reads all of it: a clip of a 2-minute video would cost
-// 120 MB of reads every epoch. Indexes of files opened by path are kept per process, keyed by
-// (path, size, mtime, stream), least recently used first out, within kIndexCacheBytes; a
-// changed file has a new key. (Tar members are indexed from memory, where reading is free.)
+// Indexing a container without tables (Matroska/WebM, AVI, MPEG-TS, ...) demuxes the whole
+// file, i.e. reads all of it: a clip of a 2-minute video would cost 120 MB of reads every epoch.
+// (An MP4 indexed from its tables reads only its header; the cache then spares the walk over
+// its packets.) Indexes of files opened by path or URL are kept per process, keyed by (path,
+// size, mtime or ETag, stream), least recently used first out, within the budget; a changed
+// file has a new key. (Tar members are indexed from memory, where reading is free.)
 struct CachedIndex {
   std::vector<int64_t> pts;
   std::vector<Key> keys;
@@ -148,7 +151,6 @@ struct CachedIndex {
 
 class IndexCache {
  public:
-  static constexpr size_t kIndexCacheBytes = 64 << 20;
   static IndexCache& instance() {
     static IndexCache cache;
     return cache;
@@ -163,11 +165,11 @@ class IndexCache {
   }
   void put(const std::string& key, CachedIndex value) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (map_.count(key) || value.bytes() > kIndexCacheBytes / 4) return;
+    if (map_.count(key) || value.bytes() > budget_ / 4) return;
     bytes_ += value.bytes();
     lru_.push_front(key);
     map_.emplace(key, std::make_pair(std::move(value), lru_.begin()));
-    while (bytes_ > kIndexCacheBytes && !lru_.empty()) {
+    while (bytes_ > budget_ && !lru_.empty()) {
       auto victim = map_.find(lru_.back());
       bytes_ -= victim->second.first.bytes();
       map_.erase(victim);
@@ -180,6 +182,14 @@ class IndexCache {
   std::list<std::string> lru_;
   std::unordered_map<std::string, std::pair<CachedIndex, std::list<std::string>::iterator>> map_;
   size_t bytes_ = 0;
+  // LOADSCOPE_VIDEO_INDEX_CACHE_MB (default 64; 0: none, every open indexes again, as when
+  // every clip comes from another video).
+  const size_t budget_ = [] {
+    const char* v = std::getenv("LOADSCOPE_VIDEO_INDEX_CACHE_MB");
+    char* end = nullptr;
+    const long mb = v && *v ? std::strtol(v, &end, 10) : 64;
+    return v && *v && (*end != '\0' || mb < 0) ? size_t{64} << 20 : static_cast<size_t>(mb) << 20;
+  }();
 };
 
 }  // namespace
@@ -306,6 +316,7 @@ const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rot
 void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   ffmpeg::LogCapture log;
   convert_ns_ = 0;
+  work_ = Work{};
   State& s = *s_;
   // avformat_find_stream_info decodes frames to learn parameters; MP4/MOV and Matroska headers
   // already state codec, size and extradata, and probing cost 3.5 ms of a 45 ms clip. Other
@@ -750,6 +761,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     // time lies before its entry and the seek landed a whole GOP early: there, by presentation
     // time. A seek that lands after the keyframe is caught below.
     const int64_t ts = mov || k.dts == AV_NOPTS_VALUE ? k.pts : std::min(k.dts, k.pts);
+    ++work_.seeks;
     int rc = av_seek_frame(s.fmt, s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MAX, 0);
     if (rc < 0) throw fail("cannot seek: " + error_string(rc));
@@ -829,6 +841,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
         if (last_sent < sought) continue;  // a leading picture's error
         throw fail("decoding failed: " + error_string(rc));
       }
+      ++work_.frames_decoded;
       on_frame(frame);
       av_frame_unref(frame);
     }
@@ -872,6 +885,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     const bool shown = std::binary_search(sorted_targets.begin(), sorted_targets.end(), ts);
     ctx->skip_frame = !s.decoder_times && ts != AV_NOPTS_VALUE && !shown ? AVDISCARD_NONREF
                                                                        : AVDISCARD_DEFAULT;
+    ++work_.packets;
     rc = avcodec_send_packet(ctx, pkt);
     av_packet_unref(pkt);
     last_sent = ts;

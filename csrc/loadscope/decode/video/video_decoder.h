@@ -82,8 +82,15 @@ class VideoDecoder {
   // Throws DecodeFailure when a needed frame cannot be decoded (corrupt or truncated data).
   void decode(const std::vector<Request>& requests);
 
-  // Bytes read from the input since open() (index scan and decoding).
+  // Bytes read from the input since open() (header, index scan and decoding).
   uint64_t bytes_read() const;
+  // What decode() calls did since open().
+  struct Work {
+    uint64_t packets = 0;         // packets of the stream read (skipped non-reference ones included)
+    uint64_t frames_decoded = 0;  // frames the decoder produced
+    uint64_t seeks = 0;
+  };
+  const Work& work() const { return work_; }
   // Time spent converting frames (crop, resize, colour) since open(), ns.
   uint64_t convert_ns() const { return convert_ns_; }
   // Bytes of conversion buffers held between calls.
@@ -94,6 +101,7 @@ class VideoDecoder {
   std::unique_ptr<State> s_;
   std::vector<int64_t> pts_;
   uint64_t convert_ns_ = 0;
+  Work work_;
   void open_common(int stream, bool rotate, int threads);
   const VideoInfo& open_custom(const char* url, int stream, bool rotate, int threads);
   void scan_index(const ffmpeg::LogCapture& log);
