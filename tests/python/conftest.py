@@ -43,6 +43,19 @@ def demo_videos(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="session")
+def video_720p(tmp_path_factory) -> Path:
+    """A video like a dataset's: 10 s of 720p at 30 fps, H.264 with B-frames, a keyframe every
+    2 s, grain (17 MB), its moov after its frames."""
+    import subprocess
+
+    out = tmp_path_factory.mktemp("video_720p") / "v.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=1280x720:r=30:d=10",
+                    "-vf", "noise=alls=10:allf=t", "-c:v", "libx264", "-preset", "veryfast", "-bf", "2",
+                    "-g", "60", "-keyint_min", "60", "-sc_threshold", "0", str(out)], check=True)
+    return out
+
+
 def native_threads() -> int:
     """Threads of this process right now."""
     return len(os.listdir("/proc/self/task"))

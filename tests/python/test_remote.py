@@ -5,6 +5,7 @@ remote read is compared with the same files read locally."""
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import socket
@@ -422,6 +423,32 @@ def test_a_remote_video_is_read_by_ranges_and_matches_the_local_file(http_server
         assert a == b and a, src.name
         stats = _native.network_stats()
         assert stats["requests"] >= 2 and stats["bytes"] > 0  # a HEAD, then ranges
+
+
+def test_a_clip_of_a_remote_mp4_fetches_its_gops_not_the_file(http_server, http_root, video_720p):
+    """Issue 14 over a network: the MP4 is indexed from its header; the clip (5.5 s to 6.5 s of
+    10) fetches the blocks of the GOPs it decodes. nginx's access log counts the bytes."""
+    dst = http_root / "video720"
+    dst.mkdir(exist_ok=True)
+    shutil.copy(video_720p, dst / "v.mp4")
+    manifests = {}
+    for name, path in (("local", dst / "v.mp4"), ("remote", f"{http_server['LOADSCOPE_HTTP_URL']}/video720/v.mp4")):
+        manifests[name] = http_root / f"video720.{name}.jsonl"
+        manifests[name].write_text(json.dumps({"path": str(path), "t": 5.5}) + "\n")
+    fields = {"mp4": ls.VideoClip(32, frames=16, stride=2, start="t")}
+    log = Path(http_server["dir"]) / "access.log"
+    before = log.read_text().count("\n")
+    local = next(iter(ls.Loader(ls.FileList(manifests["local"]), fields=fields, batch_size=1)))
+    _native.reset_network_stats()
+    L = ls.Loader(ls.FileList(manifests["remote"]), fields=fields, batch_size=1)
+    remote = next(iter(L))
+    assert local["mp4"].equal(remote["mp4"]) and local["mp4.time"].equal(remote["mp4.time"])
+    # combined format: ... "GET /video720/v.mp4 HTTP/1.1" 206 <body bytes> ...
+    sent = sum(int(line.split('"')[2].split()[1]) for line in log.read_text().splitlines()[before:]
+               if "/video720/v.mp4" in line)
+    size = video_720p.stat().st_size
+    assert 0 < sent < size / 2, (sent, size)  # two GOPs of five, fetched in 1 MiB blocks, and the header
+    assert _native.network_stats()["bytes"] == sent == L.telemetry().to_dict()["video"]["bytes"]
 
 
 def test_the_secret_appears_in_no_output(s3, s3_demo, tmp_path, capsys):
