@@ -426,9 +426,10 @@ namespace {
 // A 10 s 720p clip then reads the moov and the GOPs it decodes instead of the whole file, which
 // mattered most where every clip of an epoch is from another video (the index cache never hits)
 // and over a network. Only for files that are not fragmented (fragments are read as the demuxer
-// reaches them) and streams the demuxer hands on without a parser (a parser would read the bytes
-// and, fed nothing, report damage): known only once the stream's first packet was read, which
-// is read for real.
+// reaches them) and codecs whose packets FFmpeg's timestamps do not depend on. Parsers are off
+// for the walk (AVFMT_FLAG_NOPARSE: H.264's would read the unread bytes and report damage), so
+// the keyframes are the table's sync samples, the ones the demuxer's seeks land on. A file cut
+// short fails as before: the walk's reads stop at its real end ("partial file").
 bool index_from_tables(const AVFormatContext* fmt, const AVStream* st) {
   if (std::strstr(fmt->iformat->name, "mov") == nullptr) return false;
   switch (st->codecpar->codec_id) {
@@ -482,7 +483,6 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
     if (rc < 0) throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
     packets += pkt->stream_index == s.stream->index;
     if (pkt->stream_index == s.stream->index) {
-
       const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
       missing_pts |= pkt->pts == AV_NOPTS_VALUE;
       // Packets an edit list cuts away (AV_PKT_FLAG_DISCARD) are decoded but never output:
