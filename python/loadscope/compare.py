@@ -389,7 +389,10 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
         manifest = os.path.join(tmp, "plan.jsonl")
         with open(manifest, "w") as f:
             for i, r in enumerate(plan.rows):
-                f.write(json.dumps({"path": r["path"], "start": plan.seconds(i)}) + "\n")
+                # The middle of the start frame's interval names it whatever the container's
+                # rounding: WebM keeps milliseconds, and frame 32 of a 30 fps video is at 1.067 s,
+                # after 32 / 30 s, where frame 31 is still on screen.
+                f.write(json.dumps({"path": r["path"], "start": plan.seconds(i) + 0.5 / r["fps"]}) + "\n")
         loader = Loader(FileList(manifest), fields={"mp4": clip}, batch_size=batch_size, threads=threads,
                         shuffle=True, seed=plan.epoch)
         got = []

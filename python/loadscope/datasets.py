@@ -61,8 +61,10 @@ _ENCODERS = {
                                 "-movflags", "+faststart"]),
     "hevc": (".mp4", lambda g: ["-c:v", "libx265", "-preset", "ultrafast", "-crf", "28", "-tag:v", "hvc1",
                                 "-x265-params", f"keyint={g}:min-keyint={g}:scenecut=0:bframes=2:log-level=error"]),
+    # WebM stores variable rates: without cfr the CLI passes the still's 25 frames/s through
+    # (MP4 gets them repeated to the rate asked for).
     "vp9": (".webm", lambda g: ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-row-mt", "1",
-                                "-b:v", "0", "-crf", "33", "-g", str(g), "-keyint_min", str(g)]),
+                                "-b:v", "0", "-crf", "33", "-g", str(g), "-keyint_min", str(g), "-fps_mode", "cfr"]),
 }
 
 # (class name, scikit-image function, how a caption names it)
