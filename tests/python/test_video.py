@@ -427,6 +427,9 @@ def awkward(tmp_path_factory):
     ff("-f", "lavfi", "-i", src, "-c:v", "libx264", "-x264-params", "keyint=15:open-gop=1", str(d / "opengop.mp4"))
     ff("-f", "lavfi", "-i", src, "-c:v", "libx264", "-g", "30", str(d / "src.mp4"))
     ff("-ss", "1.3", "-i", str(d / "src.mp4"), "-c", "copy", str(d / "cut.mp4"))
+    ff("-f", "lavfi", "-i", "color=c=red:s=64x64", "-frames:v", "1", str(d / "cover.jpg"))
+    ff("-i", str(d / "src.mp4"), "-i", str(d / "cover.jpg"), "-map", "0", "-map", "1", "-c", "copy",
+       "-disposition:v:1", "attached_pic", str(d / "cover.mp4"))  # cover art: a video stream without a size
     ff("-f", "lavfi", "-i", src, "-c:v", "mpeg4", "-bf", "2", str(d / "mp4v_b.avi"))
     ff("-f", "lavfi", "-i", src, "-c:v", "mpeg2video", "-bf", "2", "-g", "15", str(d / "m2.mpg"))
     ff("-f", "lavfi", "-i", src, "-c:v", "flv1", str(d / "full.flv"))
@@ -437,7 +440,7 @@ def awkward(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("name", ["opengop.mp4", "cut.mp4", "mp4v_b.avi", "m2.mpg"])
+@pytest.mark.parametrize("name", ["opengop.mp4", "cut.mp4", "cover.mp4", "mp4v_b.avi", "m2.mpg"])
 def test_awkward_but_valid_files_decode_like_the_cli(awkward, name):
     path = awkward / name
     ix = _native.video_index(str(path))
@@ -478,7 +481,7 @@ MP4S = ["vision/test/assets/videos/SOX5yA1l24A.mp4", "vision/test/assets/videos/
         "decord/tests/test_data/video_90.mov", "decord/tests/test_data/video_0.mov"]
 
 
-@pytest.mark.parametrize("name", MP4S + ["opengop.mp4", "cut.mp4"])
+@pytest.mark.parametrize("name", MP4S + ["opengop.mp4", "cut.mp4", "cover.mp4"])
 def test_an_mp4_is_indexed_from_its_tables_like_ffprobes_packets(real, awkward, name):
     """Note [index from the container's tables]: the frames of an MP4/MOV (edit lists, open GOPs,
     B-frames, HEVC) without reading its packets: the shown packets' times by ffprobe."""

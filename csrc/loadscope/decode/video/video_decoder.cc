@@ -188,7 +188,8 @@ class IndexCache {
     const char* v = std::getenv("LOADSCOPE_VIDEO_INDEX_CACHE_MB");
     char* end = nullptr;
     const long mb = v && *v ? std::strtol(v, &end, 10) : 64;
-    return v && *v && (*end != '\0' || mb < 0) ? size_t{64} << 20 : static_cast<size_t>(mb) << 20;
+    if (v && *v && (*end != '\0' || mb < 0)) return size_t{64} << 20;
+    return static_cast<size_t>(std::min(mb, 1L << 20)) << 20;
   }();
 };
 
@@ -432,6 +433,13 @@ namespace {
 // short fails as before: the walk's reads stop at its real end ("partial file").
 bool index_from_tables(const AVFormatContext* fmt, const AVStream* st) {
   if (std::strstr(fmt->iformat->name, "mov") == nullptr) return false;
+#if LIBAVFORMAT_VERSION_MAJOR < 61
+  // NOPARSE only keeps parsers from being made: one that stream probing made already would
+  // read the unread bytes.
+  if (av_stream_get_parser(st) != nullptr) return false;
+#else
+  return false;  // no telling whether probing made a parser
+#endif
   switch (st->codecpar->codec_id) {
     case AV_CODEC_ID_H264:
     case AV_CODEC_ID_HEVC:
@@ -441,7 +449,14 @@ bool index_from_tables(const AVFormatContext* fmt, const AVStream* st) {
     default:
       return false;
   }
-  return st->nb_frames > 0 && avformat_index_get_entries_count(st) == st->nb_frames;
+  const int entries = avformat_index_get_entries_count(st);
+  if (st->nb_frames <= 0 || entries != st->nb_frames) return false;
+  // A table without sync samples (no `stss` where not every frame is one) leaves keyframes to
+  // the parser, which the walk turns off.
+  for (int i = 0; i < entries; ++i) {
+    if (avformat_index_get_entry(const_cast<AVStream*>(st), i)->flags & AVINDEX_KEYFRAME) return true;
+  }
+  return false;
 }
 }  // namespace
 
@@ -697,7 +712,7 @@ uint64_t VideoDecoder::bytes_read() const { return s_->input.fetched; }
 
 void VideoDecoder::decode(const std::vector<Request>& requests) {
   State& s = *s_;
-  if (!s.fmt) throw DecodeFailure("video: decode() without open()");
+  if (!s.fmt || s.keys.empty() || pts_.empty()) throw DecodeFailure("video: decode() without a successful open()");
   if (requests.empty()) return;
   ffmpeg::LogCapture log;
   std::vector<int64_t> targets(requests.size());
