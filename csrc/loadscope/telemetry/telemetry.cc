@@ -60,6 +60,16 @@ Slot& Telemetry::slot(int index, const char* role, int number) {
   return *slots_[index];
 }
 
+namespace {
+
+// Adds to a counter only one thread writes (a slot's): load + store, no read-modify-write;
+// readers on other threads see either value.
+void bump(std::atomic<uint64_t>& a, uint64_t v) {
+  a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+}
+
+}  // namespace
+
 void Telemetry::record(Slot& s, Stage stage, Kind kind, uint64_t ns, uint64_t bytes) {
   StageCell& c = s.cells[static_cast<int>(stage)][static_cast<int>(kind)];
   Histogram* h = c.busy.load(std::memory_order_acquire);
@@ -68,26 +78,21 @@ void Telemetry::record(Slot& s, Stage stage, Kind kind, uint64_t ns, uint64_t by
     c.busy.store(h, std::memory_order_release);
   }
   h->record(ns);
-  c.items.store(c.items.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  if (bytes) c.bytes.store(c.bytes.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+  bump(c.items, 1);
+  if (bytes) bump(c.bytes, bytes);
 }
 
 void Telemetry::fail(Slot& s, Stage stage, Kind kind) {
-  auto& f = s.cells[static_cast<int>(stage)][static_cast<int>(kind)].failures;
-  f.store(f.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  bump(s.cells[static_cast<int>(stage)][static_cast<int>(kind)].failures, 1);
 }
 
 void Telemetry::record_video(Slot& s, const VideoTotals& clip) {
-  // Single writer per slot: load + store, no read-modify-write.
-  auto add = [](std::atomic<uint64_t>& a, uint64_t v) {
-    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
-  };
-  add(s.video.clips, clip.clips);
-  add(s.video.frames_shown, clip.frames_shown);
-  add(s.video.frames_decoded, clip.frames_decoded);
-  add(s.video.packets, clip.packets);
-  add(s.video.seeks, clip.seeks);
-  add(s.video.open_ns, clip.open_ns);
+  bump(s.video.clips, clip.clips);
+  bump(s.video.frames_shown, clip.frames_shown);
+  bump(s.video.frames_decoded, clip.frames_decoded);
+  bump(s.video.packets, clip.packets);
+  bump(s.video.seeks, clip.seeks);
+  bump(s.video.open_ns, clip.open_ns);
 }
 
 void Telemetry::span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg) {

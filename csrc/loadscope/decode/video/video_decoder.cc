@@ -205,6 +205,7 @@ struct VideoDecoder::State {
   std::vector<Key> keys;  // keyframe packets, ascending pts
   int64_t max_gap = 1;    // largest step between consecutive frame timestamps
   bool decoder_times = false;  // indexed from decoded frames; see Note [timestamps from the decoder]
+  bool mov = false;            // MP4/MOV (FFmpeg's mov demuxer)
   ffmpeg::PacketPtr packet{av_packet_alloc()};
   ffmpeg::FramePtr frame{av_frame_alloc()};
   ffmpeg::FramePtr last{av_frame_alloc()};
@@ -309,6 +310,7 @@ const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rot
     throw DecodeFailure(with_log("video: cannot open (not a video container loadscope reads?): " +
                                      error_string(rc), log));
   }
+  s_->mov = std::strstr(s_->fmt->iformat->name, "mov") != nullptr;
   open_common(stream, rotate, threads);
   return s_->info;
 }
@@ -430,8 +432,8 @@ namespace {
 // for the walk (AVFMT_FLAG_NOPARSE: H.264's would read the unread bytes and report damage), so
 // the keyframes are the table's sync samples, the ones the demuxer's seeks land on. A file cut
 // short fails as before: the walk's reads stop at its real end ("partial file").
-bool index_from_tables(const AVFormatContext* fmt, const AVStream* st) {
-  if (std::strstr(fmt->iformat->name, "mov") == nullptr) return false;
+bool index_from_tables(bool mov, const AVStream* st) {
+  if (!mov) return false;
 #if LIBAVFORMAT_VERSION_MAJOR < 61
   // NOPARSE only keeps parsers from being made: one that stream probing made already would
   // read the unread bytes.
@@ -474,7 +476,9 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
     Input& in;
     AVIOContext* pb;
     AVFormatContext* fmt;
+    int direct = 0, flags = 0;  // as they were before the walk
     void begin() {
+      direct = pb->direct, flags = fmt->flags;
       in.skip = true;
       pb->direct = 1;
       fmt->flags |= AVFMT_FLAG_NOPARSE | AVFMT_FLAG_NOFILLIN;
@@ -483,14 +487,14 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
     void end() {
       if (!in.skip) return;
       in.skip = false;
-      pb->direct = 0;
-      fmt->flags &= ~(AVFMT_FLAG_NOPARSE | AVFMT_FLAG_NOFILLIN);
+      pb->direct = direct;
+      fmt->flags = flags;
       pb->buf_ptr = pb->buf_end = pb->buffer;
       pb->pos = static_cast<int64_t>(in.pos);
       pb->eof_reached = 0;
     }
   } skipping{s.input, s.fmt->pb, s.fmt};
-  if (index_from_tables(s.fmt, s.stream)) skipping.begin();
+  if (index_from_tables(s.mov, s.stream)) skipping.begin();
   while (true) {
     rc = av_read_frame(s.fmt, pkt);
     if (rc == AVERROR_EOF) break;
@@ -788,7 +792,6 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     return Start{s.keys[i], from};
   };
   Extrapolate frame_time;
-  const bool mov = std::strstr(s.fmt->iformat->name, "mov") != nullptr;
   int64_t seek_pts = INT64_MIN;  // the keyframe sought last
   auto seek_to = [&](const Start& start) {
     const Key& k = start.key;
@@ -797,7 +800,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     // the decode times shifted by the first frame's reordering delay, where a keyframe's decode
     // time lies before its entry and the seek landed a whole GOP early: there, by presentation
     // time. A seek that lands after the keyframe is caught below.
-    const int64_t ts = mov || k.dts == AV_NOPTS_VALUE ? k.pts : std::min(k.dts, k.pts);
+    const int64_t ts = s.mov || k.dts == AV_NOPTS_VALUE ? k.pts : std::min(k.dts, k.pts);
     ++work_.seeks;
     int rc = av_seek_frame(s.fmt, s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MAX, 0);
