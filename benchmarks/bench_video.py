@@ -8,9 +8,11 @@ the epoch: compare.clip_plans) handed to loadscope (a manifest with a start colu
 VideoClip(start=)), to the DataLoader (through its batch sampler) and to the ceiling, and each
 round checks that every arm read exactly the plan (digests):
   1. loadscope vs torch DataLoader(num_workers=2) over torchvision.io.read_video (PyAV), vs the
-     FFmpeg decode-only ceiling; interleaved rounds after a warm-up; clips/s, CPU seconds per
-     clip and cores kept busy per arm, and the plan's decode work;
-  2. clips/s by GOP length (seek cost), loadscope and ceiling;
+     FFmpeg decode-only ceiling and vs the decode floor (the ceiling minus the non-reference
+     frames never shown and the packets after the clip: the least an exact decoder decodes);
+     interleaved rounds after a warm-up; clips/s, CPU seconds per clip and cores kept busy per
+     arm, and the plan's decode work;
+  2. clips/s by GOP length (seek cost) and by codec: loadscope, ceiling and floor;
   3. clips/s by FFmpeg decoder threads.
 
     .venv/bin/python benchmarks/bench_video.py [--reps 5] [--out results/bench_video.json]
@@ -78,17 +80,20 @@ def main() -> int:
 
     arms = [compare.video_loadscope_arm(rows, threads=a.threads, plans=plans),
             compare.video_torch_arm(rows, workers=a.threads, plans=plans),
-            compare.video_ceiling_arm(rows, threads=a.threads, plans=plans)]
+            compare.video_ceiling_arm(rows, threads=a.threads, plans=plans),
+            compare.video_ceiling_arm(rows, threads=a.threads, plans=plans, least=True)]
     try:
         res = compare.measured(arms, reps=a.reps, warmup=1)
     finally:
         for arm in arms:
             arm.close()
     same = compare.same_inputs(res)
-    ls_name, tv_name, ceil_name = (arm.name for arm in arms)
+    ls_name, tv_name, ceil_name, floor_name = (arm.name for arm in arms)
     rate = {n: [r["per_s"] for r in rs] for n, rs in res.items()}
     vs_torch = compare.ratio_summary(rate[ls_name], rate[tv_name])
     vs_ceiling = compare.ratio_summary(rate[ls_name], rate[ceil_name])
+    vs_floor = compare.ratio_summary(rate[ls_name], rate[floor_name])
+    floor_vs_ceiling = compare.ratio_summary(rate[floor_name], rate[ceil_name])
     cpu_ratio = {n: med(r["cpu_per_item"] for r in rs) / med(r["cpu_per_item"] for r in res[ls_name])
                  for n, rs in res.items()}
 
@@ -101,16 +106,20 @@ def main() -> int:
         sub = sub if a.cold else sub * 4  # cold: each video once an epoch
         sub_plans = compare.clip_plans(sub)
         g_arms = [compare.video_loadscope_arm(sub, threads=a.threads, plans=sub_plans),
-                  compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans)]
+                  compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans),
+                  compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans, least=True)]
         try:
             g = compare.measured(g_arms, reps=3, warmup=1)
         finally:
             for arm in g_arms:
                 arm.close()
-        ratios = compare.ratio_summary([r["per_s"] for r in g[g_arms[0].name]], [r["per_s"] for r in g[g_arms[1].name]])
-        by_gop[f"{kind} {value}"] = {"clips": len(sub), "loadscope": med(r["per_s"] for r in g[g_arms[0].name]),
-                                     "ceiling": med(r["per_s"] for r in g[g_arms[1].name]), "ratio": ratios,
+        per_s = [[r["per_s"] for r in g[arm.name]] for arm in g_arms]
+        by_gop[f"{kind} {value}"] = {"clips": len(sub), "loadscope": med(per_s[0]), "ceiling": med(per_s[1]),
+                                     "floor": med(per_s[2]), "ratio": compare.ratio_summary(per_s[0], per_s[1]),
+                                     "ratio_floor": compare.ratio_summary(per_s[0], per_s[2]),
+                                     "floor_vs_ceiling": compare.ratio_summary(per_s[2], per_s[1]),
                                      "loadscope_info": [r["info"] for r in g[g_arms[0].name]],
+                                     "floor_info": [r["info"] for r in g[g_arms[2].name]],
                                      "same_inputs": compare.same_inputs(g)["identical"]}
         print(f"  {kind} {value}: {by_gop[f'{kind} {value}']}", flush=True)
 
@@ -125,7 +134,8 @@ def main() -> int:
 
     report = {"machine": env, "args": vars(a), "threads": a.threads, "reps": a.reps, "clips_per_epoch": len(rows), "rounds": res,
               "same_inputs": same, "decode_work_per_epoch": work, "loadscope_vs_torch": vs_torch,
-              "loadscope_vs_ceiling": vs_ceiling, "cpu_per_clip_vs_loadscope": cpu_ratio, "by_gop": by_gop,
+              "loadscope_vs_ceiling": vs_ceiling, "loadscope_vs_floor": vs_floor, "floor_vs_ceiling": floor_vs_ceiling,
+              "cpu_per_clip_vs_loadscope": cpu_ratio, "by_gop": by_gop,
               "by_decoder_threads": by_threads, "by_decoder_threads_same_inputs": compare.same_inputs(t_res)["identical"]}
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
@@ -134,7 +144,8 @@ def main() -> int:
     print("\n" + table(res, plans, a.reps))
     print(f"\nevery arm read the same clips in every round: {'yes' if same['identical'] else 'NO, rounds ' + str(same['differing_rounds'])}"
           f" ({', '.join(same['arms_checked'])})")
-    for label, r in (("loadscope / DataLoader+read_video", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
+    for label, r in (("loadscope / DataLoader+read_video", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling),
+                     ("loadscope / decode floor", vs_floor), ("decode floor / decode-only ceiling", floor_vs_ceiling)):
         print("\n" + compare.format_ratio(label, r))
     print("\nCPU seconds per clip against loadscope's: " + ", ".join(f"{n}: {x:.2f}x" for n, x in cpu_ratio.items()))
     info = [r["info"] for r in res[ls_name] if r["info"]]
@@ -143,11 +154,13 @@ def main() -> int:
               f"p99 {med(i['clip_decode_p99'] for i in info) * 1e3:.0f} ms; "
               f"{med(i['frames_decoded'] for i in info):.1f} frames decoded, {med(i['packets'] for i in info):.1f} packets, "
               f"{med(i['bytes'] for i in info) / 2**20:.2f} MiB read, open and index {med(i['open_seconds'] for i in info) * 1e3:.1f} ms")
-    print("\n| group | clips | loadscope clips/s | ceiling clips/s | ratio (median of rounds, range) | clip p99 |\n|---|---|---|---|---|---|")
+    print("\n| group | clips | loadscope clips/s | ceiling clips/s | floor clips/s | loadscope / ceiling (range) "
+          "| loadscope / floor | floor / ceiling | clip p99 |\n|---|---|---|---|---|---|---|---|---|")
     for name, g in by_gop.items():
         p99 = [i["clip_decode_p99"] for i in g["loadscope_info"] if i]
-        print(f"| {name} | {g['clips']} | {g['loadscope']:.1f} | {g['ceiling']:.1f} | {g['ratio']['median']:.2f} "
-              f"({g['ratio']['min']:.2f}-{g['ratio']['max']:.2f}) | {med(p99) * 1e3:.0f} ms |")
+        print(f"| {name} | {g['clips']} | {g['loadscope']:.1f} | {g['ceiling']:.1f} | {g['floor']:.1f} | {g['ratio']['median']:.2f} "
+              f"({g['ratio']['min']:.2f}-{g['ratio']['max']:.2f}) | {g['ratio_floor']['median']:.2f} "
+              f"| {g['floor_vs_ceiling']['median']:.2f} | {med(p99) * 1e3:.0f} ms |")
     print("\n| configuration | clips/s (median of 3) |\n|---|---|")
     for name, v in by_threads.items():
         print(f"| {name} | {v:.1f} |")

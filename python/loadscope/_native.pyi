@@ -69,6 +69,9 @@ class Pipeline:
 
 def decode_image(data: bytes, field: FieldSpec, seed: int = 0, epoch: int = 0, position: int = 0) -> Tuple[bytes, str]: ...
 def turbojpeg_decode_only(jpegs: List[bytes], threads: int, repeat: int = 1) -> Tuple[float, int, int]: ...
+def ffmpeg_decode_only(paths: List[str], starts: List[float], frames: int, stride: int, threads: int,
+                       decoder_threads: int = 1, least: bool = False) -> Tuple[float, int, int, int, int]:
+    """(seconds, clips, failures, frames decoded, clip frames among them)."""
 def library_versions() -> Dict[str, str]:
     """Versions of FFmpeg's libraries, libjpeg-turbo, oneTBB and zlib (runtime and built)."""
 

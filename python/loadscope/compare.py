@@ -523,18 +523,24 @@ def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride:
 
 
 def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2,
-                      plans: Optional[Callable[[int], ClipPlan]] = None) -> Arm:
+                      plans: Optional[Callable[[int], ClipPlan]] = None, least: bool = False) -> Arm:
     """FFmpeg decoding exactly the frames each clip needs (seek to the keyframe before it, decode
-    to its last frame), no conversion or resizing: the practical ceiling on these cores."""
+    to its last frame), no conversion or resizing: the practical ceiling on these cores.
+    `least`: the decode floor instead, the least any decoder returning exact frames decodes
+    (non-reference frames that are not shown skipped, the decoder drained after the clip's last
+    packet): what is left between loadscope and it is conversion and batching."""
     plans = plans or clip_plans(rows, frames, stride)
     paths = [r["path"] for r in rows]
+    what = "decode floor" if least else "decode-only ceiling"
+    last: Dict[str, Any] = {"info": None}
 
     def run(plan: ClipPlan) -> List[tuple]:
         starts = [plan.time(i) for i in range(len(rows))]  # it seeks to presentation times
-        _s, clips, failures = _native.ffmpeg_decode_only(paths, starts, frames, stride, threads, 1)
+        _s, clips, failures, decoded, shown = _native.ffmpeg_decode_only(paths, starts, frames, stride, threads, 1, least)
         if failures or clips != len(rows):
-            raise RuntimeError(f"the decode-only ceiling decoded {clips} of {len(rows)} clips ({failures} failed)")
+            raise RuntimeError(f"the {what} decoded {clips} of {len(rows)} clips ({failures} failed)")
+        last["info"] = {"frames_decoded": decoded / len(rows), "frames_shown": shown / len(rows)}
         # It reports counts only: what it read is the plan it was handed, not recovered.
         return [(os.path.basename(p), s) for p, s in zip(paths, plan.starts)]
 
-    return _planned_arm(f"decode-only ceiling (FFmpeg, {threads} threads)", rows, plans, run)
+    return _planned_arm(f"{what} (FFmpeg, {threads} threads)", rows, plans, run, info=lambda: last["info"])

@@ -144,12 +144,12 @@ def test_a_flipped_clip_is_the_mirror_of_the_clip_upright_or_turned(real, tmp_pa
     src = write_manifest(tmp_path, [real / r for r in rels])
 
     def clips(flip):
-        field = ls.VideoClip((40, 24), frames=3, stride=2, crop="resize", flip=flip, position="center",
+        field = ls.VideoClip((40, 27), frames=3, stride=2, crop="resize", flip=flip, position="center",
                              channels_last=channels_last, keys=["mov", "mp4"])
         return next(iter(ls.Loader(src, fields={"v": field}, batch_size=2, shuffle=False)))["v"]
 
     plain, mirrored = clips(0.0), clips(1.0)
-    assert plain.shape == ((2, 3, 40, 24, 3) if channels_last else (2, 3, 3, 40, 24))  # size is (h, w)
+    assert plain.shape == ((2, 3, 40, 27, 3) if channels_last else (2, 3, 3, 40, 27))  # size is (h, w)
     assert torch.equal(mirrored, plain.flip(-2 if channels_last else -1))
     assert not torch.equal(mirrored, plain)
 
@@ -588,12 +588,13 @@ def test_a_clip_reads_the_gops_it_decodes_not_the_whole_file(tmp_path, video_720
     assert read <= 2 * needed, (read, needed, video.stat().st_size)
     assert read < video.stat().st_size / 2
     # The clip's telemetry: one seek, to the keyframe at 4 s; packets from it (file order) to the
-    # last one shown, and no more than the decoder's reordering delay after it.
+    # last one timed at or before the last frame shown, not one more (Note [draining early]:
+    # the decoder would want the P-frame after them before letting its last frames out).
     v = L.telemetry().to_dict()["video"]
     first = next(n for n, (pts, _, _, key) in enumerate(packets) if key and pts * tb >= 4.0 - 1e-6)
-    last = max(n for n, (pts, _, _, _) in enumerate(packets) if pts in shown)
+    last = max(n for n, (pts, _, _, _) in enumerate(packets) if packets[first][0] <= pts <= max(shown))
     assert (v["clips"], v["frames_shown"], v["seeks"]) == (1, 16, 1)
-    assert last - first + 1 <= v["packets"] <= last - first + 1 + 4, (v, first, last)
+    assert v["packets"] == last - first + 1, (v, first, last)
     assert 16 <= v["frames_decoded"] <= v["packets"] and v["bytes"] == read
     list(L)  # once more: the index comes from the cache; the clip reads the same
     assert L.stats()["bytes_read"] <= 2 * read
@@ -631,7 +632,8 @@ def test_video_benchmark_arms_read_one_plan_per_epoch(demo_videos):
     plans = compare.clip_plans(rows, frames=4, stride=2, seed=3)
     arms = [compare.video_loadscope_arm(rows, threads=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
             compare.video_torch_arm(rows, workers=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
-            compare.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans)]
+            compare.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans),
+            compare.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans, least=True)]
     try:
         res = compare.measured(arms, reps=2, warmup=0)
     finally:
@@ -639,6 +641,11 @@ def test_video_benchmark_arms_read_one_plan_per_epoch(demo_videos):
             arm.close()
     assert compare.same_inputs(res) == {"arms_checked": [a.name for a in arms], "rounds": 2, "identical": True,
                                         "differing_rounds": []}
+    # The ceiling and the floor decoded every clip's 4 frames; the floor fewer frames in all
+    # (the demo's B-frames between a stride-2 clip's frames are not references).
+    ceiling, floor = (res[a.name][0]["info"] for a in arms[2:])
+    assert ceiling["frames_shown"] == floor["frames_shown"] == 4
+    assert 4 <= floor["frames_decoded"] < ceiling["frames_decoded"]
     for e in (0, 1):
         assert {res[a.name][e]["read"] for a in arms} == {plans(e).digest()}
         assert all(res[a.name][e]["items"] == len(rows) and res[a.name][e]["cpu_per_item"] > 0 for a in arms)

@@ -8,6 +8,7 @@ extern "C" {
 }
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <vector>
 
@@ -59,8 +60,14 @@ DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, in
 
 namespace {
 
-// One clip's frames decoded, nothing else; false on any FFmpeg error.
-bool decode_clip(const std::string& path, double start, int frames, int stride, int threads) {
+// One clip's frames decoded, nothing else; false on any FFmpeg error. `least`: the floor, see
+// ffmpeg_decode_only.
+struct ClipWork {
+  long decoded = 0, shown = 0;  // frames out of the decoder; those of them the clip shows
+};
+
+bool decode_clip(const std::string& path, double start, int frames, int stride, int threads, bool least,
+                 ClipWork& work) {
   AVFormatContext* fmt = nullptr;
   if (avformat_open_input(&fmt, path.c_str(), nullptr, nullptr) < 0) return false;
   bool ok = false;
@@ -77,28 +84,42 @@ bool decode_clip(const std::string& path, double start, int frames, int stride, 
     ctx->thread_count = threads;
     const double fps = av_q2d(st->avg_frame_rate);
     const double tb = av_q2d(st->time_base);
+    const int span = (frames - 1) * stride + 1;  // frames from the clip's first to its last
     const int64_t first = static_cast<int64_t>(start / tb);
     const int64_t last = static_cast<int64_t>((start + (frames - 1) * stride / fps) / tb + 0.5);
+    // The frame of the clip a timestamp is (0 = its first), by the frame rate; -1 if outside.
+    auto clip_frame = [&](int64_t ts) {
+      const long k = std::lround((ts * tb - start) * fps);
+      return ts == AV_NOPTS_VALUE || k < 0 || k >= span ? -1L : k;
+    };
     if (avcodec_open2(ctx, codec, nullptr) >= 0 &&
         av_seek_frame(fmt, idx, first, AVSEEK_FLAG_BACKWARD) >= 0) {
       bool done = false;
-      long decoded = 0;
+      int sent = 0;  // packets of the clip's frames sent
       auto receive = [&] {
         while (avcodec_receive_frame(ctx, frame) == 0) {
           done |= frame->best_effort_timestamp >= last;
-          ++decoded;
+          ++work.decoded;
+          const long k = clip_frame(frame->best_effort_timestamp);
+          work.shown += k >= 0 && k % stride == 0;
           av_frame_unref(frame);
         }
       };
       while (!done && av_read_frame(fmt, pkt) >= 0) {
-        if (pkt->stream_index == idx && avcodec_send_packet(ctx, pkt) >= 0) receive();
+        if (pkt->stream_index == idx) {
+          const long k = clip_frame(pkt->pts);
+          if (least) ctx->skip_frame = k >= 0 && k % stride == 0 ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+          if (avcodec_send_packet(ctx, pkt) >= 0) receive();
+          sent += k >= 0;
+        }
         av_packet_unref(pkt);
+        if (least && sent == span) break;  // every frame of the clip is in the decoder
       }
-      if (!done) {  // a clip ending on the last frame: drain the decoder
+      if (!done) {  // drain the decoder: the clip ends on the last frame, or the floor
         avcodec_send_packet(ctx, nullptr);
         receive();
       }
-      ok = decoded > 0;
+      ok = work.decoded > 0;
     }
   }
   av_frame_free(&frame);
@@ -112,16 +133,19 @@ bool decode_clip(const std::string& path, double start, int frames, int stride, 
 
 DecodeOnlyResult ffmpeg_decode_only(const std::vector<std::string>& paths,
                                     const std::vector<double>& starts, int frames, int stride,
-                                    int threads, int decoder_threads) {
+                                    int threads, int decoder_threads, bool least) {
   tbb::global_control workers(tbb::global_control::max_allowed_parallelism, threads + 1);
   tbb::task_arena arena(threads, 0);
-  std::atomic<long> clips{0}, failures{0};
+  std::atomic<long> clips{0}, failures{0}, decoded{0}, shown{0};
   const auto t0 = std::chrono::steady_clock::now();
   arena.execute([&] {
     tbb::parallel_for(tbb::blocked_range<size_t>(0, paths.size(), 1), [&](const auto& range) {
       for (size_t i = range.begin(); i != range.end(); ++i) {
-        (decode_clip(paths[i], starts[i], frames, stride, decoder_threads) ? clips : failures)
+        ClipWork work;
+        (decode_clip(paths[i], starts[i], frames, stride, decoder_threads, least, work) ? clips : failures)
             .fetch_add(1);
+        decoded.fetch_add(work.decoded);
+        shown.fetch_add(work.shown);
       }
     });
   });
@@ -129,6 +153,8 @@ DecodeOnlyResult ffmpeg_decode_only(const std::vector<std::string>& paths,
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.images = clips.load();
   r.failures = failures.load();
+  r.frames = decoded.load();
+  r.shown = shown.load();
   return r;
 }
 

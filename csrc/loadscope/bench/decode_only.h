@@ -13,6 +13,7 @@ struct DecodeOnlyResult {
   double seconds = 0;
   long images = 0;
   long failures = 0;
+  long frames = 0, shown = 0;  // video: frames decoded; those of them that are clip frames
 };
 
 // Decodes every buffer `repeat` times, `threads` ways in parallel (oneTBB).
@@ -22,9 +23,16 @@ DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, in
 // The video ceiling: for each (file, start second), seek to the keyframe before the start and
 // decode up to the clip's last frame (frames x stride at the stream's frame rate), with no
 // conversion, resizing or batching; `threads` videos in parallel, `decoder_threads` FFmpeg
-// threads each. `images` counts clips.
+// threads each. `images` counts clips; `shown`, the decoded frames the clips show (by the
+// frame rate), every clip's when nothing is missing.
+//
+// least: the floor instead, the least decoding any decoder returning exact frames must do.
+// Non-reference frames that are not among the clip's frames are skipped (AVDISCARD_NONREF),
+// and once every packet of the clip's span is sent the decoder is drained rather than fed
+// the packets it would otherwise want before letting its last frames out. Frames are matched
+// to the clip by the frame rate: for constant-rate videos.
 DecodeOnlyResult ffmpeg_decode_only(const std::vector<std::string>& paths,
                                     const std::vector<double>& starts, int frames, int stride,
-                                    int threads, int decoder_threads);
+                                    int threads, int decoder_threads, bool least = false);
 
 }  // namespace loadscope::bench

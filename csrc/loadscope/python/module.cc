@@ -937,15 +937,15 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "ffmpeg_decode_only",
       [](const std::vector<std::string>& paths, const std::vector<double>& starts, int frames,
-         int stride, int threads, int decoder_threads) {
+         int stride, int threads, int decoder_threads, bool least) {
         if (paths.size() != starts.size()) throw ConfigError("paths and starts differ in length");
         bench::DecodeOnlyResult r;
         {
           py::gil_scoped_release release;
-          r = bench::ffmpeg_decode_only(paths, starts, frames, stride, threads, decoder_threads);
+          r = bench::ffmpeg_decode_only(paths, starts, frames, stride, threads, decoder_threads, least);
         }
-        return py::make_tuple(r.seconds, r.images, r.failures);
+        return py::make_tuple(r.seconds, r.images, r.failures, r.frames, r.shown);
       },
       py::arg("paths"), py::arg("starts"), py::arg("frames"), py::arg("stride"),
-      py::arg("threads"), py::arg("decoder_threads") = 1);
+      py::arg("threads"), py::arg("decoder_threads") = 1, py::arg("least") = false);
 }
