@@ -539,6 +539,8 @@ def video_ceiling_arm(rows: List[dict], *, threads: int, frames: int = 16, strid
         _s, clips, failures, decoded, shown = _native.ffmpeg_decode_only(paths, starts, frames, stride, threads, 1, least)
         if failures or clips != len(rows):
             raise RuntimeError(f"the {what} decoded {clips} of {len(rows)} clips ({failures} failed)")
+        if shown != frames * len(rows):  # a clip frame it did not decode would flatter its speed
+            raise RuntimeError(f"the {what} decoded {shown} of the {frames * len(rows)} frames its clips show")
         last["info"] = {"frames_decoded": decoded / len(rows), "frames_shown": shown / len(rows)}
         # It reports counts only: what it read is the plan it was handed, not recovered.
         return [(os.path.basename(p), s) for p, s in zip(paths, plan.starts)]

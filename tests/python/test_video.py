@@ -502,6 +502,29 @@ def awkward(tmp_path_factory):
     return d
 
 
+def test_an_hevc_clip_starts_at_its_cra_keyframe(awkward, tmp_path):
+    """x265's open GOPs: a keyframe (CRA) followed in decode order by its leading pictures,
+    timed before it (ffprobe's packet order says so). A clip starting at it decodes from it:
+    FFmpeg's decoder drops the leading pictures after the seek, nothing of the GOP before is
+    decoded (H.264's open GOPs start a keyframe earlier, Note [leading pictures]). Its frames
+    against the CLI: test_awkward_but_valid_files_decode_like_the_cli."""
+    path = awkward / "opengop_hevc.mp4"
+    packets = _packets(path)
+    cra = next(n for n, (_, _, _, key) in enumerate(packets) if key and n > 0)
+    assert packets[cra + 1][0] < packets[cra][0]  # a leading picture after the CRA
+    ix = _native.video_index(str(path))
+    start = (packets[cra][0] - ix["pts"][0]) * ix["time_base"]
+    manifest = tmp_path / "cra.jsonl"
+    manifest.write_text(json.dumps({"path": str(path), "t": start + 0.5 / 30}) + "\n")
+    L = ls.Loader(ls.FileList(manifest), fields={"mp4": ls.VideoClip(32, frames=1, start="t")}, batch_size=1)
+    b = next(iter(L))
+    assert round(b["mp4.time"][0, 0].item() / ix["time_base"]) == packets[cra][0]
+    # One packet, the CRA itself, and the drain after it (Note [draining early]); starting a
+    # keyframe earlier, as for H.264, read 13 packets and decoded 8 frames here.
+    v = L.telemetry().to_dict()["video"]
+    assert (v["seeks"], v["packets"], v["frames_decoded"]) == (1, 1, 1), v
+
+
 @pytest.mark.parametrize("name", ["opengop.mp4", "opengop_hevc.mp4", "cut.mp4", "cover.mp4", "mp4v_b.avi", "m2.mpg"])
 def test_awkward_but_valid_files_decode_like_the_cli(awkward, name):
     path = awkward / name
@@ -513,6 +536,11 @@ def test_awkward_but_valid_files_decode_like_the_cli(awkward, name):
     for i in range(0, len(ref), 1 if "opengop" in name else 7):
         assert np.array_equal(decode(path, [ix["pts"][i]], 160, 120)[0], ref[i]), (name, i)
     assert np.array_equal(decode(path, ix["pts"][-1:], 160, 120)[0], ref[-1])  # the last frame
+    # runs of consecutive frames in one call (Note [draining early]: the decoder is drained once
+    # the run's packets are sent; an edit list's hidden frames are packets too, but not frames)
+    for i in range(0, len(ref) - 16, 23):
+        got = decode(path, ix["pts"][i : i + 16], 160, 120)
+        assert all(np.array_equal(a, b) for a, b in zip(got, ref[i : i + 16])), (name, i)
     got = decode(path, ix["pts"], 160, 120, threads=0)  # FFmpeg's own thread count
     assert all(np.array_equal(a, b) for a, b in zip(got, ref))
 

@@ -108,9 +108,10 @@ bool decode_clip(const std::string& path, double start, int frames, int stride, 
       while (!done && av_read_frame(fmt, pkt) >= 0) {
         if (pkt->stream_index == idx) {
           const long k = clip_frame(pkt->pts);
-          if (least) ctx->skip_frame = k >= 0 && k % stride == 0 ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+          const bool shown = pkt->pts == AV_NOPTS_VALUE || (k >= 0 && k % stride == 0);  // no time: keep it
+          if (least) ctx->skip_frame = shown ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+          sent += k >= 0 && !(pkt->flags & AV_PKT_FLAG_DISCARD);  // an edit list's hidden frames are not the clip's
           if (avcodec_send_packet(ctx, pkt) >= 0) receive();
-          sent += k >= 0;
         }
         av_packet_unref(pkt);
         if (least && sent == span) break;  // every frame of the clip is in the decoder

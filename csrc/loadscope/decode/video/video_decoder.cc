@@ -619,6 +619,10 @@ void place(const Pixels& src, int rotation, bool flip, bool chw, uint8_t* dst) {
       first = static_cast<ptrdiff_t>(y) * src.stride, next = src.step;
     }
     if (flip) first += (ow - 1) * next, next = -next;
+    if (!chw && src.step == 3 && next == 3 && src.ch[1] == src.ch[0] + 1 && src.ch[2] == src.ch[0] + 2) {
+      std::memcpy(dst + static_cast<size_t>(y) * ow * 3, src.ch[0] + first, static_cast<size_t>(ow) * 3);
+      continue;  // packed RGB to [H, W, 3] as it is: whole rows
+    }
     for (int c = 0; c < 3; ++c) {
       uint8_t* out = chw ? dst + c * plane + static_cast<size_t>(y) * ow : dst + static_cast<size_t>(y) * ow * 3 + c;
       const uint8_t* in = src.ch[c] + first;
@@ -762,19 +766,39 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   bool check_landing = false;       // the next packet tells where the seek landed
   // Note [draining early]: a decoder that reorders frames holds each one back until it has
   // seen a few packets more (the P-frame after a run of B-frames), so decoding up to the last
-  // target's output costs frames after it that are never shown. The index says how many
-  // frames lie between the keyframe sought and the last target; once that many of them have
-  // been sent, every frame to show is inside the decoder, and draining it outputs them without
-  // decoding anything more. Not when frame times come from the decoder, nor when a drain left
-  // a target unproduced (a file whose packets disagree with its index): then decoding goes on
-  // as without it.
+  // target's output costs frames after it that are never shown. The index says which frames
+  // lie between the keyframe sought and the last target; once a packet of each of them has
+  // been sent, every frame to show is inside the decoder (what they reference was sent before
+  // them), and draining it outputs them without decoding anything more. Packets an edit list
+  // discards are not frames of the index and do not count, nor does a timestamp sent twice.
+  // Not when frame times come from the decoder. A drain that leaves a target unproduced (a
+  // file whose packets disagree with its index) is undone: the targets from before it are
+  // decoded again from a seek, as without the drain.
   const int64_t last_target = sorted_targets.back();
   bool drain_early = !s.decoder_times;
-  size_t to_send = 0;  // frames of the index in [sought, last_target]
-  size_t sent = 0;     // packets of those sent since the last seek
-  auto frames_until_last = [&]() {
-    return static_cast<size_t>(std::upper_bound(pts_.begin(), pts_.end(), last_target) -
-                               std::lower_bound(pts_.begin(), pts_.end(), sought));
+  size_t first_needed = 0;         // index position of the first frame in [sought, last_target]
+  std::vector<char> needed_sent;   // per frame of that range: a packet of it was sent
+  size_t sent = 0;                 // how many of them
+  // After a seek (or the rewind to the start): nothing decoded, nothing of the range sent.
+  auto restart = [&](int64_t from) {
+    avcodec_flush_buffers(ctx);
+    have_last = false;
+    read_up_to = INT64_MIN;
+    sought = from;
+    first_needed = static_cast<size_t>(std::lower_bound(pts_.begin(), pts_.end(), from) - pts_.begin());
+    const size_t end = static_cast<size_t>(std::upper_bound(pts_.begin(), pts_.end(), last_target) - pts_.begin());
+    needed_sent.assign(end > first_needed ? end - first_needed : 0, 0);
+    sent = 0;
+  };
+  // Counts a packet about to be sent if it is a frame of the range not counted yet.
+  auto count_sent = [&](const AVPacket* p, int64_t ts) {
+    if (ts == AV_NOPTS_VALUE || (p->flags & AV_PKT_FLAG_DISCARD)) return;
+    auto it = std::lower_bound(pts_.begin(), pts_.end(), ts);
+    if (it == pts_.end() || *it != ts) return;
+    const size_t k = static_cast<size_t>(it - pts_.begin());
+    if (k < first_needed || k - first_needed >= needed_sent.size() || needed_sent[k - first_needed]) return;
+    needed_sent[k - first_needed] = 1;
+    ++sent;
   };
   const double tb = s.info.time_base;
   auto seconds = [&](int64_t ts) { return std::to_string(ts * tb); };
@@ -820,16 +844,11 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     int rc = av_seek_frame(s.fmt, s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MAX, 0);
     if (rc < 0) throw fail("cannot seek: " + error_string(rc));
-    avcodec_flush_buffers(ctx);
-    have_last = false;
+    restart(start.from);
     frame_time = Extrapolate{};
-    read_up_to = INT64_MIN;
     key_reached = start.from;  // a seek may land earlier (Matroska seeks by cue): never retry it
-    sought = start.from;
     seek_pts = k.pts;
     check_landing = true;
-    to_send = frames_until_last();
-    sent = 0;
   };
   // A seek that landed after its keyframe (inexact seeking, e.g. MPEG-PS): start from the
   // keyframe before it, or from the beginning.
@@ -841,14 +860,9 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     } else {
       int rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MIN, 0);
       if (rc < 0) throw fail("cannot seek to the start: " + error_string(rc));
-      avcodec_flush_buffers(ctx);
-      have_last = false;
+      restart(INT64_MIN);
       frame_time = Extrapolate{};
-      read_up_to = INT64_MIN;
-      sought = INT64_MIN;
       check_landing = false;
-      to_send = frames_until_last();
-      sent = 0;
     }
   };
   auto emit = [&](const AVFrame* f) {
@@ -952,6 +966,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     ctx->skip_frame = !s.decoder_times && ts != AV_NOPTS_VALUE && !shown ? AVDISCARD_NONREF
                                                                        : AVDISCARD_DEFAULT;
     ++work_.packets;
+    count_sent(pkt, ts);
     rc = avcodec_send_packet(ctx, pkt);
     av_packet_unref(pkt);
     last_sent = ts;
@@ -959,11 +974,20 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
       throw fail("decoding failed: " + error_string(rc));
     }
     receive_all();
-    if (ts != AV_NOPTS_VALUE && ts >= sought && ts <= last_target) ++sent;
-    if (drain_early && sent == to_send && cur < order.size()) {
+    if (drain_early && sent == needed_sent.size() && cur < order.size()) {
+      const size_t before = cur;
       drain();
-      if (cur < order.size()) {  // the packets disagreed with the index: decode on from a seek
+      // Targets between index frames (decode_video_frames takes any time) show the last
+      // frame at or before them: the drained last frame, when it is that frame of the index.
+      while (cur < order.size() && have_last) {
+        const int64_t t = targets[order[cur]];
+        auto at_or_before = std::upper_bound(pts_.begin(), pts_.end(), t);
+        if (at_or_before == pts_.begin() || *(at_or_before - 1) != last->best_effort_timestamp) break;
+        emit(last);
+      }
+      if (cur < order.size()) {  // the packets disagreed with the index: undo, decode as without
         drain_early = false;
+        cur = before;
         seek_to(start_for(targets[order[cur]]));
       }
     }
