@@ -147,6 +147,11 @@ def main() -> int:
     for label, r in (("loadscope / DataLoader+read_video", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling),
                      ("loadscope / decode floor", vs_floor), ("decode floor / decode-only ceiling", floor_vs_ceiling)):
         print("\n" + compare.format_ratio(label, r))
+    for name in (ceil_name, floor_name):
+        missing = max(r["info"]["clip_frames_missing"] for r in res[name])
+        if missing:
+            print(f"\n{name}: up to {missing} clip frames a round not decoded (a seek that lands on an open GOP's "
+                  "keyframe loses its leading pictures)")
     print("\nCPU seconds per clip against loadscope's: " + ", ".join(f"{n}: {x:.2f}x" for n, x in cpu_ratio.items()))
     info = [r["info"] for r in res[ls_name] if r["info"]]
     if info:

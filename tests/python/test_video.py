@@ -673,6 +673,7 @@ def test_video_benchmark_arms_read_one_plan_per_epoch(demo_videos):
     # (the demo's B-frames between a stride-2 clip's frames are not references).
     ceiling, floor = (res[a.name][0]["info"] for a in arms[2:])
     assert ceiling["frames_shown"] == floor["frames_shown"] == 4
+    assert ceiling["clip_frames_missing"] == floor["clip_frames_missing"] == 0
     assert 4 <= floor["frames_decoded"] < ceiling["frames_decoded"]
     for e in (0, 1):
         assert {res[a.name][e]["read"] for a in arms} == {plans(e).digest()}
