@@ -6,12 +6,10 @@ A sample is a key plus named members. Members are named by lower-case file exten
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import os
 import re
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+import warnings
+from typing import Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 
@@ -91,22 +89,67 @@ class Source:
         raise TypeError(f"{type(self).__name__} does not know its length before reading")
 
 
-class _ListSource(Source):
-    def __init__(self) -> None:
-        self._samples: List[Tuple[bytes, List[_Member]]] = []
+def _manifest_cache_dir() -> str:
+    """Where FileList keeps parsed manifests: $LOADSCOPE_MANIFEST_CACHE, else
+    $XDG_CACHE_HOME/loadscope/manifests (~/.cache/loadscope/manifests)."""
+    d = os.environ.get("LOADSCOPE_MANIFEST_CACHE")
+    if d is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        d = os.path.join(base, "loadscope", "manifests")
+    return d
+
+
+class _Rows:
+    """The samples of a table as (key, members) pairs, made on demand (``shards.convert``)."""
+
+    def __init__(self, table) -> None:
+        self._table = table
 
     def __len__(self) -> int:
-        return len(self._samples)
+        return self._table.rows
+
+    def __iter__(self) -> Iterator[Tuple[bytes, List[_Member]]]:
+        for i in range(self._table.rows):
+            yield self._table.sample(i)
+
+
+class _TableSource(Source):
+    """A source whose samples are a native SampleTable (io/table.h): one set of columns, not a
+    Python object per sample. Pickled by its arguments; the table is rebuilt where it lands."""
+
+    _table = None
+
+    def __len__(self) -> int:
+        if self._table is None:
+            raise TypeError(f"{type(self).__name__} was not read")
+        return int(self._table.rows)
+
+    @property
+    def bytes_per_sample(self) -> float:
+        """Memory the sample list holds per sample (paths, columns, offsets)."""
+        return self._table.bytes / max(1, self._table.rows)
+
+    @property
+    def _samples(self) -> _Rows:
+        return _Rows(self._table)
 
     def _native(self, native, need_size: bool = False):
-        return native.ListSource(self._samples)
+        return native.TableSource(self._table)
+
+    def _load(self) -> None:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_table", None)
+        return state
+
+    def __setstate__(self, state) -> None:
+        self.__dict__.update(state)
+        self._load()
 
 
-def _ext(name: str) -> str:
-    return os.path.splitext(name)[1][1:].lower()
-
-
-class Folder(_ListSource):
+class Folder(_TableSource):
     """Image files under a directory, sample for sample like ``torchvision.datasets.ImageFolder``.
 
     Every file whose name ends in one of ``extensions`` is a sample, in ImageFolder's order
@@ -118,7 +161,8 @@ class Folder(_ListSource):
 
     Other files that share an image's name up to the last dot are attached to it as members:
     ``a.jpg`` + ``a.txt`` + ``a.json`` give a sample with members ``jpg``, ``txt``, ``json``.
-    The sample's key is the image's path.
+    The sample's key is the image's path. The tree is scanned in C++ (io/folder.h) and held as
+    columns: a million files take about a second and some 20 bytes each plus their names.
     """
 
     def __init__(
@@ -128,80 +172,67 @@ class Folder(_ListSource):
         labels: str = "auto",
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
     ) -> None:
-        super().__init__()
         root = os.fspath(root)
         if labels not in ("auto", "subfolders", "none"):
             raise ConfigError(f"Folder(labels={labels!r}): allowed are 'auto', 'subfolders', 'none'")
         if not os.path.isdir(root):
             raise ConfigError(f"Folder: {root!r} is not a directory")
         self.root = root
-        exts = tuple(e.lower() if e.startswith(".") else "." + e.lower() for e in extensions)
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-        subdirs = [e.name for e in entries if e.is_dir()]
-        has_files = any(e.is_file() and e.name.lower().endswith(exts) for e in entries)
-        if labels == "auto":
-            labels = "subfolders" if subdirs and not has_files else "none"
-        self.labels = labels
-        self.classes: List[str] = subdirs if labels == "subfolders" else []
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-        self.ignored_files = 0
-        if labels == "subfolders":
-            for idx, cls in enumerate(self.classes):
-                self._scan(os.path.join(root, cls), exts, idx)
-        else:
-            self._scan(root, exts, None)
-        if not self._samples:
-            raise ConfigError(
-                f"Folder: no samples under {root!r} (looked for files ending in {', '.join(exts)})"
-            )
+        self._exts = [e.lower() if e.startswith(".") else "." + e.lower() for e in extensions]
+        self._labels_arg = labels
+        self._load()
 
-    def _scan(self, top: str, exts: Tuple[str, ...], label: Optional[int]) -> None:
-        for dirpath, _, filenames in sorted(os.walk(top, followlinks=True)):  # ImageFolder's order
-            images = [n for n in sorted(filenames) if n.lower().endswith(exts)]
-            image_set = set(images)
-            sidecars: dict = {}
-            for n in filenames:
-                if n not in image_set:
-                    sidecars.setdefault(os.path.splitext(n)[0], []).append(n)
-            attached = set()
-            for name in images:
-                stem = os.path.splitext(name)[0]
-                files = [name] + sorted(sidecars.get(stem, []))
-                attached.update(files[1:])
-                members: List[_Member] = [
-                    (os.fsencode(_ext(n)), True, os.fsencode(os.path.join(dirpath, n))) for n in files
-                ]
-                if label is not None:
-                    if any(m[0] == b"cls" for m in members):
-                        raise ConfigError(
-                            f"Folder: {os.path.join(dirpath, stem)}.cls clashes with the class "
-                            "label taken from the subfolder; use labels='none'"
-                        )
-                    members.append(("cls", False, str(label)))
-                self._samples.append((os.fsencode(os.path.join(dirpath, name)), members))
-            self.ignored_files += len(filenames) - len(images) - len(attached)
+    def _load(self) -> None:
+        from . import _native
+        r = _native.scan_folder(os.fsencode(self.root), [os.fsencode(e) for e in self._exts], self._labels_arg)
+        self._table = r["table"]
+        self.labels: str = r["labels"]
+        self.classes: List[str] = r["classes"]
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+        self.ignored_files: int = r["ignored_files"]
 
     def __repr__(self) -> str:
-        return f"Folder({self.root!r}, samples={len(self)}, classes={len(self.classes)})"
+        return f"Folder({self.root!r}, samples={self._table.rows if self._table else '?'}, classes={len(self.classes)})"
 
 
-class FileList(_ListSource):
-    """Samples listed in a manifest: JSON lines (``.jsonl``) or CSV (``.csv``) with a header.
+class FileList(_TableSource):
+    """Samples listed in a manifest: JSON lines (``.jsonl``, ``.ndjson``) or CSV (``.csv``)
+    with a header.
 
     Each record names a file in ``path_key`` (relative paths are taken from ``root``, by default
     the manifest's directory); the file becomes the member named by its extension. Every other
     column becomes a member too: ``{"path": "a.jpg", "cls": 3, "txt": "a dog"}`` gives members
-    ``jpg``, ``cls`` and ``txt``. Files are not touched until loading: a missing one is a
-    ``ReadError`` for that sample.
+    ``jpg``, ``cls`` and ``txt`` (a JSON value that is not a string as written in the file, so
+    ``"3"``). Files are not touched until loading: a missing one is a ``ReadError`` for that
+    sample.
+
+    The manifest is parsed in C++ (in parallel for JSON lines) into columns — about 16 bytes per
+    row plus the paths for ``{"path", "cls"}`` — and the result is kept in ``cache_dir`` (default
+    ``$LOADSCOPE_MANIFEST_CACHE``, else ``~/.cache/loadscope/manifests``; ``None``: no cache),
+    keyed by the manifest's size, modification time and a checksum of its ends, so the next
+    start maps it instead of parsing (docs/sources.md).
+
+    A bad row (not JSON, no ``path_key``, a path without extension, a CSV row with the wrong
+    number of fields, bytes that are not UTF-8, over 16 MiB) raises a ``ConfigError`` naming the
+    manifest and line; with ``on_error="skip"`` it is left out, counted in ``skipped_rows`` and
+    reported by a warning that names the first ones (``skip_notes``).
     """
 
-    def __init__(self, manifest: PathLike, *, root: Optional[PathLike] = None, path_key: str = "path") -> None:
-        super().__init__()
+    ON_ERROR = ("raise", "skip")
+
+    def __init__(self, manifest: PathLike, *, root: Optional[PathLike] = None, path_key: str = "path",
+                 on_error: str = "raise", cache_dir: Optional[PathLike] = "") -> None:
         manifest = check_url(os.fspath(manifest), "FileList")
+        if on_error not in self.ON_ERROR:
+            raise ConfigError(f"FileList(on_error={on_error!r}): allowed are {', '.join(map(repr, self.ON_ERROR))}")
+        if not isinstance(path_key, str) or not path_key:
+            raise ConfigError(f"FileList(path_key={path_key!r}): must be a non-empty str")
         _remote_setup([manifest, os.fspath(root) if root is not None else ""])
         if not _exists(manifest):
             raise ConfigError(f"FileList: manifest {_native_redact(manifest) if is_url(manifest) else manifest!r} "
                               "does not exist")
+        if not manifest.lower().endswith((".jsonl", ".ndjson", ".csv")):
+            raise ConfigError(f"FileList: {manifest!r}: manifest must end in .jsonl, .ndjson or .csv")
         self.manifest = manifest
         if root is not None:
             self.root = check_url(os.fspath(root), "FileList(root=)")
@@ -209,69 +240,37 @@ class FileList(_ListSource):
             self.root = manifest.rsplit("/", 1)[0]
         else:
             self.root = os.path.dirname(os.path.abspath(manifest))
-        kind = manifest.lower().rsplit(".", 1)[-1]
-        if kind in ("jsonl", "ndjson"):
-            records = self._jsonl(manifest)
-        elif kind == "csv":
-            records = self._csv(manifest)
-        else:
-            raise ConfigError(f"FileList: {manifest!r}: manifest must end in .jsonl, .ndjson or .csv")
-        for line, record in records:
-            if not isinstance(record, dict) or path_key not in record:
-                found = ", ".join(map(repr, record)) if isinstance(record, dict) else type(record).__name__
-                raise ConfigError(f"FileList: {manifest}:{line}: record has no {path_key!r} field (found: {found})")
-            path = self._resolve(str(record[path_key]))
-            ext = _ext(path)
-            if not ext:
-                raise ConfigError(f"FileList: {manifest}:{line}: {path!r} has no extension to name its member")
-            members: List[_Member] = [(ext, True, os.fsencode(path))]
-            for k, v in record.items():
-                if k == path_key:
-                    continue
-                if str(k).lower() == ext:
-                    raise ConfigError(
-                        f"FileList: {manifest}:{line}: column {k!r} has the name of the file's own member ({ext!r})"
-                    )
-                value = v if isinstance(v, str) else json.dumps(v)
-                members.append((str(k).lower(), False, value))
-            self._samples.append((os.fsencode(path), members))
-        if not self._samples:
-            raise ConfigError(f"FileList: {manifest!r} lists no samples")
+        self.path_key = path_key
+        self.on_error = on_error
+        self.cache_dir = None if cache_dir is None else (os.fspath(cache_dir) or _manifest_cache_dir())
+        self._load()
 
-    def _resolve(self, path: str) -> str:
-        """A record's path: URLs as they are, relative paths under root (a directory or a URL)."""
-        if is_url(path):
-            return check_url(path, f"FileList: {self.manifest}")
-        if is_url(self.root):
-            return self.root.rstrip("/") + "/" + path.lstrip("/")
-        return os.path.join(self.root, path)
-
-    @staticmethod
-    def _lines(path: str, encoding: str) -> Iterator[str]:
-        if is_url(path):  # fetched whole, once (a manifest is read front to back anyway)
-            from . import _native
-            yield from io.StringIO(_native.read_bytes(path).decode(encoding), newline="")
-            return
-        with open(path, encoding=encoding, newline="") as f:
-            yield from f
-
-    @staticmethod
-    def _jsonl(path: str) -> Iterable[Tuple[int, dict]]:
-        for line, text in enumerate(FileList._lines(path, "utf-8"), 1):
-            if not text.strip():
-                continue
+    def _load(self) -> None:
+        from . import _native
+        cache = ""
+        if self.cache_dir is not None:
             try:
-                yield line, json.loads(text)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"FileList: {path}:{line}: not JSON: {e}") from None
-
-    @staticmethod
-    def _csv(path: str) -> Iterable[Tuple[int, dict]]:
-        for line, row in enumerate(csv.DictReader(FileList._lines(path, "utf-8-sig")), 2):  # -sig: Excel's BOM
-            yield line, row
+                os.makedirs(self.cache_dir, exist_ok=True)
+                cache = self.cache_dir
+            except OSError as e:
+                warnings.warn(f"FileList: no manifest cache ({e}); every start parses {self.manifest}", stacklevel=3)
+        name = self.manifest if is_url(self.manifest) else os.path.abspath(self.manifest)
+        r = _native.read_manifest(os.fsencode(name), os.fsencode(self.root), self.path_key,
+                                  self.on_error == "skip", os.fsencode(cache))
+        self._table = r["table"]
+        self.skipped_rows: int = r["skipped"]
+        self.skip_notes: List[str] = r["notes"]
+        self.cache_path: Optional[str] = r["cache_path"] or None
+        self.from_cache: bool = r["from_cache"]
+        if r["cache_error"]:
+            warnings.warn(f"FileList: could not write the manifest cache: {r['cache_error']}", stacklevel=3)
+        if self.skipped_rows:
+            more = f" (and {self.skipped_rows - len(self.skip_notes)} more)" if self.skipped_rows > len(self.skip_notes) else ""
+            warnings.warn(f"FileList: skipped {self.skipped_rows} bad row(s) of {self.manifest}: "
+                          + "; ".join(self.skip_notes) + more, stacklevel=3)
 
     def __repr__(self) -> str:
-        return f"FileList({self.manifest!r}, samples={len(self)})"
+        return f"FileList({self.manifest!r}, samples={self._table.rows if self._table else '?'})"
 
 
 _BRACE = re.compile(r"\{([^{}]*)\}")

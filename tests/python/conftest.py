@@ -7,6 +7,16 @@ import pytest
 from servers import s3, s3_server, start_server, stop_server  # noqa: F401  (fixtures shared with benchmarks/)
 
 REPO = Path(__file__).resolve().parents[2]
+
+# FileList keeps parsed manifests in a cache directory (default ~/.cache): the tests' own one,
+# shared by their subprocesses, so a run leaves nothing behind in the home directory.
+if "LOADSCOPE_MANIFEST_CACHE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    os.environ["LOADSCOPE_MANIFEST_CACHE"] = tempfile.mkdtemp(prefix="ls-manifests-")
+    atexit.register(shutil.rmtree, os.environ["LOADSCOPE_MANIFEST_CACHE"], True)
 SHARED = Path(os.environ.get("LOADSCOPE_SHARED_DATA", REPO.parent / "shared" / "data" / "real"))
 
 

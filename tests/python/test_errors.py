@@ -207,7 +207,7 @@ def test_bad_sources(tmp_path):
     with pytest.raises(ls.ConfigError, match=r"must end in .jsonl, .ndjson or .csv"):
         ls.FileList(tmp_path / "m.txt")
     (tmp_path / "m.jsonl").write_text('{"file": "a.jpg"}\n')
-    with pytest.raises(ls.ConfigError, match=r"m.jsonl:1: record has no 'path' field \(found: 'file'\)"):
+    with pytest.raises(ls.ConfigError, match=r"m.jsonl:1: the row has no 'path' field \(found: 'file'\)"):
         ls.FileList(tmp_path / "m.jsonl")
     with pytest.raises(ls.ConfigError, match="source must be a loadscope"):
         ls.Loader(["a.jpg"], fields={"jpg": ls.Image(32)}, batch_size=1)

@@ -8,27 +8,18 @@
 
 namespace loadscope::io {
 
-ListSource::ListSource(std::vector<Sample> samples) : samples_(std::move(samples)) {
-  if (samples_.size() > UINT32_MAX) throw ConfigError("ListSource holds at most 2^32 samples");
-}
+ListSource::ListSource(std::vector<Sample> samples) : samples_(std::move(samples)) {}
 
 void ListSource::start_epoch(const EpochOrder& order) {
   cursor_ = 0;
-  order_.clear();
-  if (!order.shuffle) return;
-  order_.resize(samples_.size());
-  for (size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<uint32_t>(i);
-  Rng rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kOrder);
-  for (size_t i = order_.size(); i > 1; --i) {  // Fisher-Yates
-    std::swap(order_[i - 1], order_[rng.below(i)]);
-  }
+  order_ = Permutation(samples_.size(), order.shuffle, order.seed, static_cast<uint64_t>(order.epoch),
+                       RngStream::kOrder);
 }
 
 bool ListSource::next(Sample& out) {
   if (cursor_ >= samples_.size()) return false;
-  const size_t index = order_.empty() ? cursor_ : order_[cursor_];
+  out = samples_[order_(cursor_)];  // a copy: members of a list sample are paths or short inline fields
   ++cursor_;
-  out = samples_[index];  // a copy: members of a list sample are paths or short inline fields
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "loadscope/core/permutation.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/core/source.h"
 #include "loadscope/io/tar.h"
@@ -15,7 +16,8 @@
 
 namespace loadscope::io {
 
-// Samples known up front. A shuffled epoch is a permutation drawn from (seed, epoch).
+// Samples known up front (tests and small lists; folders and manifests are SampleTables,
+// table.h). A shuffled epoch is a Permutation keyed by (seed, epoch).
 class ListSource : public Source {
  public:
   explicit ListSource(std::vector<Sample> samples);
@@ -26,7 +28,7 @@ class ListSource : public Source {
 
  private:
   std::vector<Sample> samples_;
-  std::vector<uint32_t> order_;  // empty when not shuffled
+  Permutation order_;
   size_t cursor_ = 0;
 };
 

@@ -19,6 +19,8 @@
 #include "loadscope/core/engine.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
+#include "loadscope/io/folder.h"
+#include "loadscope/io/manifest.h"
 #include "loadscope/io/sources.h"
 #include "loadscope/io/cache.h"
 #include "loadscope/io/faults.h"
@@ -485,6 +487,62 @@ PYBIND11_MODULE(_native, m) {
              return std::make_shared<io::ListSource>(std::move(out));
            }),
            py::arg("samples"));
+
+  // Folders and manifests as columns (io/table.h); rows become samples only in the planner.
+  py::class_<io::SampleTable, std::shared_ptr<io::SampleTable>>(m, "SampleTable")
+      .def_property_readonly("rows", &io::SampleTable::rows)
+      .def_property_readonly("bytes", &io::SampleTable::bytes)
+      .def("sample", [](const io::SampleTable& t, int64_t row) {
+        if (row < 0 || row >= t.rows()) throw py::index_error("row out of range");
+        Sample s;
+        t.sample(static_cast<size_t>(row), s);
+        py::list members;
+        for (const auto& mm : s.members) {
+          members.append(py::make_tuple(mm.name, mm.is_path, py::bytes(mm.is_path ? mm.path : mm.data)));
+        }
+        return py::make_tuple(py::bytes(s.key), members);
+      }, "Row `row` as (key, [(member, is_path, path or value), ...]), all bytes but the names.");
+  m.def(
+      "read_manifest",
+      [](const std::string& manifest, const std::string& root, const std::string& path_key, bool skip_bad_rows,
+         const std::string& cache_dir) {
+        io::ManifestOptions o{manifest, root, path_key, skip_bad_rows, cache_dir};
+        io::Manifest r;
+        {
+          py::gil_scoped_release release;
+          r = io::read_manifest(o);
+        }
+        py::dict d;
+        d["table"] = std::const_pointer_cast<io::SampleTable>(r.table);
+        d["skipped"] = r.skipped;
+        d["notes"] = fs_list(r.notes);
+        d["cache_path"] = fs_str(r.cache_path);
+        d["from_cache"] = r.from_cache;
+        d["cache_error"] = fs_str(r.cache_error);
+        return d;
+      },
+      py::arg("manifest"), py::arg("root"), py::arg("path_key"), py::arg("skip_bad_rows"), py::arg("cache_dir"),
+      "Parses a JSONL/CSV manifest into a SampleTable, or maps its current cache file (io/manifest.h).");
+  m.def(
+      "scan_folder",
+      [](const std::string& root, const std::vector<std::string>& extensions, const std::string& labels) {
+        io::FolderScan r;
+        {
+          py::gil_scoped_release release;
+          r = io::scan_folder(root, extensions, labels);
+        }
+        py::dict d;
+        d["table"] = std::const_pointer_cast<io::SampleTable>(r.table);
+        d["labels"] = r.labels;
+        d["classes"] = fs_list(r.classes);
+        d["ignored_files"] = r.ignored_files;
+        return d;
+      },
+      py::arg("root"), py::arg("extensions"), py::arg("labels"),
+      "Scans a folder like torchvision's ImageFolder into a SampleTable (io/folder.h).");
+  py::class_<io::TableSource, Source, std::shared_ptr<io::TableSource>>(m, "TableSource")
+      .def(py::init([](const std::shared_ptr<io::SampleTable>& t) { return std::make_shared<io::TableSource>(t); }),
+           py::arg("table"));
 
   py::class_<io::TarSource, Source, std::shared_ptr<io::TarSource>>(m, "TarSource")
       .def(py::init<std::vector<std::string>, size_t>(), py::arg("shards"),

@@ -1,0 +1,1126 @@
+#include "loadscope/io/manifest.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include <tbb/parallel_for.h>
+
+#include "loadscope/core/error.h"
+#include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
+#include "loadscope/io/tar_index.h"
+
+namespace loadscope::io {
+
+namespace {
+
+constexpr size_t kMaxNotes = 8;
+constexpr int kMaxDepth = 512;
+
+struct BadRow {
+  std::string reason;
+};
+
+[[noreturn]] void bad(std::string reason) { throw BadRow{std::move(reason)}; }
+
+// ---- UTF-8 ------------------------------------------------------------------------------
+
+// True when [p, end) is UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
+bool valid_utf8(const unsigned char* p, const unsigned char* end) {
+  while (p < end) {
+    if (end - p >= 8) {  // the common case: eight ASCII bytes at once
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      if (!(w & 0x8080808080808080ull)) {
+        p += 8;
+        continue;
+      }
+    }
+    const unsigned c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    int n;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      if (c == 0xE0) lo = 0xA0;
+      if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      if (c == 0xF0) lo = 0x90;
+      if (c == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (end - p <= n) return false;
+    if (p[1] < lo || p[1] > hi) return false;
+    for (int k = 2; k <= n; ++k) {
+      if (p[k] < 0x80 || p[k] > 0xBF) return false;
+    }
+    p += n + 1;
+  }
+  return true;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+// An integer written as Python writes one (no sign but '-', no leading zeros, not "-0") that
+// fits int64: such a column is kept as numbers and gives back the same text.
+bool canonical_int(const char* p, size_t n, int64_t* value) {
+  if (n == 0 || n > 20) return false;
+  size_t i = 0;
+  const bool neg = p[0] == '-';
+  if (neg) ++i;
+  if (i == n) return false;
+  if (p[i] == '0' && (n - i > 1 || neg)) return false;
+  unsigned __int128 v = 0;
+  for (; i < n; ++i) {
+    if (p[i] < '0' || p[i] > '9') return false;
+    v = v * 10 + static_cast<unsigned>(p[i] - '0');
+  }
+  if (neg ? v > (static_cast<unsigned __int128>(1) << 63) : v > static_cast<unsigned __int128>(INT64_MAX)) return false;
+  if (value) *value = neg ? static_cast<int64_t>(-static_cast<__int128>(v)) : static_cast<int64_t>(v);
+  return true;
+}
+
+bool is_url(const char* p, size_t n) {
+  for (const char* scheme : {"s3://", "http://", "https://"}) {
+    const size_t k = std::strlen(scheme);
+    if (n >= k && std::memcmp(p, scheme, k) == 0) return true;
+  }
+  return false;
+}
+
+// ---- the parsed rows of one chunk ---------------------------------------------------------
+
+// A value of the row being parsed: bytes of the input, or of the row's scratch (decoded escapes).
+struct Val {
+  bool scratch = false;
+  size_t off = 0, n = 0;
+};
+
+struct PartColumn {
+  std::string name;    // as written (after unescaping)
+  std::string member;  // lower-case
+  std::vector<uint64_t> ends;
+  std::string text;
+  std::vector<uint64_t> absent;  // bitmap over the part's rows; empty: none absent yet
+  bool all_int = true;
+  bool any_present = false;
+
+  void mark_absent(size_t row) {
+    if (absent.size() * 64 <= row) absent.resize(row / 64 + 1, 0);
+    absent[row >> 6] |= uint64_t{1} << (row & 63);
+  }
+};
+
+struct Part {
+  std::vector<uint64_t> path_ends;
+  std::string path_text;
+  std::vector<PartColumn> cols;
+  uint64_t lines = 0;  // lines the part covers
+  int64_t skipped = 0;
+  std::vector<std::pair<uint64_t, std::string>> notes;  // (line within the part, reason)
+  bool failed = false;                                  // raise mode: stopped at notes[0]
+
+  size_t rows() const { return path_ends.size(); }
+};
+
+// Checks a row's path and appends the row: the path, then each column's value or absence.
+class RowWriter {
+ public:
+  RowWriter(Part& part, const ManifestOptions& o) : part_(part), opt_(o) {}
+
+  // Column index for a name (new columns get absent marks for the part's earlier rows).
+  size_t column(const char* name, size_t n, size_t guess) {
+    auto& cols = part_.cols;
+    if (guess < cols.size() && cols[guess].name.size() == n && std::memcmp(cols[guess].name.data(), name, n) == 0) {
+      return guess;
+    }
+    for (size_t i = 0; i < cols.size(); ++i) {
+      if (cols[i].name.size() == n && std::memcmp(cols[i].name.data(), name, n) == 0) return i;
+    }
+    PartColumn c;
+    c.name.assign(name, n);
+    c.member = c.name;
+    for (auto& ch : c.member) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+    const size_t rows = part_.rows();
+    c.ends.assign(rows, 0);
+    for (size_t r = 0; r < rows; ++r) c.mark_absent(r);
+    cols.push_back(std::move(c));
+    return cols.size() - 1;
+  }
+
+  // vals[i]/have[i]: this row's value of column i. Throws BadRow.
+  void write(const char* path, size_t path_n, const std::vector<Val>& vals, const std::vector<char>& have,
+             const char* input, const std::string& scratch) {
+    check_path(path, path_n);
+    const std::string ext = member_name(path, path_n);
+    auto bytes = [&](const Val& v) { return (v.scratch ? scratch.data() : input) + v.off; };
+    for (size_t i = 0; i < part_.cols.size(); ++i) {
+      if (i < have.size() && have[i] && part_.cols[i].member == ext) {
+        bad("column '" + part_.cols[i].name + "' has the name of the file's own member ('" + ext + "')");
+      }
+    }
+    const size_t row = part_.rows();
+    part_.path_text.append(path, path_n);
+    part_.path_ends.push_back(part_.path_text.size());
+    for (size_t i = 0; i < part_.cols.size(); ++i) {
+      PartColumn& c = part_.cols[i];
+      if (i < have.size() && have[i]) {
+        const char* b = bytes(vals[i]);
+        c.text.append(b, vals[i].n);
+        c.any_present = true;
+        if (c.all_int && !canonical_int(b, vals[i].n, nullptr)) c.all_int = false;
+      } else {
+        c.mark_absent(row);
+      }
+      c.ends.push_back(c.text.size());
+    }
+  }
+
+ private:
+  void check_path(const char* p, size_t n) {
+    if (n == 0) bad("the path in '" + opt_.path_key + "' is empty");
+    if (std::memchr(p, '\0', n)) bad("the path contains a NUL byte");
+    const std::string shown(p, std::min<size_t>(n, 200));
+    if (is_url(p, n)) {
+      const char* host = static_cast<const char*>(std::memchr(p, ':', n)) + 3;
+      const char* host_end = static_cast<const char*>(std::memchr(host, '/', static_cast<size_t>(p + n - host)));
+      if (!host_end) host_end = p + n;
+      if (std::memchr(p, '?', n) || std::memchr(p, '#', n)) {
+        bad("a URL with a query string or fragment (a presigned URL) is not supported: name objects "
+            "s3://bucket/key and give credentials in the environment (docs/remote.md)");
+      }
+      if (std::memchr(host, '@', static_cast<size_t>(host_end - host))) {
+        bad("credentials in a URL are refused (they would appear in errors and logs); use the environment");
+      }
+    } else if (std::search(p, p + n, "://", "://" + 3) != p + n) {
+      bad("'" + shown + "': only s3://, http://, https:// URLs and local paths are supported");
+    }
+    if (member_name(p, n).empty()) bad("'" + shown + "' has no extension to name its member");
+  }
+
+  Part& part_;
+  const ManifestOptions& opt_;
+};
+
+// ---- JSON lines ---------------------------------------------------------------------------
+
+bool json_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+class JsonRow {
+ public:
+  JsonRow(const char* line, const char* end, std::string& scratch) : p_(line), end_(end), scratch_(scratch) {}
+
+  void skip_space() {
+    while (p_ < end_ && json_space(*p_)) ++p_;
+  }
+  bool at_end() {
+    skip_space();
+    return p_ == end_;
+  }
+  char peek() { return p_ < end_ ? *p_ : '\0'; }
+  void expect(char c, const char* what) {
+    skip_space();
+    if (p_ == end_ || *p_ != c) bad(std::string("not JSON: expected ") + what + where());
+    ++p_;
+  }
+  std::string where() const {
+    if (p_ == end_) return " at the end of the line";
+    const unsigned char c = static_cast<unsigned char>(*p_);
+    char buf[48];
+    if (c >= 0x20 && c < 0x7f) {
+      std::snprintf(buf, sizeof buf, " at column %zu ('%c')", static_cast<size_t>(col()), c);
+    } else {
+      std::snprintf(buf, sizeof buf, " at column %zu", static_cast<size_t>(col()));
+    }
+    return buf;
+  }
+  size_t col() const { return static_cast<size_t>(p_ - begin_) + 1; }
+  void set_begin(const char* b) { begin_ = b; }
+  const char* pos() const { return p_; }
+
+  // A string at p_ ('"'): its bytes undecoded when it has no escapes, else decoded into scratch.
+  Val string(const char* input) {
+    ++p_;  // the opening quote
+    const char* start = p_;
+    while (p_ < end_) {
+      const unsigned char c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        Val v{false, static_cast<size_t>(start - input), static_cast<size_t>(p_ - start)};
+        ++p_;
+        return v;
+      }
+      if (c == '\\') break;
+      if (c < 0x20) bad("not JSON: a control character inside a string" + where());
+      ++p_;
+    }
+    if (p_ == end_) bad("not JSON: unterminated string");
+    // Escapes: decode the whole string into scratch.
+    Val v{true, scratch_.size(), 0};
+    scratch_.append(start, static_cast<size_t>(p_ - start));
+    while (true) {
+      if (p_ == end_) bad("not JSON: unterminated string");
+      const unsigned char c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        break;
+      }
+      if (c < 0x20) bad("not JSON: a control character inside a string" + where());
+      if (c != '\\') {
+        scratch_ += static_cast<char>(c);
+        ++p_;
+        continue;
+      }
+      if (end_ - p_ < 2) bad("not JSON: unterminated string");
+      const char e = p_[1];
+      p_ += 2;
+      switch (e) {
+        case '"': scratch_ += '"'; break;
+        case '\\': scratch_ += '\\'; break;
+        case '/': scratch_ += '/'; break;
+        case 'b': scratch_ += '\b'; break;
+        case 'f': scratch_ += '\f'; break;
+        case 'n': scratch_ += '\n'; break;
+        case 'r': scratch_ += '\r'; break;
+        case 't': scratch_ += '\t'; break;
+        case 'u': {
+          uint32_t cp = hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair gives one code point
+            if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u') bad("not JSON: a lone surrogate (\\u escape)" + where());
+            p_ += 2;
+            const uint32_t lo = hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) bad("not JSON: a lone surrogate (\\u escape)" + where());
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            bad("not JSON: a lone surrogate (\\u escape)" + where());
+          }
+          append_utf8(scratch_, cp);
+          break;
+        }
+        default: bad("not JSON: invalid escape" + where());
+      }
+    }
+    v.n = scratch_.size() - v.off;
+    return v;
+  }
+
+  // Any value, validated; returns where it starts (p_ then points past it). *is_string: a
+  // string, decoded into *str.
+  const char* value(int depth, const char* input, bool* is_string, Val* str) {
+    skip_space();
+    if (p_ == end_) bad("not JSON: a value is missing" + where());
+    const char* start = p_;
+    if (is_string) *is_string = false;
+    switch (*p_) {
+      case '"': {
+        Val v = string(input);
+        if (is_string) {
+          *is_string = true;
+          *str = v;
+        }
+        return start;
+      }
+      case '{':
+      case '[': {
+        if (depth >= kMaxDepth) bad("not JSON: nested deeper than 512 levels");
+        const bool obj = *p_ == '{';
+        ++p_;
+        skip_space();
+        if (peek() == (obj ? '}' : ']')) {
+          ++p_;
+          return start;
+        }
+        while (true) {
+          if (obj) {
+            skip_space();
+            if (peek() != '"') bad("not JSON: expected a key" + where());
+            const size_t mark = scratch_.size();
+            string(input);
+            scratch_.resize(mark);  // nested keys are validated, not kept
+            expect(':', "':'");
+          }
+          const size_t mark = scratch_.size();
+          value(depth + 1, input, nullptr, nullptr);
+          scratch_.resize(mark);
+          skip_space();
+          if (peek() == ',') {
+            ++p_;
+            continue;
+          }
+          expect(obj ? '}' : ']', obj ? "',' or '}'" : "',' or ']'");
+          return start;
+        }
+      }
+      case 't': literal("true"); return start;
+      case 'f': literal("false"); return start;
+      case 'n': literal("null"); return start;
+      case 'N': literal("NaN"); return start;  // Python's json reads these three
+      case 'I': literal("Infinity"); return start;
+      default: number(); return start;
+    }
+  }
+
+ private:
+  uint32_t hex4() {
+    if (end_ - p_ < 4) bad("not JSON: a short \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = *p_++;
+      v <<= 4;
+      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
+      else bad("not JSON: invalid \\u escape" + where());
+    }
+    return v;
+  }
+  void literal(const char* word) {
+    const size_t n = std::strlen(word);
+    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, word, n) != 0) bad("not JSON: unexpected token" + where());
+    p_ += n;
+  }
+  void number() {
+    if (peek() == '-') {
+      ++p_;
+      if (peek() == 'I') {
+        literal("Infinity");
+        return;
+      }
+    }
+    auto digits = [&] {
+      const char* s = p_;
+      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+      return p_ > s;
+    };
+    if (peek() == '0') {
+      ++p_;
+    } else if (!digits()) {
+      bad("not JSON: unexpected token" + where());
+    }
+    if (peek() == '.') {
+      ++p_;
+      if (!digits()) bad("not JSON: a digit must follow '.'" + where());
+    }
+    if (peek() == 'e' || peek() == 'E') {
+      ++p_;
+      if (peek() == '+' || peek() == '-') ++p_;
+      if (!digits()) bad("not JSON: an exponent needs digits" + where());
+    }
+  }
+
+  const char* p_;
+  const char* end_;
+  const char* begin_ = nullptr;
+  std::string& scratch_;
+};
+
+void note(Part& part, uint64_t line, std::string reason, bool skip) {
+  if (part.notes.size() < kMaxNotes) part.notes.emplace_back(line, std::move(reason));
+  if (skip) {
+    ++part.skipped;
+  } else {
+    part.failed = true;
+  }
+}
+
+// Blank for Python's str.strip(): JSON's whitespace plus form feed and vertical tab.
+bool blank(const char* b, const char* e) {
+  for (; b < e; ++b) {
+    if (!json_space(*b) && *b != '\f' && *b != '\v') return false;
+  }
+  return true;
+}
+
+// Parses the JSON lines in [b, e) (whole lines) into `part`.
+void parse_jsonl(const char* input, const char* b, const char* e, const ManifestOptions& o, Part& part) {
+  RowWriter writer(part, o);
+  std::string scratch;
+  std::vector<Val> vals;
+  std::vector<char> have;
+  const std::string& key = o.path_key;
+  while (b < e) {
+    const char* nl = static_cast<const char*>(std::memchr(b, '\n', static_cast<size_t>(e - b)));
+    const char* line_end = nl ? nl : e;
+    const uint64_t line = ++part.lines;
+    const char* line_start = b;
+    b = nl ? nl + 1 : e;
+    if (blank(line_start, line_end)) continue;
+    try {
+      const size_t len = static_cast<size_t>(line_end - line_start);
+      if (len > kMaxRowBytes) {
+        bad("the row is " + std::to_string(len) + " bytes, over the " + std::to_string(kMaxRowBytes >> 20) +
+            " MiB a manifest row may have");
+      }
+      if (!valid_utf8(reinterpret_cast<const unsigned char*>(line_start),
+                      reinterpret_cast<const unsigned char*>(line_end))) {
+        bad("the row is not UTF-8");
+      }
+      scratch.clear();
+      std::fill(have.begin(), have.end(), 0);
+      JsonRow row(line_start, line_end, scratch);
+      row.set_begin(line_start);
+      row.skip_space();
+      if (row.peek() != '{') {
+        row.value(0, input, nullptr, nullptr);  // a valid non-object is "not an object", not "not JSON"
+        if (!row.at_end()) bad("not JSON: extra data after the value" + row.where());
+        bad("the row is not a JSON object");
+      }
+      row.expect('{', "'{'");
+      Val path;
+      bool have_path = false;
+      bool path_not_string = false;
+      size_t k = 0;
+      row.skip_space();
+      if (row.peek() == '}') {
+        row.expect('}', "'}'");
+      } else {
+        while (true) {
+          row.skip_space();
+          if (row.peek() != '"') bad("not JSON: expected a key" + row.where());
+          const Val name = row.string(input);
+          row.expect(':', "':'");
+          const char* name_bytes = (name.scratch ? scratch.data() : input) + name.off;
+          bool is_string = false;
+          Val str;
+          const char* start = row.value(1, input, &is_string, &str);
+          // Re-read the name: value() may have grown scratch (the pointer moved, not the offset).
+          name_bytes = (name.scratch ? scratch.data() : input) + name.off;
+          if (name.n == key.size() && std::memcmp(name_bytes, key.data(), name.n) == 0) {
+            have_path = true;  // a repeated key: the last one counts, as in Python's json
+            path_not_string = !is_string;
+            path = str;
+          } else {
+            const size_t c = writer.column(name_bytes, name.n, k);
+            if (have.size() < part.cols.size()) {
+              have.resize(part.cols.size(), 0);
+              vals.resize(part.cols.size());
+            }
+            have[c] = 1;
+            vals[c] = is_string ? str : Val{false, static_cast<size_t>(start - input), static_cast<size_t>(row.pos() - start)};
+          }
+          ++k;
+          row.skip_space();
+          if (row.peek() == ',') {
+            row.expect(',', "','");
+            continue;
+          }
+          row.expect('}', "',' or '}'");
+          break;
+        }
+      }
+      if (!row.at_end()) bad("not JSON: extra data after the object" + row.where());
+      if (!have_path) {
+        std::string found;
+        for (size_t c = 0; c < have.size(); ++c) {
+          if (have[c]) found += (found.empty() ? "'" : ", '") + part.cols[c].name + "'";
+        }
+        bad("the row has no '" + key + "' field (found: " + (found.empty() ? "nothing" : found) + ")");
+      }
+      if (path_not_string) bad("'" + key + "' must be a string");
+      writer.write((path.scratch ? scratch.data() : input) + path.off, path.n, vals, have, input, scratch);
+    } catch (const BadRow& r) {
+      note(part, line, r.reason, o.skip_bad_rows);
+      if (part.failed) return;
+    }
+  }
+}
+
+// ---- CSV ------------------------------------------------------------------------------------
+
+// One record of RFC 4180 CSV as Python's csv module reads it: fields split at commas, a field
+// that starts with '"' is quoted ("" inside is a quote, newlines are kept), records end at
+// \n, \r\n or \r outside quotes. Returns false at the end of the input.
+struct CsvReader {
+  CsvReader(const char* b, const char* e) : p(b), end(e) {}
+  const char* p;
+  const char* end;
+  uint64_t line = 0;  // the line the last record started on
+  uint64_t next_line = 1;
+  std::vector<std::string> fields;
+
+  bool next() {
+    fields.clear();
+    if (p >= end) return false;
+    line = next_line;
+    const char* record_start = p;
+    std::string field;
+    bool quoted_field_closed = false;
+    // Past kMaxRowBytes the record is still read to its end (so that the next one starts where
+    // it should) but no longer kept: a 1 GB line costs a scan, not a gigabyte.
+    auto keep = [&] { return static_cast<uint64_t>(p - record_start) <= kMaxRowBytes; };
+    auto finish = [&] {
+      if (!keep()) bad("the row is over the " + std::to_string(kMaxRowBytes >> 20) + " MiB a manifest row may have");
+      fields.push_back(std::move(field));
+      return true;
+    };
+    while (true) {
+      if (p == end) return finish();
+      const char c = *p;
+      if (c == ',') {
+        fields.push_back(std::move(field));
+        field.clear();
+        quoted_field_closed = false;
+        ++p;
+      } else if (c == '\n' || c == '\r') {
+        ++p;
+        if (c == '\r' && p < end && *p == '\n') ++p;
+        ++next_line;
+        return finish();
+      } else if (c == '"' && field.empty() && !quoted_field_closed) {
+        ++p;
+        while (true) {
+          if (p == end) bad("a quoted field is not closed before the end of the file");
+          if (*p == '"') {
+            if (p + 1 < end && p[1] == '"') {
+              if (keep()) field += '"';
+              p += 2;
+              continue;
+            }
+            ++p;
+            break;
+          }
+          if (*p == '\n' || (*p == '\r' && !(p + 1 < end && p[1] == '\n'))) ++next_line;
+          if (keep()) field += *p;
+          ++p;
+        }
+        quoted_field_closed = true;
+        if (p < end && *p != ',' && *p != '\n' && *p != '\r') {
+          skip_to_line_end();
+          bad("a quoted field is followed by more text before the next comma");
+        }
+      } else {
+        if (keep()) field += c;
+        ++p;
+      }
+    }
+  }
+
+  void skip_to_line_end() {
+    while (p < end && *p != '\n' && *p != '\r') ++p;
+    if (p < end) {
+      if (*p == '\r' && p + 1 < end && p[1] == '\n') ++p;
+      ++p;
+      ++next_line;
+    }
+  }
+};
+
+void parse_csv(const char* b, const char* e, const ManifestOptions& o, Part& part) {
+  if (e - b >= 3 && std::memcmp(b, "\xEF\xBB\xBF", 3) == 0) b += 3;  // Excel's BOM
+  CsvReader r(b, e);
+  std::vector<std::string> header;
+  size_t path_col = 0;
+  std::vector<size_t> col_of;  // field index -> part column (path_col: unused)
+  RowWriter writer(part, o);
+  std::vector<Val> vals;
+  std::vector<char> have;
+  std::string scratch;
+  while (true) {
+    try {
+      if (!r.next()) break;
+      if (r.fields.size() == 1 && r.fields[0].empty()) continue;  // a blank line, as csv.DictReader
+      for (const auto& f : r.fields) {
+        if (!valid_utf8(reinterpret_cast<const unsigned char*>(f.data()),
+                        reinterpret_cast<const unsigned char*>(f.data() + f.size()))) {
+          bad("the row is not UTF-8");
+        }
+      }
+      if (header.empty()) {
+        header = r.fields;
+        auto it = std::find(header.begin(), header.end(), o.path_key);
+        if (it == header.end()) {
+          std::string found;
+          for (const auto& h : header) found += (found.empty() ? "'" : ", '") + h + "'";
+          throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) + ": the header has no '" +
+                            o.path_key + "' column (found: " + found + ")");
+        }
+        for (size_t i = 0; i < header.size(); ++i) {
+          for (size_t j = 0; j < i; ++j) {
+            if (header[i] == header[j]) {
+              throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) + ": column '" + header[i] +
+                                "' appears twice in the header");
+            }
+          }
+        }
+        path_col = static_cast<size_t>(it - header.begin());
+        col_of.assign(header.size(), 0);
+        for (size_t i = 0; i < header.size(); ++i) {
+          if (i != path_col) col_of[i] = writer.column(header[i].data(), header[i].size(), part.cols.size());
+        }
+        vals.assign(part.cols.size(), Val{});
+        have.assign(part.cols.size(), 1);
+        continue;
+      }
+      if (r.fields.size() != header.size()) {
+        bad("the row has " + std::to_string(r.fields.size()) + " fields, the header " +
+            std::to_string(header.size()));
+      }
+      scratch.clear();
+      for (size_t i = 0; i < header.size(); ++i) {
+        if (i == path_col) continue;
+        vals[col_of[i]] = Val{true, scratch.size(), r.fields[i].size()};
+        scratch += r.fields[i];
+      }
+      writer.write(r.fields[path_col].data(), r.fields[path_col].size(), vals, have, nullptr, scratch);
+    } catch (const BadRow& bad_row) {
+      if (header.empty()) {  // no row can be read without its header
+        throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) + ": " + bad_row.reason);
+      }
+      note(part, r.line, bad_row.reason, o.skip_bad_rows);
+      if (part.failed) break;
+    }
+  }
+  part.lines = r.next_line;
+}
+
+// ---- parts into one table ----------------------------------------------------------------
+
+Manifest merge(std::vector<Part>& parts, const ManifestOptions& o) {
+  Manifest out;
+  uint64_t line0 = 0;
+  for (const Part& p : parts) {
+    for (const auto& n : p.notes) {
+      const std::string where = "FileList: " + o.manifest + ":" + std::to_string(line0 + n.first) + ": ";
+      if (p.failed) throw ConfigError(where + n.second);
+      if (out.notes.size() < kMaxNotes) out.notes.push_back(where + n.second);
+    }
+    out.skipped += p.skipped;
+    line0 += p.lines;
+  }
+  TableBuilder b;
+  b.join = remote::is_url(o.root) ? SampleTable::Join::kUrl : SampleTable::Join::kLocal;
+  std::string prefix = o.root;
+  if (b.join == SampleTable::Join::kUrl) {
+    while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+    prefix += '/';
+  } else if (!prefix.empty() && prefix.back() != '/') {
+    prefix += '/';
+  }
+  b.prefixes.push_back(prefix);
+  size_t rows = 0, text = 0;
+  for (const Part& p : parts) rows += p.rows(), text += p.path_text.size();
+  if (rows == 0) {
+    throw ConfigError("FileList: " + o.manifest + " lists no samples" +
+                      (out.skipped ? " (" + std::to_string(out.skipped) + " bad rows skipped)" : std::string()));
+  }
+  if (rows > UINT32_MAX) throw ConfigError("FileList: " + o.manifest + ": more than 2^32 rows");
+  b.path_ends.reserve(rows);
+  b.path_text.reserve(text);
+  std::vector<size_t> part_rows;
+  for (Part& p : parts) {
+    part_rows.push_back(p.rows());
+    const uint64_t base = b.path_text.size();
+    b.path_text += p.path_text;
+    for (uint64_t end : p.path_ends) b.path_ends.push_back(base + end);
+    std::string().swap(p.path_text);
+    std::vector<uint64_t>().swap(p.path_ends);
+  }
+  // Columns in the order they first appear; a part without one has it absent in all its rows.
+  std::vector<std::string> names;
+  for (const Part& p : parts) {
+    for (const auto& c : p.cols) {
+      if (std::find(names.begin(), names.end(), c.name) == names.end()) names.push_back(c.name);
+    }
+  }
+  for (const std::string& name : names) {
+    TableBuilder::Col col;
+    bool all_int = true, any = false;
+    for (const Part& p : parts) {
+      for (const auto& c : p.cols) {
+        if (c.name != name) continue;
+        col.member = c.member;
+        any = any || c.any_present;
+        all_int = all_int && c.all_int;
+      }
+    }
+    col.is_int = all_int && any;
+    bool absent_any = false;
+    size_t row0 = 0;
+    auto absent_bit = [&](size_t row) {
+      if (!absent_any) {
+        col.absent.assign((rows + 63) / 64, 0);
+        absent_any = true;
+      }
+      col.absent[row >> 6] |= uint64_t{1} << (row & 63);
+    };
+    if (col.is_int) {
+      col.ints.reserve(rows);
+    } else {
+      col.ends.reserve(rows);
+    }
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const PartColumn* c = nullptr;
+      for (const auto& pc : parts[k].cols) {
+        if (pc.name == name) c = &pc;
+      }
+      const size_t n = part_rows[k];
+      for (size_t r = 0; r < n; ++r) {
+        const bool present = c && (r / 64 >= c->absent.size() || !((c->absent[r >> 6] >> (r & 63)) & 1));
+        if (!present) absent_bit(row0 + r);
+        if (col.is_int) {
+          int64_t v = 0;
+          if (present) {
+            const uint64_t s = r ? c->ends[r - 1] : 0;
+            canonical_int(c->text.data() + s, c->ends[r] - s, &v);
+          }
+          col.ints.push_back(v);
+        } else {
+          if (present) {
+            const uint64_t s = r ? c->ends[r - 1] : 0;
+            col.text.append(c->text, s, c->ends[r] - s);
+          }
+          col.ends.push_back(col.text.size());
+        }
+      }
+      row0 += n;
+    }
+    b.columns.push_back(std::move(col));
+  }
+  out.table = TableBuilder::finish(std::move(b));
+  return out;
+}
+
+// ---- the cache file -----------------------------------------------------------------------
+
+constexpr char kMagic[8] = {'L', 'S', 'T', 'A', 'B', 'L', 'E', '1'};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+class Writer {
+ public:
+  void u64(uint64_t v) { raw(&v, 8); }
+  void str(const std::string& s) { bytes(s.data(), s.size()); }
+  template <typename T>
+  void array(View<T> v) { bytes(v.data, v.size * sizeof(T)); }
+  void bytes(const void* p, size_t n) {
+    u64(n);
+    raw(p, n);
+    static const char zeros[8] = {};
+    raw(zeros, (8 - n % 8) % 8);
+  }
+  std::string out;
+
+ private:
+  void raw(const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+};
+
+class Reader {
+ public:
+  Reader(const char* p, size_t n) : p_(p), end_(p + n) {}
+  uint64_t u64() {
+    need(8);
+    uint64_t v;
+    std::memcpy(&v, p_, 8);
+    p_ += 8;
+    return v;
+  }
+  std::string str() {
+    const auto v = array<char>();
+    return std::string(v.data, v.size);
+  }
+  template <typename T>
+  View<T> array() {
+    const uint64_t n = u64();
+    if (n % sizeof(T)) throw BadRow{"bad array"};
+    need(n);
+    View<T> v(reinterpret_cast<const T*>(p_), n / sizeof(T));
+    p_ += n + (8 - n % 8) % 8;
+    if (p_ > end_) throw BadRow{"truncated"};
+    return v;
+  }
+  bool done() const { return p_ == end_; }
+
+ private:
+  void need(uint64_t n) {
+    if (static_cast<uint64_t>(end_ - p_) < n) throw BadRow{"truncated"};
+  }
+  const char* p_;
+  const char* end_;
+};
+
+struct Mapping {
+  void* data = MAP_FAILED;
+  size_t size = 0;
+  ~Mapping() {
+    if (data != MAP_FAILED) munmap(data, size);
+  }
+};
+
+// Maps a local file read-only; nullptr when it cannot be opened. Throws ReadFailure for other errors.
+std::shared_ptr<Mapping> map_file(const std::string& path, bool must_exist) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (!must_exist && errno == ENOENT) return nullptr;
+    throw ReadFailure(path + ": " + std::strerror(errno));
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw ReadFailure(path + ": not a regular file");
+  }
+  auto m = std::make_shared<Mapping>();
+  m->size = static_cast<size_t>(st.st_size);
+  if (m->size > 0) {
+    m->data = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m->data == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      throw ReadFailure(path + ": mmap: " + std::strerror(err));
+    }
+  }
+  ::close(fd);
+  return m;
+}
+
+bool monotonic(const Strings& s) {
+  uint64_t prev = 0;
+  for (size_t i = 0; i < s.ends.size; ++i) {
+    if (s.ends[i] < prev) return false;
+    prev = s.ends[i];
+  }
+  return prev == s.text.size;
+}
+
+std::string serialize(const Manifest& m, const std::string& identity) {
+  const SampleTable& t = *m.table;
+  Writer w;
+  w.out.append(kMagic, 8);
+  w.str(identity);
+  w.u64(m.skipped);
+  w.u64(m.notes.size());
+  for (const auto& n : m.notes) w.str(n);
+  w.u64(t.prefixes.size());
+  for (const auto& p : t.prefixes) w.str(p);
+  w.u64(static_cast<uint64_t>(t.join));
+  w.array(t.prefix);
+  w.array(t.paths.ends);
+  w.array(t.paths.text);
+  w.array(t.extras.rows);
+  w.array(t.extras.names.ends);
+  w.array(t.extras.names.text);
+  w.u64(t.columns.size());
+  for (const auto& c : t.columns) {
+    w.str(c.member);
+    w.u64(c.is_int);
+    w.array(c.ints);
+    w.array(c.strings.ends);
+    w.array(c.strings.text);
+    w.array(c.absent);
+  }
+  return std::move(w.out);
+}
+
+// The table in a cache file, or nothing when the file is missing, stale or damaged.
+bool deserialize(const std::shared_ptr<Mapping>& map, const std::string& identity, Manifest& out) {
+  if (!map || map->size < 8 || std::memcmp(map->data, kMagic, 8) != 0) return false;
+  try {
+    Reader r(static_cast<const char*>(map->data) + 8, map->size - 8);
+    if (r.str() != identity) return false;
+    auto t = std::make_shared<SampleTable>();
+    out.skipped = static_cast<int64_t>(r.u64());
+    const uint64_t notes = r.u64();
+    if (notes > kMaxNotes) return false;
+    out.notes.clear();
+    for (uint64_t i = 0; i < notes; ++i) out.notes.push_back(r.str());
+    const uint64_t prefixes = r.u64();
+    if (prefixes == 0 || prefixes > UINT32_MAX) return false;
+    for (uint64_t i = 0; i < prefixes; ++i) t->prefixes.push_back(r.str());
+    t->join = r.u64() ? SampleTable::Join::kUrl : SampleTable::Join::kLocal;
+    t->prefix = r.array<uint32_t>();
+    t->paths.ends = r.array<uint64_t>();
+    t->paths.text = r.array<char>();
+    t->extras.rows = r.array<uint32_t>();
+    t->extras.names.ends = r.array<uint64_t>();
+    t->extras.names.text = r.array<char>();
+    const size_t rows = t->paths.ends.size;
+    if (!monotonic(t->paths) || !monotonic(t->extras.names) || rows == 0) return false;
+    if (!t->prefix.empty()) return false;  // a manifest has one prefix
+    if (t->extras.rows.size != t->extras.names.ends.size || !t->extras.rows.empty()) return false;
+    const uint64_t cols = r.u64();
+    if (cols > (uint64_t{1} << 20)) return false;
+    for (uint64_t i = 0; i < cols; ++i) {
+      Column c;
+      c.member = r.str();
+      c.is_int = r.u64() != 0;
+      c.ints = r.array<int64_t>();
+      c.strings.ends = r.array<uint64_t>();
+      c.strings.text = r.array<char>();
+      c.absent = r.array<uint64_t>();
+      if (c.is_int ? c.ints.size != rows : (c.strings.ends.size != rows || !monotonic(c.strings))) return false;
+      if (!c.absent.empty() && c.absent.size != (rows + 63) / 64) return false;
+      t->columns.push_back(std::move(c));
+    }
+    if (!r.done()) return false;
+    t->storage = map;
+    out.table = t;
+    return true;
+  } catch (const BadRow&) {
+    return false;
+  }
+}
+
+void write_cache(const std::string& path, const std::string& bytes) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(rng() % 1000000007);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw ReadFailure(tmp + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw ReadFailure(tmp + ": " + std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    throw ReadFailure(path + ": " + std::strerror(err));
+  }
+}
+
+}  // namespace
+
+ManifestFormat manifest_format(const std::string& manifest) {
+  const size_t dot = manifest.rfind('.');
+  std::string ext = dot == std::string::npos ? "" : manifest.substr(dot + 1);
+  for (auto& c : ext) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  if (ext == "jsonl" || ext == "ndjson") return ManifestFormat::kJsonl;
+  if (ext == "csv") return ManifestFormat::kCsv;
+  throw ConfigError("FileList: " + manifest + ": a manifest must end in .jsonl, .ndjson or .csv");
+}
+
+Manifest parse_manifest(const char* data, size_t size, ManifestFormat format, const ManifestOptions& o) {
+  std::vector<Part> parts;
+  if (format == ManifestFormat::kCsv) {
+    parts.resize(1);
+    parse_csv(data, data + size, o, parts[0]);
+  } else {
+    const char* b = data;
+    const char* e = data + size;
+    if (size >= 3 && std::memcmp(b, "\xEF\xBB\xBF", 3) == 0) b += 3;
+    // Chunks of about 4 MiB that end at line ends, parsed in parallel.
+    std::vector<const char*> cuts{b};
+    constexpr size_t kChunk = size_t{4} << 20;
+    while (static_cast<size_t>(e - cuts.back()) > kChunk) {
+      const char* at = cuts.back() + kChunk;
+      const char* nl = static_cast<const char*>(std::memchr(at, '\n', static_cast<size_t>(e - at)));
+      if (!nl || nl + 1 >= e) break;
+      cuts.push_back(nl + 1);
+    }
+    cuts.push_back(e);
+    parts.resize(cuts.size() - 1);
+    tbb::parallel_for(size_t{0}, parts.size(), [&](size_t i) { parse_jsonl(data, cuts[i], cuts[i + 1], o, parts[i]); });
+  }
+  return merge(parts, o);
+}
+
+Manifest read_manifest(const ManifestOptions& o) {
+  const ManifestFormat format = manifest_format(o.manifest);
+  const bool remote = remote::is_url(o.manifest);
+  // What the table depends on; a cache file written under another identity is stale.
+  uint64_t size = 0;
+  std::string version;
+  try {
+    RandomAccess file(o.manifest);
+    size = file.size();
+    version = file.version();
+  } catch (const ReadFailure& e) {
+    throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " + e.what());
+  }
+  std::string cache_path, identity;
+  if (!o.cache_dir.empty()) {
+    uint32_t fingerprint = 0;
+    try {
+      fingerprint = shard_fingerprint(o.manifest, size);
+    } catch (const ReadFailure& e) {
+      throw ConfigError("FileList: " + o.manifest + ": " + e.what());
+    }
+    const std::string options = o.manifest + '\n' + o.root + '\n' + o.path_key + '\n' + (o.skip_bad_rows ? "skip" : "raise");
+    identity = options + '\n' + std::to_string(size) + '\n' + version + '\n' + std::to_string(fingerprint);
+    const size_t slash = o.manifest.find_last_of('/');
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(options)));
+    cache_path = o.cache_dir + "/" + hex + "-" + o.manifest.substr(slash == std::string::npos ? 0 : slash + 1) + ".table";
+    Manifest cached;
+    std::shared_ptr<Mapping> map;
+    try {
+      map = map_file(cache_path, false);
+    } catch (const ReadFailure&) {
+      map = nullptr;  // unreadable: parse and try to replace it
+    }
+    if (deserialize(map, identity, cached)) {
+      cached.cache_path = cache_path;
+      cached.from_cache = true;
+      return cached;
+    }
+  }
+  Manifest m;
+  if (remote) {
+    std::string bytes;
+    try {
+      read_file(o.manifest, bytes);
+    } catch (const ReadFailure& e) {
+      throw ConfigError("FileList: " + remote::redact(o.manifest) + ": " + e.what());
+    }
+    m = parse_manifest(bytes.data(), bytes.size(), format, o);
+  } else {
+    std::shared_ptr<Mapping> map;
+    try {
+      map = map_file(o.manifest, true);
+    } catch (const ReadFailure& e) {
+      throw ConfigError("FileList: " + std::string(e.what()));
+    }
+    if (map->size) madvise(map->data, map->size, MADV_SEQUENTIAL);
+    m = parse_manifest(static_cast<const char*>(map->size ? map->data : nullptr), map->size, format, o);
+  }
+  if (!cache_path.empty()) {
+    try {
+      write_cache(cache_path, serialize(m, identity));
+      m.cache_path = cache_path;
+    } catch (const ReadFailure& e) {
+      m.cache_error = e.what();
+    }
+  }
+  return m;
+}
+
+}  // namespace loadscope::io

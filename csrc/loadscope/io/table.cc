@@ -1,0 +1,142 @@
+#include "loadscope/io/table.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "loadscope/core/error.h"
+
+namespace loadscope::io {
+
+namespace {
+
+bool is_url(const char* p, size_t n) {
+  for (const char* scheme : {"s3://", "http://", "https://"}) {
+    const size_t k = std::strlen(scheme);
+    if (n >= k && std::memcmp(p, scheme, k) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string member_name(const char* path, size_t n) {
+  size_t base = n;
+  while (base > 0 && path[base - 1] != '/') --base;
+  size_t dot = n;
+  while (dot > base && path[dot - 1] != '.') --dot;
+  if (dot == base) return {};  // no dot in the last component
+  --dot;                       // at the last dot
+  size_t first = base;         // os.path.splitext: leading dots do not start an extension
+  while (first < dot && path[first] == '.') ++first;
+  if (first == dot) return {};
+  std::string ext(path + dot + 1, n - dot - 1);
+  for (auto& c : ext) c = static_cast<char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return ext;
+}
+
+std::string SampleTable::path(size_t row) const {
+  const char* p = paths.begin(row);
+  size_t n = paths.length(row);
+  if (is_url(p, n)) return std::string(p, n);
+  if (join == Join::kUrl) {
+    while (n > 0 && *p == '/') ++p, --n;
+  } else if (n > 0 && *p == '/') {
+    return std::string(p, n);
+  }
+  const std::string& pre = prefixes[prefix.empty() ? 0 : prefix[row]];
+  std::string out;
+  out.reserve(pre.size() + n);
+  out.append(pre).append(p, n);
+  return out;
+}
+
+void SampleTable::sample(size_t row, Sample& out) const {
+  out.key = path(row);
+  out.members.clear();
+  Member file;
+  file.name = member_name(out.key.data(), out.key.size());
+  file.is_path = true;
+  file.path = out.key;
+  out.members.push_back(std::move(file));
+  if (!extras.rows.empty()) {
+    const uint32_t* b = extras.rows.data;
+    const uint32_t* e = b + extras.rows.size;
+    const auto range = std::equal_range(b, e, static_cast<uint32_t>(row));
+    const std::string& pre = prefixes[prefix.empty() ? 0 : prefix[row]];
+    for (const uint32_t* it = range.first; it != range.second; ++it) {
+      const size_t k = static_cast<size_t>(it - b);
+      Member m;
+      m.is_path = true;
+      m.path = pre + extras.names.at(k);
+      m.name = member_name(m.path.data(), m.path.size());
+      out.members.push_back(std::move(m));
+    }
+  }
+  for (const auto& c : columns) {
+    if (!c.present(row)) continue;
+    Member m;
+    m.name = c.member;
+    m.data = c.is_int ? std::to_string(c.ints[row]) : c.strings.at(row);
+    out.members.push_back(std::move(m));
+  }
+}
+
+uint64_t SampleTable::bytes() const {
+  uint64_t total = prefix.size * 4 + paths.ends.size * 8 + paths.text.size + extras.rows.size * 4 +
+                   extras.names.ends.size * 8 + extras.names.text.size;
+  for (const auto& s : prefixes) total += s.size();
+  for (const auto& c : columns) {
+    total += c.ints.size * 8 + c.strings.ends.size * 8 + c.strings.text.size + c.absent.size * 8;
+  }
+  return total;
+}
+
+std::shared_ptr<const SampleTable> TableBuilder::finish(TableBuilder&& b) {
+  auto held = std::make_shared<TableBuilder>(std::move(b));
+  auto t = std::make_shared<SampleTable>();
+  t->prefixes = held->prefixes;
+  t->prefix = View<uint32_t>(held->prefix);
+  t->join = held->join;
+  t->paths = Strings{View<uint64_t>(held->path_ends), View<char>(held->path_text.data(), held->path_text.size())};
+  t->extras.rows = View<uint32_t>(held->extra_rows);
+  t->extras.names = Strings{View<uint64_t>(held->extra_ends),
+                            View<char>(held->extra_text.data(), held->extra_text.size())};
+  for (const auto& c : held->columns) {
+    Column col;
+    col.member = c.member;
+    col.is_int = c.is_int;
+    col.ints = View<int64_t>(c.ints);
+    col.strings = Strings{View<uint64_t>(c.ends), View<char>(c.text.data(), c.text.size())};
+    col.absent = View<uint64_t>(c.absent);
+    t->columns.push_back(std::move(col));
+  }
+  if (t->prefixes.empty()) t->prefixes.emplace_back();
+  t->storage = held;
+  return t;
+}
+
+TableSource::TableSource(std::shared_ptr<const SampleTable> table) : table_(std::move(table)) {
+  if (!table_) throw ConfigError("TableSource needs a table");
+}
+
+void TableSource::start_epoch(const EpochOrder& order) {
+  cursor_ = 0;
+  order_ = Permutation(static_cast<uint64_t>(table_->rows()), order.shuffle, order.seed,
+                       static_cast<uint64_t>(order.epoch), RngStream::kOrder);
+}
+
+bool TableSource::next(Sample& out) {
+  if (cursor_ >= static_cast<uint64_t>(table_->rows())) return false;
+  table_->sample(order_(cursor_), out);
+  ++cursor_;
+  return true;
+}
+
+int64_t TableSource::skip(int64_t n) {
+  const int64_t left = table_->rows() - static_cast<int64_t>(cursor_);
+  const int64_t done = std::max<int64_t>(0, std::min(n, left));
+  cursor_ += static_cast<uint64_t>(done);
+  return done;
+}
+
+}  // namespace loadscope::io
