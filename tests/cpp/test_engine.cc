@@ -7,6 +7,7 @@
 #include "helpers.h"
 #include "loadscope/core/engine.h"
 #include "loadscope/core/error.h"
+#include "loadscope/core/permutation.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/io/sources.h"
 
@@ -118,6 +119,35 @@ TEST_CASE("order depends on seed and epoch only", "[engine]") {
   auto other_seed = options(2, 50, true, 0);
   other_seed.order.seed = 8;
   CHECK(collect(list_source(500), other_seed).ids != a.ids);
+}
+
+TEST_CASE("a shuffled order is a permutation of its own per seed and epoch", "[engine][order]") {
+  for (uint64_t n : {1, 2, 3, 255, 256, 257, 1000, 65537}) {
+    INFO("n = " << n);
+    const Permutation p(n, true, 7, 0, RngStream::kOrder);
+    std::vector<char> seen(n, 0);
+    bool moved = false;
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t v = p(i);
+      REQUIRE(v < n);
+      REQUIRE_FALSE(seen[v]);
+      seen[v] = 1;
+      moved = moved || v != i;
+    }
+    const Permutation identity(n, false, 7, 0, RngStream::kOrder);
+    for (uint64_t i = 0; i < n; ++i) REQUIRE(identity(i) == i);
+    if (n < 255) continue;
+    CHECK(moved);
+    const Permutation epoch1(n, true, 7, 1, RngStream::kOrder), seed8(n, true, 8, 0, RngStream::kOrder);
+    int same_epoch = 0, same_seed = 0;
+    for (uint64_t i = 0; i < n; ++i) same_epoch += epoch1(i) == p(i), same_seed += seed8(i) == p(i);
+    CHECK(same_epoch < static_cast<int>(n / 16));  // about one fixed point each, as for random orders
+    CHECK(same_seed < static_cast<int>(n / 16));
+  }
+  // The first sample of 10 over 4000 epochs: each one about 400 times (a random order's 1/10).
+  std::vector<int> first(10, 0);
+  for (int64_t epoch = 0; epoch < 4000; ++epoch) ++first[Permutation(10, true, 1, epoch, RngStream::kOrder)(0)];
+  for (int count : first) CHECK((count > 300 && count < 500));
 }
 
 TEST_CASE("striding splits batches between consumers without overlap", "[engine]") {

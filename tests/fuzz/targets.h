@@ -18,6 +18,7 @@
 #include "loadscope/decode/png/png_decoder.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/io/file.h"
+#include "loadscope/io/manifest.h"
 #include "loadscope/io/tar.h"
 #include "loadscope/io/tar_index.h"
 #include "loadscope/pipeline/clips.h"
@@ -136,6 +137,24 @@ inline int video(const uint8_t* data, size_t size) {
     for (size_t t = 0; t < targets.size(); ++t) requests.push_back({targets[t], pixels.data() + t * 768, &o});
     dec.decode(requests);
   } catch (const DecodeFailure&) {
+  }
+  return 0;
+}
+
+// Manifest: the JSON-lines (in parallel chunks) and CSV parsers, raising and skipping, then
+// every row made into a sample. First byte: bit 0 CSV, bit 1 skip bad rows, bit 2 a URL root.
+inline int manifest(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  io::ManifestOptions o;
+  o.manifest = "fuzz";
+  o.root = data[0] & 4 ? "http://h/r" : "/r";
+  o.skip_bad_rows = data[0] & 2;
+  const auto format = data[0] & 1 ? io::ManifestFormat::kCsv : io::ManifestFormat::kJsonl;
+  try {
+    const io::Manifest m = io::parse_manifest(reinterpret_cast<const char*>(data + 1), size - 1, format, o);
+    Sample s;
+    for (int64_t r = 0; r < m.table->rows(); ++r) m.table->sample(static_cast<size_t>(r), s);
+  } catch (const ConfigError&) {
   }
   return 0;
 }
