@@ -262,6 +262,7 @@ class FileList(_TableSource):
         self.skip_notes: List[str] = r["notes"]
         self.cache_path: Optional[str] = r["cache_path"] or None
         self.from_cache: bool = r["from_cache"]
+        self.cache_pending: bool = r["cache_pending"]  # a large table's file is being written in the background
         if r["cache_error"]:
             warnings.warn(f"FileList: could not write the manifest cache: {r['cache_error']}", stacklevel=3)
         if self.skipped_rows:

@@ -1,6 +1,8 @@
 #include "loadscope/io/manifest.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,7 +10,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <thread>
 
 #include <tbb/parallel_for.h>
 
@@ -181,8 +186,7 @@ class RowWriter {
   // vals[i]/have[i]: this row's value of column i. Throws BadRow.
   void write(const char* path, size_t path_n, const std::vector<Val>& vals, const std::vector<char>& have,
              const char* input, const std::string& scratch) {
-    check_path(path, path_n);
-    const std::string ext = member_name(path, path_n);
+    const std::string ext = check_path(path, path_n);
     auto bytes = [&](const Val& v) { return (v.scratch ? scratch.data() : input) + v.off; };
     for (size_t i = 0; i < part_.cols.size(); ++i) {
       if (i < have.size() && have[i] && part_.cols[i].member == ext) {
@@ -207,10 +211,10 @@ class RowWriter {
   }
 
  private:
-  void check_path(const char* p, size_t n) {
+  // The file's member name; throws BadRow for a path that cannot be a sample's.
+  std::string check_path(const char* p, size_t n) {
     if (n == 0) bad("the path in '" + opt_.path_key + "' is empty");
     if (std::memchr(p, '\0', n)) bad("the path contains a NUL byte");
-    const std::string shown(p, std::min<size_t>(n, 200));
     if (is_url(p, n)) {
       const char* host = static_cast<const char*>(std::memchr(p, ':', n)) + 3;
       const char* host_end = static_cast<const char*>(std::memchr(host, '/', static_cast<size_t>(p + n - host)));
@@ -223,9 +227,11 @@ class RowWriter {
         bad("credentials in a URL are refused (they would appear in errors and logs); use the environment");
       }
     } else if (std::search(p, p + n, "://", "://" + 3) != p + n) {
-      bad("'" + shown + "': only s3://, http://, https:// URLs and local paths are supported");
+      bad("'" + std::string(p, std::min<size_t>(n, 200)) + "': only s3://, http://, https:// URLs and local paths are supported");
     }
-    if (member_name(p, n).empty()) bad("'" + shown + "' has no extension to name its member");
+    std::string ext = member_name(p, n);
+    if (ext.empty()) bad("'" + std::string(p, std::min<size_t>(n, 200)) + "' has no extension to name its member");
+    return ext;
   }
 
   Part& part_;
@@ -463,6 +469,10 @@ bool blank(const char* b, const char* e) {
 // Parses the JSON lines in [b, e) (whole lines) into `part`.
 void parse_jsonl(const char* input, const char* b, const char* e, const ManifestOptions& o, Part& part) {
   RowWriter writer(part, o);
+  // Room for what the chunk can hold, so that the arrays never move while growing (reserved
+  // pages that stay unused are never touched).
+  part.path_text.reserve(static_cast<size_t>(e - b));
+  part.path_ends.reserve(static_cast<size_t>(e - b) / 16 + 1);
   std::string scratch;
   std::vector<Val> vals;
   std::vector<char> have;
@@ -726,24 +736,28 @@ Manifest merge(std::vector<Part>& parts, const ManifestOptions& o) {
     prefix += '/';
   }
   b.prefixes.push_back(prefix);
-  size_t rows = 0, text = 0;
-  for (const Part& p : parts) rows += p.rows(), text += p.path_text.size();
+  // Where each part's rows and bytes go; the parts are then copied in parallel into arrays
+  // sized once (NoInit: their pages are first touched by the copying threads).
+  const size_t n_parts = parts.size();
+  std::vector<size_t> row0(n_parts + 1, 0), text0(n_parts + 1, 0);
+  for (size_t k = 0; k < n_parts; ++k) {
+    row0[k + 1] = row0[k] + parts[k].rows();
+    text0[k + 1] = text0[k] + parts[k].path_text.size();
+  }
+  const size_t rows = row0[n_parts];
   if (rows == 0) {
     throw ConfigError("FileList: " + o.manifest + " lists no samples" +
                       (out.skipped ? " (" + std::to_string(out.skipped) + " bad rows skipped)" : std::string()));
   }
   if (rows > UINT32_MAX) throw ConfigError("FileList: " + o.manifest + ": more than 2^32 rows");
-  b.path_ends.reserve(rows);
-  b.path_text.reserve(text);
-  std::vector<size_t> part_rows;
-  for (Part& p : parts) {
-    part_rows.push_back(p.rows());
-    const uint64_t base = b.path_text.size();
-    b.path_text += p.path_text;
-    for (uint64_t end : p.path_ends) b.path_ends.push_back(base + end);
+  b.path_ends.resize(rows);
+  b.path_text.resize(text0[n_parts]);
+  tbb::parallel_for(size_t{0}, n_parts, [&](size_t k) {
+    Part& p = parts[k];
+    std::copy(p.path_text.begin(), p.path_text.end(), b.path_text.begin() + static_cast<ptrdiff_t>(text0[k]));
+    for (size_t r = 0; r < p.rows(); ++r) b.path_ends[row0[k] + r] = text0[k] + p.path_ends[r];
     std::string().swap(p.path_text);
-    std::vector<uint64_t>().swap(p.path_ends);
-  }
+  });
   // Columns in the order they first appear; a part without one has it absent in all its rows.
   std::vector<std::string> names;
   for (const Part& p : parts) {
@@ -753,55 +767,56 @@ Manifest merge(std::vector<Part>& parts, const ManifestOptions& o) {
   }
   for (const std::string& name : names) {
     TableBuilder::Col col;
-    bool all_int = true, any = false;
-    for (const Part& p : parts) {
-      for (const auto& c : p.cols) {
-        if (c.name != name) continue;
-        col.member = c.member;
-        any = any || c.any_present;
-        all_int = all_int && c.all_int;
+    std::vector<const PartColumn*> of(n_parts, nullptr);
+    bool all_int = true, any = false, absent_any = false;
+    std::vector<size_t> byte0(n_parts + 1, 0);
+    for (size_t k = 0; k < n_parts; ++k) {
+      for (const auto& c : parts[k].cols) {
+        if (c.name == name) of[k] = &c;
       }
+      const PartColumn* c = of[k];
+      if (c) {
+        col.member = c->member;
+        any = any || c->any_present;
+        all_int = all_int && c->all_int;
+      }
+      absent_any = absent_any || !c || !c->absent.empty();
+      byte0[k + 1] = byte0[k] + (c ? c->text.size() : 0);
     }
     col.is_int = all_int && any;
-    bool absent_any = false;
-    size_t row0 = 0;
-    auto absent_bit = [&](size_t row) {
-      if (!absent_any) {
-        col.absent.assign((rows + 63) / 64, 0);
-        absent_any = true;
-      }
-      col.absent[row >> 6] |= uint64_t{1} << (row & 63);
-    };
     if (col.is_int) {
-      col.ints.reserve(rows);
+      col.ints.resize(rows);
     } else {
-      col.ends.reserve(rows);
+      col.ends.resize(rows);
+      col.text.resize(byte0[n_parts]);
     }
-    for (size_t k = 0; k < parts.size(); ++k) {
-      const PartColumn* c = nullptr;
-      for (const auto& pc : parts[k].cols) {
-        if (pc.name == name) c = &pc;
-      }
-      const size_t n = part_rows[k];
-      for (size_t r = 0; r < n; ++r) {
-        const bool present = c && (r / 64 >= c->absent.size() || !((c->absent[r >> 6] >> (r & 63)) & 1));
-        if (!present) absent_bit(row0 + r);
-        if (col.is_int) {
+    tbb::parallel_for(size_t{0}, n_parts, [&](size_t k) {
+      const PartColumn* c = of[k];
+      const size_t n = row0[k + 1] - row0[k];
+      if (col.is_int) {  // absent rows hold 0; their bit says they are absent
+        for (size_t r = 0; r < n; ++r) {
           int64_t v = 0;
-          if (present) {
-            const uint64_t s = r ? c->ends[r - 1] : 0;
-            canonical_int(c->text.data() + s, c->ends[r] - s, &v);
+          if (c) {
+            const uint64_t s0 = r ? c->ends[r - 1] : 0;
+            if (c->ends[r] > s0) canonical_int(c->text.data() + s0, c->ends[r] - s0, &v);
           }
-          col.ints.push_back(v);
-        } else {
-          if (present) {
-            const uint64_t s = r ? c->ends[r - 1] : 0;
-            col.text.append(c->text, s, c->ends[r] - s);
-          }
-          col.ends.push_back(col.text.size());
+          col.ints[row0[k] + r] = v;
+        }
+      } else {
+        if (c) std::copy(c->text.begin(), c->text.end(), col.text.begin() + static_cast<ptrdiff_t>(byte0[k]));
+        for (size_t r = 0; r < n; ++r) col.ends[row0[k] + r] = byte0[k] + (c ? c->ends[r] : 0);
+      }
+    });
+    if (absent_any) {  // bits of neighbouring parts share words: set in one thread
+      col.absent.assign((rows + 63) / 64, 0);
+      for (size_t k = 0; k < n_parts; ++k) {
+        const PartColumn* c = of[k];
+        for (size_t r = 0; r < row0[k + 1] - row0[k]; ++r) {
+          if (c && (r / 64 >= c->absent.size() || !((c->absent[r >> 6] >> (r & 63)) & 1))) continue;
+          const size_t row = row0[k] + r;
+          col.absent[row >> 6] |= uint64_t{1} << (row & 63);
         }
       }
-      row0 += n;
     }
     b.columns.push_back(std::move(col));
   }
@@ -819,8 +834,10 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// Writes the cache file's sections straight from the table's arrays (no copy of the table).
 class Writer {
  public:
+  explicit Writer(int fd) : fd_(fd) {}
   void u64(uint64_t v) { raw(&v, 8); }
   void str(const std::string& s) { bytes(s.data(), s.size()); }
   template <typename T>
@@ -831,10 +848,19 @@ class Writer {
     static const char zeros[8] = {};
     raw(zeros, (8 - n % 8) % 8);
   }
-  std::string out;
 
  private:
-  void raw(const void* p, size_t n) { out.append(static_cast<const char*>(p), n); }
+  void raw(const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t k = ::write(fd_, c, std::min<size_t>(n, size_t{1} << 30));
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) throw ReadFailure(std::string("write: ") + std::strerror(errno));
+      c += k;
+      n -= static_cast<size_t>(k);
+    }
+  }
+  int fd_;
 };
 
 class Reader {
@@ -880,7 +906,9 @@ struct Mapping {
 };
 
 // Maps a local file read-only; nullptr when it cannot be opened. Throws ReadFailure for other errors.
-std::shared_ptr<Mapping> map_file(const std::string& path, bool must_exist) {
+// populate: fault every page in now (one batched pass in the kernel instead of a fault per 4 KiB
+// page in the parser's threads) — for a manifest read whole, not for a cache file read lazily.
+std::shared_ptr<Mapping> map_file(const std::string& path, bool must_exist, bool populate = false) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (!must_exist && errno == ENOENT) return nullptr;
@@ -894,7 +922,7 @@ std::shared_ptr<Mapping> map_file(const std::string& path, bool must_exist) {
   auto m = std::make_shared<Mapping>();
   m->size = static_cast<size_t>(st.st_size);
   if (m->size > 0) {
-    m->data = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    m->data = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE | (populate ? MAP_POPULATE : 0), fd, 0);
     if (m->data == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
@@ -914,12 +942,11 @@ bool monotonic(const Strings& s) {
   return prev == s.text.size;
 }
 
-std::string serialize(const Manifest& m, const std::string& identity) {
+void serialize(Writer& w, const Manifest& m, const std::string& identity) {
   const SampleTable& t = *m.table;
-  Writer w;
-  w.out.append(kMagic, 8);
+  w.u64(0);  // replaced by the magic once everything else is written
   w.str(identity);
-  w.u64(m.skipped);
+  w.u64(static_cast<uint64_t>(m.skipped));
   w.u64(m.notes.size());
   for (const auto& n : m.notes) w.str(n);
   w.u64(t.prefixes.size());
@@ -940,7 +967,6 @@ std::string serialize(const Manifest& m, const std::string& identity) {
     w.array(c.strings.text);
     w.array(c.absent);
   }
-  return std::move(w.out);
 }
 
 // The table in a cache file, or nothing when the file is missing, stale or damaged.
@@ -992,22 +1018,34 @@ bool deserialize(const std::shared_ptr<Mapping>& map, const std::string& identit
   }
 }
 
-void write_cache(const std::string& path, const std::string& bytes) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(rng() % 1000000007);
+// Writes the cache file under a temporary name and renames it into place, so that a reader
+// (another rank) sees the old file, no file, or the whole new one. Temporary files of
+// processes that died while writing are removed first. Throws ReadFailure.
+void write_cache(const std::string& path, const Manifest& m, const std::string& identity) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = path.substr(0, slash), stale = path.substr(slash + 1) + ".tmp.";
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name.compare(0, stale.size(), stale) != 0) continue;
+      const long pid = std::strtol(name.c_str() + stale.size(), nullptr, 10);
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
+    }
+    closedir(d);
+  }
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw ReadFailure(tmp + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw ReadFailure(tmp + ": " + std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
+  try {
+    Writer w(fd);
+    serialize(w, m, identity);
+    // The magic goes in last: a file cut short by a crash never looks complete.
+    if (::pwrite(fd, kMagic, 8, 0) != 8) throw ReadFailure(std::string("write: ") + std::strerror(errno));
+  } catch (const ReadFailure& e) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw ReadFailure(tmp + ": " + e.what());
   }
   ::close(fd);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
@@ -1105,7 +1143,7 @@ Manifest read_manifest(const ManifestOptions& o) {
   } else {
     std::shared_ptr<Mapping> map;
     try {
-      map = map_file(o.manifest, true);
+      map = map_file(o.manifest, true, true);
     } catch (const ReadFailure& e) {
       throw ConfigError("FileList: " + std::string(e.what()));
     }
@@ -1113,11 +1151,26 @@ Manifest read_manifest(const ManifestOptions& o) {
     m = parse_manifest(static_cast<const char*>(map->size ? map->data : nullptr), map->size, format, o);
   }
   if (!cache_path.empty()) {
-    try {
-      write_cache(cache_path, serialize(m, identity));
-      m.cache_path = cache_path;
-    } catch (const ReadFailure& e) {
-      m.cache_error = e.what();
+    m.cache_path = cache_path;
+    if (m.table->bytes() < kSyncCacheBytes) {
+      try {
+        write_cache(cache_path, m, identity);
+      } catch (const ReadFailure& e) {
+        m.cache_path.clear();
+        m.cache_error = e.what();
+      }
+    } else {
+      // A large table is written behind the caller's back: the loader is ready now, and the
+      // next start finds the file (a failure is only reported, on stderr: the next start parses
+      // again). The thread holds the table, so the arrays outlive the caller's.
+      m.cache_pending = true;
+      std::thread([m, cache_path, identity] {
+        try {
+          write_cache(cache_path, m, identity);
+        } catch (const ReadFailure& e) {
+          std::fprintf(stderr, "loadscope: could not write the manifest cache: %s\n", e.what());
+        }
+      }).detach();
     }
   }
   return m;

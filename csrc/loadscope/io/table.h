@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loadscope/core/permutation.h"
@@ -20,14 +21,38 @@
 
 namespace loadscope::io {
 
-// A read-only array that lives in a vector the table owns or in a mapped cache file.
+// A vector whose resize() leaves numbers uninitialised: the parser sizes its arrays first and
+// fills them from several threads, and zeroing 500 MB first would cost a pass on one core.
+template <typename T>
+struct NoInit : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = NoInit<U>;
+  };
+  NoInit() = default;
+  template <typename U>
+  NoInit(const NoInit<U>&) noexcept {}  // NOLINT: rebinding
+  template <typename U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+template <typename T>
+using Array = std::vector<T, NoInit<T>>;
+
+// A read-only array that lives in an Array the table owns or in a mapped cache file.
 template <typename T>
 struct View {
   const T* data = nullptr;
   size_t size = 0;
   View() = default;
   View(const T* d, size_t n) : data(d), size(n) {}
-  View(const std::vector<T>& v) : data(v.data()), size(v.size()) {}  // NOLINT: a view of v
+  template <typename A>
+  View(const std::vector<T, A>& v) : data(v.data()), size(v.size()) {}  // NOLINT: a view of v
   const T& operator[](size_t i) const { return data[i]; }
   bool empty() const { return size == 0; }
 };
@@ -89,25 +114,26 @@ std::string member_name(const char* path, size_t n);
 // Owns the vectors of a table being built; finish() moves them behind the views.
 struct TableBuilder {
   std::vector<std::string> prefixes;
-  std::vector<uint32_t> prefix;
+  Array<uint32_t> prefix;
   SampleTable::Join join = SampleTable::Join::kLocal;
-  std::vector<uint64_t> path_ends;
-  std::string path_text;
-  std::vector<uint32_t> extra_rows;
-  std::vector<uint64_t> extra_ends;
-  std::string extra_text;
+  Array<uint64_t> path_ends;
+  Array<char> path_text;
+  Array<uint32_t> extra_rows;
+  Array<uint64_t> extra_ends;
+  Array<char> extra_text;
   struct Col {
     std::string member;
     bool is_int = false;
-    std::vector<int64_t> ints;
-    std::vector<uint64_t> ends;
-    std::string text;
-    std::vector<uint64_t> absent;
+    Array<int64_t> ints;
+    Array<uint64_t> ends;
+    Array<char> text;
+    Array<uint64_t> absent;
   };
   std::vector<Col> columns;
 
+  static void append(Array<char>& to, const char* p, size_t n) { to.insert(to.end(), p, p + n); }
   void add_path(const char* p, size_t n) {
-    path_text.append(p, n);
+    append(path_text, p, n);
     path_ends.push_back(path_text.size());
   }
   static std::shared_ptr<const SampleTable> finish(TableBuilder&& b);

@@ -519,6 +519,7 @@ PYBIND11_MODULE(_native, m) {
         d["cache_path"] = fs_str(r.cache_path);
         d["from_cache"] = r.from_cache;
         d["cache_error"] = fs_str(r.cache_error);
+        d["cache_pending"] = r.cache_pending;
         return d;
       },
       py::arg("manifest"), py::arg("root"), py::arg("path_key"), py::arg("skip_bad_rows"), py::arg("cache_dir"),
