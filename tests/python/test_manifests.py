@@ -124,7 +124,7 @@ def test_a_bad_jsonl_row_is_named_by_its_line_or_skipped(tmp_path, line, reason)
     (tmp_path / "m.jsonl").write_text("\n".join([good, "", good, line, good]) + "\n")
     with pytest.raises(ls.ConfigError, match=rf"m\.jsonl:4: .*{reason}"):
         ls.FileList(tmp_path / "m.jsonl", cache_dir=None)
-    with pytest.warns(UserWarning, match=rf"skipped 1 bad row.*m\.jsonl:4: "):
+    with pytest.warns(UserWarning, match=r"skipped 1 bad row.*m\.jsonl:4: "):
         src = ls.FileList(tmp_path / "m.jsonl", on_error="skip", cache_dir=None)
     assert len(src) == 3 and src.skipped_rows == 1 and reason.split()[0] in src.skip_notes[0]
 
@@ -303,3 +303,24 @@ def test_a_remote_manifest_is_parsed_once_per_node(http_server, http_root):
     assert not first.from_cache and again.from_cache and rows(again) == rows(first)
     assert rows(again)[3][0] == f"{http_server['LOADSCOPE_HTTP_URL']}/3.jpg"
     assert stats["bytes"] <= 2 * 8192, stats
+
+
+def test_a_large_cache_file_is_written_in_the_background_and_before_exit(tmp_path):
+    """Past 64 MB of table the cache file is written behind the caller's back; a process that
+    exits right after making the FileList still leaves it for the next one."""
+    import subprocess
+    import sys
+
+    m = tmp_path / "big.jsonl"
+    with open(m, "w") as f:
+        for start in range(0, 1_300_000, 100_000):
+            f.write("".join(f'{{"path": "train/n{i % 1000:08d}/n{i % 1000:08d}_{i:08d}.JPEG", "cls": {i % 1000}}}\n'
+                            for i in range(start, start + 100_000)))
+    probe = ("import json, sys, loadscope as ls\n"
+             "s = ls.FileList(sys.argv[1], cache_dir=sys.argv[2])\n"
+             "print(json.dumps([s.from_cache, s.cache_pending, len(s), s.bytes_per_sample]))\n")
+    runs = [json.loads(subprocess.run([sys.executable, "-c", probe, str(m), str(tmp_path / "c")], capture_output=True,
+                                      text=True, check=True, timeout=300).stdout) for _ in range(2)]
+    assert runs[0][:3] == [False, True, 1_300_000] and runs[0][3] * 1_300_000 > 64 << 20
+    assert runs[1][:3] == [True, False, 1_300_000]
+    assert not [p for p in os.listdir(tmp_path / "c") if ".tmp." in p]

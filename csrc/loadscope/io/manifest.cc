@@ -13,6 +13,7 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <mutex>
 #include <thread>
 
 #include <tbb/parallel_for.h>
@@ -1055,6 +1056,38 @@ void write_cache(const std::string& path, const Manifest& m, const std::string& 
   }
 }
 
+// Cache files being written in the background. The process waits for them when it exits (a
+// short script, a benchmark's probe or a crash-looping job would otherwise never leave one);
+// a forked child, which has none of its parent's threads, does not.
+class BackgroundWrites {
+ public:
+  template <typename F>
+  void start(F&& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    threads_.emplace_back(std::forward<F>(fn));
+  }
+  ~BackgroundWrites() {
+    for (auto& t : threads_) {
+      if (!t.joinable()) continue;
+      if (getpid() == pid_) {
+        t.join();
+      } else {
+        t.detach();
+      }
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+  const pid_t pid_ = getpid();
+};
+
+BackgroundWrites& background_writes() {
+  static BackgroundWrites writes;
+  return writes;
+}
+
 }  // namespace
 
 ManifestFormat manifest_format(const std::string& manifest) {
@@ -1164,13 +1197,13 @@ Manifest read_manifest(const ManifestOptions& o) {
       // next start finds the file (a failure is only reported, on stderr: the next start parses
       // again). The thread holds the table, so the arrays outlive the caller's.
       m.cache_pending = true;
-      std::thread([m, cache_path, identity] {
+      background_writes().start([m, cache_path, identity] {
         try {
           write_cache(cache_path, m, identity);
         } catch (const ReadFailure& e) {
           std::fprintf(stderr, "loadscope: could not write the manifest cache: %s\n", e.what());
         }
-      }).detach();
+      });
     }
   }
   return m;
