@@ -127,7 +127,7 @@ class _TableSource(Source):
     @property
     def bytes_per_sample(self) -> float:
         """Memory the sample list holds per sample (paths, columns, offsets)."""
-        return self._table.bytes / max(1, self._table.rows)
+        return self._table.nbytes / max(1, self._table.rows)
 
     @property
     def _samples(self) -> _Rows:
@@ -142,11 +142,20 @@ class _TableSource(Source):
     def __getstate__(self):
         state = dict(self.__dict__)
         state.pop("_table", None)
+        state["_pickled"] = self._identity()
         return state
 
     def __setstate__(self, state) -> None:
+        pickled = state.pop("_pickled")
         self.__dict__.update(state)
         self._load()
+        if self._identity() != pickled:  # workers and ranks must read the same list in the same order
+            raise ConfigError(f"{self!r} changed between pickling and unpickling (a copy of a loader in another "
+                              "process would read other samples); keep the data fixed while training")
+
+    def _identity(self):
+        """What says that two copies list the same samples."""
+        return (self._table.rows, self._table.digest())
 
 
 class Folder(_TableSource):
@@ -263,12 +272,18 @@ class FileList(_TableSource):
         self.cache_path: Optional[str] = r["cache_path"] or None
         self.from_cache: bool = r["from_cache"]
         self.cache_pending: bool = r["cache_pending"]  # a large table's file is being written in the background
+        self._source: bytes = r["source"]
         if r["cache_error"]:
             warnings.warn(f"FileList: could not write the manifest cache: {r['cache_error']}", stacklevel=3)
         if self.skipped_rows:
             more = f" (and {self.skipped_rows - len(self.skip_notes)} more)" if self.skipped_rows > len(self.skip_notes) else ""
             warnings.warn(f"FileList: skipped {self.skipped_rows} bad row(s) of {self.manifest}: "
                           + "; ".join(self.skip_notes) + more, stacklevel=3)
+
+    def _identity(self):
+        # The manifest's size, version and CRC of its ends, and the rows it gave (no pass over
+        # 10^7 paths to compare two copies).
+        return (self._table.rows, self._source)
 
     def __repr__(self) -> str:
         return f"FileList({self.manifest!r}, samples={self._table.rows if self._table else '?'})"

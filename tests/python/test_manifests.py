@@ -324,3 +324,67 @@ def test_a_large_cache_file_is_written_in_the_background_and_before_exit(tmp_pat
     assert runs[0][:3] == [False, True, 1_300_000] and runs[0][3] * 1_300_000 > 64 << 20
     assert runs[1][:3] == [True, False, 1_300_000]
     assert not [p for p in os.listdir(tmp_path / "c") if ".tmp." in p]
+
+
+def test_line_ends_and_blank_lines_as_python_reads_text(tmp_path):
+    """A lone \\r ends a line (Python's newline=""), \\r\\n is one end, and a line of Unicode
+    spaces is blank; line numbers count the same way."""
+    (tmp_path / "m.jsonl").write_bytes(b'{"path": "a.jpg"}\r{"path": "b.jpg"}\r\n\r'
+                                       b'\xc2\xa0\xe3\x80\x80\n{"path": "c.jpg"}\n{"path": 1}\n')
+    with pytest.raises(ls.ConfigError, match=r"m\.jsonl:6: 'path' must be a string"):
+        ls.FileList(tmp_path / "m.jsonl", cache_dir=None)
+    with pytest.warns(UserWarning):
+        src = ls.FileList(tmp_path / "m.jsonl", on_error="skip", cache_dir=None)
+    assert [os.path.basename(k) for k, _ in rows(src)] == ["a.jpg", "b.jpg", "c.jpg"]
+    (tmp_path / "q.csv").write_text('path,cls\n\n""\nok.jpg,1\n')  # a quoted empty path is a row, a blank line is not
+    with pytest.raises(ls.ConfigError, match=r"q\.csv:3: the row has 1 fields"):
+        ls.FileList(tmp_path / "q.csv", cache_dir=None)
+
+
+def test_a_source_that_changed_since_pickling_is_refused(tmp_path):
+    """A spawned worker or another rank unpickles the source and reads the list again: when it
+    is not the same list any more, it says so instead of reading other samples."""
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({"path": f"{i}.png"}) + "\n" for i in range(5)))
+    data = pickle.dumps(ls.FileList(m, cache_dir=None))
+    with open(m, "a") as f:
+        f.write(json.dumps({"path": "new.png"}) + "\n")
+    with pytest.raises(ls.ConfigError, match="changed between pickling and unpickling"):
+        pickle.loads(data)
+    write_tree(tmp_path / "f", ["a/x.jpg", "a/y.jpg"])
+    data = pickle.dumps(ls.Folder(tmp_path / "f"))
+    os.rename(tmp_path / "f" / "a" / "y.jpg", tmp_path / "f" / "a" / "z.jpg")  # same count, other names
+    with pytest.raises(ls.ConfigError, match="changed between pickling and unpickling"):
+        pickle.loads(data)
+
+
+def test_a_process_forked_after_a_scan_loads_with_threads(tmp_path, real):
+    """The scan and the parse run oneTBB tasks in an arena whose workers are joined after, so a
+    DataLoader worker forked later can run its own threads (a live worker pool would hang it)."""
+    import multiprocessing
+
+    jpg = (real / "imageio/chelsea.jpg").read_bytes()
+    for c in ("a", "b"):
+        for i in range(8):
+            (tmp_path / c).mkdir(exist_ok=True)
+            (tmp_path / c / f"{i}.jpg").write_bytes(jpg)
+    m = tmp_path / "m.jsonl"
+    m.write_text("".join(json.dumps({"path": f"a/{i}.jpg", "cls": i}) + "\n" for i in range(8)) * 20000)
+    src = ls.FileList(m, cache_dir=None)  # 160000 rows: several chunks in parallel
+    folder = ls.Folder(tmp_path, extensions=[".jpg"])
+
+    def child(q):
+        n = 0
+        for s in (folder, src):
+            it = iter(ls.Loader(s, fields={"jpg": ls.Image(16)}, batch_size=8, threads=2))
+            n += len(next(it)["jpg"]) + len(next(it)["jpg"])
+        q.put(n)
+
+    q = multiprocessing.get_context("fork").Queue()
+    p = multiprocessing.get_context("fork").Process(target=child, args=(q,))
+    p.start()
+    p.join(120)
+    if p.is_alive():
+        p.kill()
+        pytest.fail("the forked child hung")
+    assert p.exitcode == 0 and q.get(timeout=5) == 32

@@ -13,6 +13,7 @@
 #include <tbb/task_group.h>
 
 #include "loadscope/core/error.h"
+#include "loadscope/core/parallel.h"
 
 namespace loadscope::io {
 
@@ -86,16 +87,18 @@ class Scanner {
 
   // The samples under each top directory, in order; labels[i] < 0: none.
   void scan(const std::vector<std::string>& tops, const std::vector<int64_t>& labels) {
-    tbb::task_group group;
-    for (size_t i = 0; i < tops.size(); ++i) {
-      group.run([this, &group, &tops, i] { walk(group, tops[i], {}, i); });
-    }
-    group.wait();
-    // sorted(os.walk(top)) orders by path; then the files of each directory by name.
-    std::sort(walked_.begin(), walked_.end(),
-              [](const Walked& x, const Walked& y) { return x.top != y.top ? x.top < y.top : x.dir < y.dir; });
-    tbb::parallel_for(size_t{0}, walked_.size(),
-                      [this](size_t i) { std::sort(walked_[i].files.begin(), walked_[i].files.end()); });
+    run_parallel([&] {
+      tbb::task_group group;
+      for (size_t i = 0; i < tops.size(); ++i) {
+        group.run([this, &group, &tops, i] { walk(group, tops[i], {}, i); });
+      }
+      group.wait();
+      // sorted(os.walk(top)) orders by path; then the files of each directory by name.
+      std::sort(walked_.begin(), walked_.end(),
+                [](const Walked& x, const Walked& y) { return x.top != y.top ? x.top < y.top : x.dir < y.dir; });
+      tbb::parallel_for(size_t{0}, walked_.size(),
+                        [this](size_t i) { std::sort(walked_[i].files.begin(), walked_[i].files.end()); });
+    });
     for (auto& w : walked_) add_dir(w.dir, w.files, labels[w.top]);
   }
 

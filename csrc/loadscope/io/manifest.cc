@@ -14,11 +14,13 @@
 #include <csignal>
 #include <cstdio>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include <tbb/parallel_for.h>
 
 #include "loadscope/core/error.h"
+#include "loadscope/core/parallel.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 #include "loadscope/io/tar_index.h"
@@ -459,10 +461,25 @@ void note(Part& part, uint64_t line, std::string reason, bool skip) {
   }
 }
 
-// Blank for Python's str.strip(): JSON's whitespace plus form feed and vertical tab.
+// Blank for Python's str.strip(): ASCII whitespace and separators, and Unicode's spaces.
 bool blank(const char* b, const char* e) {
-  for (; b < e; ++b) {
-    if (!json_space(*b) && *b != '\f' && *b != '\v') return false;
+  const auto* p = reinterpret_cast<const unsigned char*>(b);
+  const auto* end = reinterpret_cast<const unsigned char*>(e);
+  while (p < end) {
+    const unsigned c = *p;
+    if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F)) {
+      ++p;
+    } else if (c == 0xC2 && end - p >= 2 && (p[1] == 0x85 || p[1] == 0xA0)) {  // NEL, NBSP
+      p += 2;
+    } else if (end - p >= 3 && ((c == 0xE1 && p[1] == 0x9A && p[2] == 0x80) ||          // U+1680
+                                (c == 0xE2 && p[1] == 0x80 && (p[2] <= 0x8A || p[2] == 0xA8 ||
+                                                               p[2] == 0xA9 || p[2] == 0xAF)) ||  // U+2000-200A, 2028, 2029, 202F
+                                (c == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) ||           // U+205F
+                                (c == 0xE3 && p[1] == 0x80 && p[2] == 0x80))) {          // U+3000
+      p += 3;
+    } else {
+      return false;
+    }
   }
   return true;
 }
@@ -484,6 +501,12 @@ void parse_jsonl(const char* input, const char* b, const char* e, const Manifest
     const uint64_t line = ++part.lines;
     const char* line_start = b;
     b = nl ? nl + 1 : e;
+    // A lone \r ends a line too, as Python reads text with newline="" (a \r\n is one end).
+    const char* cr = static_cast<const char*>(std::memchr(line_start, '\r', static_cast<size_t>(line_end - line_start)));
+    if (cr && cr + 1 < line_end) {
+      line_end = cr;
+      b = cr + 1;
+    }
     if (blank(line_start, line_end)) continue;
     try {
       const size_t len = static_cast<size_t>(line_end - line_start);
@@ -577,6 +600,7 @@ struct CsvReader {
   uint64_t line = 0;  // the line the last record started on
   uint64_t next_line = 1;
   std::vector<std::string> fields;
+  bool empty_line = false;  // the record was a line with nothing on it (a quoted "" is not)
 
   bool next() {
     fields.clear();
@@ -584,7 +608,8 @@ struct CsvReader {
     line = next_line;
     const char* record_start = p;
     std::string field;
-    bool quoted_field_closed = false;
+    bool at_start = true;  // of a field: only there does a quote open a quoted field
+    empty_line = false;
     // Past kMaxRowBytes the record is still read to its end (so that the next one starts where
     // it should) but no longer kept: a 1 GB line costs a scan, not a gigabyte.
     auto keep = [&] { return static_cast<uint64_t>(p - record_start) <= kMaxRowBytes; };
@@ -599,14 +624,16 @@ struct CsvReader {
       if (c == ',') {
         fields.push_back(std::move(field));
         field.clear();
-        quoted_field_closed = false;
+        at_start = true;
         ++p;
       } else if (c == '\n' || c == '\r') {
+        empty_line = p == record_start;
         ++p;
         if (c == '\r' && p < end && *p == '\n') ++p;
         ++next_line;
         return finish();
-      } else if (c == '"' && field.empty() && !quoted_field_closed) {
+      } else if (c == '"' && at_start) {
+        at_start = false;
         ++p;
         while (true) {
           if (p == end) bad("a quoted field is not closed before the end of the file");
@@ -623,13 +650,13 @@ struct CsvReader {
           if (keep()) field += *p;
           ++p;
         }
-        quoted_field_closed = true;
         if (p < end && *p != ',' && *p != '\n' && *p != '\r') {
           skip_to_line_end();
           bad("a quoted field is followed by more text before the next comma");
         }
       } else {
         if (keep()) field += c;
+        at_start = false;
         ++p;
       }
     }
@@ -658,7 +685,7 @@ void parse_csv(const char* b, const char* e, const ManifestOptions& o, Part& par
   while (true) {
     try {
       if (!r.next()) break;
-      if (r.fields.size() == 1 && r.fields[0].empty()) continue;  // a blank line, as csv.DictReader
+      if (r.empty_line) continue;  // as csv.DictReader
       for (const auto& f : r.fields) {
         if (!valid_utf8(reinterpret_cast<const unsigned char*>(f.data()),
                         reinterpret_cast<const unsigned char*>(f.data() + f.size()))) {
@@ -881,11 +908,10 @@ class Reader {
   template <typename T>
   View<T> array() {
     const uint64_t n = u64();
-    if (n % sizeof(T)) throw BadRow{"bad array"};
-    need(n);
+    if (n % sizeof(T) || n > (uint64_t{1} << 62)) throw BadRow{"bad array"};
+    need(n + (8 - n % 8) % 8);  // the padding too, before the pointer moves past it
     View<T> v(reinterpret_cast<const T*>(p_), n / sizeof(T));
     p_ += n + (8 - n % 8) % 8;
-    if (p_ > end_) throw BadRow{"truncated"};
     return v;
   }
   bool done() const { return p_ == end_; }
@@ -1020,22 +1046,29 @@ bool deserialize(const std::shared_ptr<Mapping>& map, const std::string& identit
 }
 
 // Writes the cache file under a temporary name and renames it into place, so that a reader
-// (another rank) sees the old file, no file, or the whole new one. Temporary files of
-// processes that died while writing are removed first. Throws ReadFailure.
+// (another rank) sees the old file, no file, or the whole new one. Temporary files that
+// processes of this host left when they died are removed first (the host is in the name: on a
+// shared file system another node's live writer must not lose its file). Throws ReadFailure.
 void write_cache(const std::string& path, const Manifest& m, const std::string& identity) {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "host");
+  for (char* c = host; *c; ++c) {
+    if (*c == '.' || *c == '/') *c = '_';
+  }
   const size_t slash = path.find_last_of('/');
-  const std::string dir = path.substr(0, slash), stale = path.substr(slash + 1) + ".tmp.";
+  const std::string dir = path.substr(0, slash);
+  const std::string ours = path.substr(slash + 1) + ".tmp." + host + ".";
   if (DIR* d = opendir(dir.c_str())) {
     while (dirent* e = readdir(d)) {
       const std::string name = e->d_name;
-      if (name.compare(0, stale.size(), stale) != 0) continue;
-      const long pid = std::strtol(name.c_str() + stale.size(), nullptr, 10);
+      if (name.compare(0, ours.size(), ours) != 0) continue;
+      const long pid = std::strtol(name.c_str() + ours.size(), nullptr, 10);
       if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
     }
     closedir(d);
   }
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(getpid()) + "." + std::to_string(counter++);
+  const std::string tmp = dir + "/" + ours + std::to_string(getpid()) + "." + std::to_string(counter++);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw ReadFailure(tmp + ": " + std::strerror(errno));
   try {
@@ -1061,26 +1094,48 @@ void write_cache(const std::string& path, const Manifest& m, const std::string& 
 // a forked child, which has none of its parent's threads, does not.
 class BackgroundWrites {
  public:
+  // Runs fn in a thread; false when no thread could be started (the caller writes itself).
   template <typename F>
-  void start(F&& fn) {
+  bool start(F&& fn) {
     std::lock_guard<std::mutex> lock(mu_);
-    threads_.emplace_back(std::forward<F>(fn));
+    reap();
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    try {
+      writers_.push_back(Writer{std::thread([fn = std::forward<F>(fn), done] {
+                                  fn();
+                                  done->store(true);
+                                }),
+                                getpid(), done});
+    } catch (const std::system_error&) {
+      return false;
+    }
+    return true;
   }
   ~BackgroundWrites() {
-    for (auto& t : threads_) {
-      if (!t.joinable()) continue;
-      if (getpid() == pid_) {
-        t.join();
-      } else {
-        t.detach();
-      }
-    }
+    for (auto& w : writers_) finish(w, true);
   }
 
  private:
+  struct Writer {
+    std::thread thread;
+    pid_t pid;  // the process that started it: a forked child has none of its threads
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  static void finish(Writer& w, bool wait) {
+    if (!w.thread.joinable()) return;
+    if (w.pid != getpid()) {
+      w.thread.detach();
+    } else if (wait || w.done->load()) {
+      w.thread.join();
+    }
+  }
+  void reap() {  // joins finished writers, so that a long job does not collect them
+    for (auto& w : writers_) finish(w, false);
+    writers_.erase(std::remove_if(writers_.begin(), writers_.end(), [](const Writer& w) { return !w.thread.joinable(); }),
+                   writers_.end());
+  }
   std::mutex mu_;
-  std::vector<std::thread> threads_;
-  const pid_t pid_ = getpid();
+  std::vector<Writer> writers_;
 };
 
 BackgroundWrites& background_writes() {
@@ -1099,7 +1154,9 @@ ManifestFormat manifest_format(const std::string& manifest) {
   throw ConfigError("FileList: " + manifest + ": a manifest must end in .jsonl, .ndjson or .csv");
 }
 
-Manifest parse_manifest(const char* data, size_t size, ManifestFormat format, const ManifestOptions& o) {
+namespace {
+
+Manifest parse_in_arena(const char* data, size_t size, ManifestFormat format, const ManifestOptions& o) {
   std::vector<Part> parts;
   if (format == ManifestFormat::kCsv) {
     parts.resize(1);
@@ -1124,6 +1181,13 @@ Manifest parse_manifest(const char* data, size_t size, ManifestFormat format, co
   return merge(parts, o);
 }
 
+}  // namespace
+
+Manifest parse_manifest(const char* data, size_t size, ManifestFormat format, const ManifestOptions& o) {
+  return run_parallel([&] { return parse_in_arena(data, size, format, o); });
+}
+
+
 Manifest read_manifest(const ManifestOptions& o) {
   const ManifestFormat format = manifest_format(o.manifest);
   const bool remote = remote::is_url(o.manifest);
@@ -1137,16 +1201,20 @@ Manifest read_manifest(const ManifestOptions& o) {
   } catch (const ReadFailure& e) {
     throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " + e.what());
   }
-  std::string cache_path, identity;
-  if (!o.cache_dir.empty()) {
-    uint32_t fingerprint = 0;
-    try {
-      fingerprint = shard_fingerprint(o.manifest, size);
-    } catch (const ReadFailure& e) {
-      throw ConfigError("FileList: " + o.manifest + ": " + e.what());
-    }
-    const std::string options = o.manifest + '\n' + o.root + '\n' + o.path_key + '\n' + (o.skip_bad_rows ? "skip" : "raise");
-    identity = options + '\n' + std::to_string(size) + '\n' + version + '\n' + std::to_string(fingerprint);
+  uint32_t fingerprint = 0;
+  try {
+    fingerprint = shard_fingerprint(o.manifest, size);
+  } catch (const ReadFailure& e) {
+    throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " + e.what());
+  }
+  // kParser changes whenever what a row becomes changes, so that older cache files are stale.
+  constexpr const char* kParser = "parser 1";
+  const std::string options = o.manifest + '\n' + o.root + '\n' + o.path_key + '\n' + (o.skip_bad_rows ? "skip" : "raise");
+  const std::string source = std::to_string(size) + '\n' + version + '\n' + std::to_string(fingerprint);
+  const std::string identity = std::string(kParser) + '\n' + options + '\n' + source;
+  std::string cache_path;
+  // A remote object without an ETag has no version to key a cache file by.
+  if (!o.cache_dir.empty() && !(remote && version.empty())) {
     const size_t slash = o.manifest.find_last_of('/');
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(options)));
@@ -1161,6 +1229,7 @@ Manifest read_manifest(const ManifestOptions& o) {
     if (deserialize(map, identity, cached)) {
       cached.cache_path = cache_path;
       cached.from_cache = true;
+      cached.source = source;
       return cached;
     }
   }
@@ -1183,6 +1252,7 @@ Manifest read_manifest(const ManifestOptions& o) {
     if (map->size) madvise(map->data, map->size, MADV_SEQUENTIAL);
     m = parse_manifest(static_cast<const char*>(map->size ? map->data : nullptr), map->size, format, o);
   }
+  m.source = source;
   if (!cache_path.empty()) {
     m.cache_path = cache_path;
     if (m.table->bytes() < kSyncCacheBytes) {
@@ -1196,14 +1266,21 @@ Manifest read_manifest(const ManifestOptions& o) {
       // A large table is written behind the caller's back: the loader is ready now, and the
       // next start finds the file (a failure is only reported, on stderr: the next start parses
       // again). The thread holds the table, so the arrays outlive the caller's.
-      m.cache_pending = true;
-      background_writes().start([m, cache_path, identity] {
+      m.cache_pending = background_writes().start([m, cache_path, identity] {
         try {
           write_cache(cache_path, m, identity);
         } catch (const ReadFailure& e) {
           std::fprintf(stderr, "loadscope: could not write the manifest cache: %s\n", e.what());
         }
       });
+      if (!m.cache_pending) {
+        try {
+          write_cache(cache_path, m, identity);
+        } catch (const ReadFailure& e) {
+          m.cache_path.clear();
+          m.cache_error = e.what();
+        }
+      }
     }
   }
   return m;

@@ -48,6 +48,7 @@ struct Manifest {
   bool from_cache = false;
   std::string cache_error;            // why the cache file could not be written, if it could not
   bool cache_pending = false;         // a large table's cache file is being written in the background
+  std::string source;                 // the manifest's size, version and CRC of its ends when read
 };
 
 // Tables smaller than this have their cache file written before read_manifest returns; larger

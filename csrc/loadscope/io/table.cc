@@ -91,6 +91,28 @@ uint64_t SampleTable::bytes() const {
   return total;
 }
 
+uint64_t SampleTable::digest() const {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  auto add = [&h](const void* data, size_t n) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (; n >= 8; p += 8, n -= 8) {
+      uint64_t w;
+      std::memcpy(&w, p, 8);
+      h = mix64(h ^ w);
+    }
+    uint64_t w = n;
+    if (n) std::memcpy(&w, p, n);  // the tail and its length
+    h = mix64(h ^ w ^ (uint64_t{n} << 56));
+  };
+  for (const auto& s : prefixes) add(s.data(), s.size() + 1);
+  add(prefix.data, prefix.size * sizeof(uint32_t));
+  add(paths.ends.data, paths.ends.size * sizeof(uint64_t));
+  add(paths.text.data, paths.text.size);
+  add(extras.rows.data, extras.rows.size * sizeof(uint32_t));
+  add(extras.names.text.data, extras.names.text.size);
+  return h;
+}
+
 std::shared_ptr<const SampleTable> TableBuilder::finish(TableBuilder&& b) {
   auto held = std::make_shared<TableBuilder>(std::move(b));
   auto t = std::make_shared<SampleTable>();

@@ -96,6 +96,8 @@ class SampleTable {
   std::string path(size_t row) const;  // the joined path, which is the key
   // Bytes held per row (the arrays, not the mapping's page cache): what a user sizes memory by.
   uint64_t bytes() const;
+  // A hash of the keys, in order: two tables with the same digest list the same files.
+  uint64_t digest() const;
 
   std::vector<std::string> prefixes;  // one (a root) or a folder's directories, each ending in '/'
   View<uint32_t> prefix;              // row -> prefixes index; empty: prefixes[0] for every row

@@ -491,14 +491,18 @@ PYBIND11_MODULE(_native, m) {
   // Folders and manifests as columns (io/table.h); rows become samples only in the planner.
   py::class_<io::SampleTable, std::shared_ptr<io::SampleTable>>(m, "SampleTable")
       .def_property_readonly("rows", &io::SampleTable::rows)
-      .def_property_readonly("bytes", &io::SampleTable::bytes)
+      .def_property_readonly("nbytes", &io::SampleTable::bytes)
+      .def("digest", [](const io::SampleTable& t) {
+        py::gil_scoped_release release;
+        return t.digest();
+      })
       .def("sample", [](const io::SampleTable& t, int64_t row) {
         if (row < 0 || row >= t.rows()) throw py::index_error("row out of range");
         Sample s;
         t.sample(static_cast<size_t>(row), s);
         py::list members;
         for (const auto& mm : s.members) {
-          members.append(py::make_tuple(mm.name, mm.is_path, py::bytes(mm.is_path ? mm.path : mm.data)));
+          members.append(py::make_tuple(fs_str(mm.name), mm.is_path, py::bytes(mm.is_path ? mm.path : mm.data)));
         }
         return py::make_tuple(py::bytes(s.key), members);
       }, "Row `row` as (key, [(member, is_path, path or value), ...]), all bytes but the names.");
@@ -520,6 +524,7 @@ PYBIND11_MODULE(_native, m) {
         d["from_cache"] = r.from_cache;
         d["cache_error"] = fs_str(r.cache_error);
         d["cache_pending"] = r.cache_pending;
+        d["source"] = py::bytes(r.source);
         return d;
       },
       py::arg("manifest"), py::arg("root"), py::arg("path_key"), py::arg("skip_bad_rows"), py::arg("cache_dir"),
