@@ -521,7 +521,9 @@ class Loader:
             transfer = {"enabled": False, "reason": "device='cpu'", "pinned_bytes": 0}
         config = {"batch_size": self.batch_size, "threads": self.threads, "prefetch": self.prefetch,
                   "shuffle": self.shuffle, "device": str(self.device or "cpu"), "telemetry": self._telemetry_on,
-                  "fields": list(self.fields), "source": repr(self.source)}
+                  "fields": list(self.fields), "source": repr(self.source),
+                  # what the sample list holds per sample (folders and manifests: their columns)
+                  "source_bytes_per_sample": getattr(self.source, "bytes_per_sample", None)}
         return telemetry.build_snapshot(native, self._loop, process, transfer, self._pss_peak or None,
                                         config, self._baseline, None if self._pss is None else now - self._pss_at)
 
