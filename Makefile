@@ -6,7 +6,7 @@ PY_COMPAT := $(abspath .venv-compat)/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 
-.PHONY: all deps build lint test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
+.PHONY: all deps build lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
 
 all: build
 
@@ -23,7 +23,13 @@ build: deps
 	@# The console script pip would install (pyproject's [project.scripts]), so the docs' `loadscope ...` works.
 	@printf '#!%s\nimport sys\nfrom loadscope.__main__ import main\nsys.exit(main())\n' $(PY) > $(VENV)/bin/loadscope && chmod +x $(VENV)/bin/loadscope
 
-test: lint test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
+test: check-data lint test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
+
+# The tests' reference data must be there, and unchanged: a test that needs it fails instead of
+# skipping (scripts/check-shared-data.py; `pytest tests/python` alone still skips, loudly).
+test: export LOADSCOPE_REQUIRE_SHARED_DATA = 1
+check-data:
+	@python3 scripts/check-shared-data.py
 
 # ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
 test-sanitizers: asan tsan

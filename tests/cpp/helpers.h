@@ -1,6 +1,7 @@
 #pragma once
-// Shared helpers of the C++ tests: real data from ../shared/data/real (tests skip with a
-// message when it is absent) and running reference command-line tools.
+// Shared helpers of the C++ tests: real data from ../shared/data/real (tests fail when it is
+// absent under `make test`, and skip with a message otherwise) and running reference
+// command-line tools.
 
 #include <catch2/catch.hpp>
 
@@ -22,11 +23,21 @@ inline bool have_shared_data() {
   return f.good();
 }
 
-// Use at the top of a test that needs ../shared/data: the test passes with a warning when the
-// data is absent (Catch2 v2 has no "skipped" state).
+// Use at the top of a test that needs ../shared/data. Absent data fails the test when
+// LOADSCOPE_REQUIRE_SHARED_DATA=1 (`make test` sets it, after checking the data); otherwise the
+// test passes with a warning (Catch2 v2 has no "skipped" state).
+inline bool shared_data_required() {
+  const char* env = std::getenv("LOADSCOPE_REQUIRE_SHARED_DATA");
+  return env && std::string(env) == "1";
+}
+
 #define REQUIRE_SHARED_DATA()                                                        \
   do {                                                                               \
     if (!testing::have_shared_data()) {                                              \
+      if (testing::shared_data_required()) {                                         \
+        FAIL("real test data not found at " << testing::shared_data()                \
+                                            << " (LOADSCOPE_REQUIRE_SHARED_DATA=1)"); \
+      }                                                                              \
       WARN("skipped: real test data not found at " << testing::shared_data());       \
       return;                                                                        \
     }                                                                                \

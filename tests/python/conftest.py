@@ -20,12 +20,27 @@ if "LOADSCOPE_MANIFEST_CACHE" not in os.environ:
 SHARED = Path(os.environ.get("LOADSCOPE_SHARED_DATA", REPO.parent / "shared" / "data" / "real"))
 
 
+# `make test` sets it (after scripts/check-shared-data.py): a test that needs the data fails.
+REQUIRE_SHARED = os.environ.get("LOADSCOPE_REQUIRE_SHARED_DATA") == "1"
+
+
 @pytest.fixture(scope="session")
 def real() -> Path:
-    """The real test files of ../shared/data/real (see its README)."""
+    """The real test files of ../shared/data/real (see its README). Absent: the test fails
+    under `make test`, and skips otherwise, counted in the summary at the end."""
     if not (SHARED / "README.md").exists():
+        if REQUIRE_SHARED:
+            pytest.fail(f"real test data not found at {SHARED} (LOADSCOPE_REQUIRE_SHARED_DATA=1)")
         pytest.skip(f"real test data not found at {SHARED}")
     return SHARED
+
+
+def pytest_terminal_summary(terminalreporter):
+    skipped = sum("real test data not found" in str(r.longrepr) for r in terminalreporter.stats.get("skipped", []))
+    if skipped:
+        terminalreporter.section("REAL TEST DATA MISSING", sep="!", red=True, bold=True)
+        terminalreporter.line(f"{skipped} tests that compare against ../shared/data/real did NOT run: "
+                              f"nothing at {SHARED}. `make test` refuses to run without it.", red=True)
 
 
 @pytest.fixture(scope="session")
