@@ -181,12 +181,7 @@ class Folder(_TableSource):
         labels: str = "auto",
         extensions: Sequence[str] = IMAGE_EXTENSIONS,
     ) -> None:
-        root = os.fspath(root)
-        if labels not in ("auto", "subfolders", "none"):
-            raise ConfigError(f"Folder(labels={labels!r}): allowed are 'auto', 'subfolders', 'none'")
-        if not os.path.isdir(root):
-            raise ConfigError(f"Folder: {root!r} is not a directory")
-        self.root = root
+        self.root = os.fspath(root)  # labels and the directory are checked by the scan (io/folder.cc)
         self._exts = [e.lower() if e.startswith(".") else "." + e.lower() for e in extensions]
         self._labels_arg = labels
         self._load()
@@ -240,8 +235,6 @@ class FileList(_TableSource):
         if not _exists(manifest):
             raise ConfigError(f"FileList: manifest {_native_redact(manifest) if is_url(manifest) else manifest!r} "
                               "does not exist")
-        if not manifest.lower().endswith((".jsonl", ".ndjson", ".csv")):
-            raise ConfigError(f"FileList: {manifest!r}: manifest must end in .jsonl, .ndjson or .csv")
         self.manifest = manifest
         if root is not None:
             self.root = check_url(os.fspath(root), "FileList(root=)")

@@ -1,8 +1,8 @@
 #pragma once
 // A shuffled epoch order that is computed, not stored: position -> sample is a keyed bijection
 // of [0, n), so a source of 10^9 samples shuffles without a 4 GB table, starting an epoch costs
-// nothing (a Fisher-Yates pass over 10^7 samples took 0.16 s, all of it before the first batch
-// of a resume), and skipping to any position is free.
+// nothing (a Fisher-Yates pass is random swaps over 4 bytes per sample, all of it before the
+// first batch of a resume), and skipping to any position is free.
 //
 // The bijection is a balanced Feistel network over the smallest even number of bits (at least
 // 8) that covers n, with cycle walking: values at or above n are permuted again until they land

@@ -118,14 +118,6 @@ bool canonical_int(const char* p, size_t n, int64_t* value) {
   return true;
 }
 
-bool is_url(const char* p, size_t n) {
-  for (const char* scheme : {"s3://", "http://", "https://"}) {
-    const size_t k = std::strlen(scheme);
-    if (n >= k && std::memcmp(p, scheme, k) == 0) return true;
-  }
-  return false;
-}
-
 // ---- the parsed rows of one chunk ---------------------------------------------------------
 
 // A value of the row being parsed: bytes of the input, or of the row's scratch (decoded escapes).

@@ -7,8 +7,6 @@
 
 namespace loadscope::io {
 
-namespace {
-
 bool is_url(const char* p, size_t n) {
   for (const char* scheme : {"s3://", "http://", "https://"}) {
     const size_t k = std::strlen(scheme);
@@ -16,8 +14,6 @@ bool is_url(const char* p, size_t n) {
   }
   return false;
 }
-
-}  // namespace
 
 std::string member_name(const char* path, size_t n) {
   size_t base = n;

@@ -109,6 +109,9 @@ class SampleTable {
   std::shared_ptr<const void> storage;
 };
 
+// remote::is_url over bytes (no string per row): s3://, http://, https://.
+bool is_url(const char* p, size_t n);
+
 // The file-name extension as os.path.splitext takes it (the last dot of the last component,
 // not a leading one), lower-cased without the dot; empty when there is none.
 std::string member_name(const char* path, size_t n);
