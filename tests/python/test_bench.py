@@ -195,12 +195,16 @@ def test_report_files_and_regeneration(demo, tmp_path):
     assert per["median"] == pytest.approx(sum(xs) / 2) and per["n"] == 2
     again = report.regenerate(str(out))
     assert again["verdicts"] == summary["verdicts"] and again["per_arm"] == summary["per_arm"]
-    # Honesty: 2 repetitions of 48 samples cannot resolve the 5% asked for, and the report says so.
+    # Honesty: when the run cannot resolve the 5% asked for (2 repetitions of 48 samples almost
+    # never can, but a quiet machine sometimes does: the resolution comes from the measured
+    # spread), the verdict and the report say so; when it can, they do not.
     v = summary["verdicts"]["threads=2"]
     res = summary["resolution"]["threads=2"]["throughput"]
-    assert res > 0.05 and v["inconclusive"] == (v["decision"] == "roll back")
-    assert any(w.startswith("throughput: this run cannot resolve a gain of +5.0%") for w in v["warnings"])
-    assert "this run cannot resolve" in (out / "report.md").read_text()
+    warned = any(w.startswith("throughput: this run cannot resolve a gain of +5.0%") for w in v["warnings"])
+    assert warned == (res > 0.05), (res, v["warnings"])
+    if warned:
+        assert "this run cannot resolve" in (out / "report.md").read_text()
+        assert v["inconclusive"] == (v["decision"] == "roll back")
     assert "machine load while measuring" in (out / "report.md").read_text()
     for r in rows:
         m = r["machine"]
