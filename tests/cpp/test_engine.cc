@@ -1,6 +1,9 @@
 // The engine without Python and without codecs: ordering, coverage, determinism across thread
 // counts, error policy, striding and prompt stop.
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -17,9 +20,13 @@ namespace {
 
 // Writes 16 bytes per sample derived from (key, seed, epoch, position) via the engine's Rng, so
 // a batch's bytes depend on exactly what the engine promises and nothing else. Samples whose
-// key contains "bad" fail; "slow" ones take 20 ms.
+// key contains "bad" fail; "slow" ones take 20 ms; "gate" ones wait until the epoch is cancelled
+// (then finish normally), counting how many ever started.
 class FakeProcessor : public SampleProcessor {
  public:
+  std::atomic<int> gated_started{0};
+  std::atomic<bool> gate_timed_out{false};
+
   std::vector<size_t> fixed_bytes_per_sample() const override { return {16, 8}; }
   size_t num_string_fields() const override { return 1; }
   void process(Sample& s, Batch& b, int slot, SampleContext& ctx) override {
@@ -29,12 +36,31 @@ class FakeProcessor : public SampleProcessor {
     if (s.key.find("slow") != std::string::npos) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+    if (s.key.find("gate") != std::string::npos) {
+      gated_started.fetch_add(1);
+      std::unique_lock<std::mutex> lock(gate_mutex_);
+      // The timeout only catches a stop() that never cancels: the test then fails, not hangs.
+      // (Catch's assertions are not thread-safe: the test checks the flag.)
+      if (!gate_cv_.wait_for(lock, std::chrono::seconds(60), [&] { return cancelled_; })) {
+        gate_timed_out = true;
+      }
+    }
     Rng rng(ctx.order->seed, ctx.order->epoch, RngStream::kAugment, s.position);
     uint8_t* px = b.fixed_data(0) + slot * 16;
     for (int i = 0; i < 16; ++i) px[i] = static_cast<uint8_t>(rng.next_u64());
     reinterpret_cast<int64_t*>(b.fixed_data(1))[slot] = std::stoll(s.key.substr(1));
     b.strings[0][slot] = s.key;
   }
+  void cancel() override {
+    std::lock_guard<std::mutex> lock(gate_mutex_);
+    cancelled_ = true;
+    gate_cv_.notify_all();
+  }
+
+ private:
+  std::mutex gate_mutex_;
+  std::condition_variable gate_cv_;
+  bool cancelled_ = false;
 };
 
 std::shared_ptr<Source> list_source(int n, const std::set<int>& bad = {}) {
@@ -224,22 +250,26 @@ TEST_CASE("all samples of a batch failing gives no empty batch", "[engine]") {
 }
 
 TEST_CASE("stop is prompt and idempotent mid-epoch", "[engine]") {
+  // Counted, not timed: both workers sit in a sample that lasts until the epoch is cancelled.
+  // stop() must let exactly those two finish and start no other, although the jobs in flight
+  // hold 22 more.
   std::vector<Sample> samples;
   for (int i = 0; i < 2000; ++i) {
     Sample s;
-    s.key = "k" + std::to_string(i) + "-slow";  // 20 ms each: the epoch would take 20 s
+    s.key = "k" + std::to_string(i) + "-gate";
     samples.push_back(s);
   }
-  auto src = std::make_shared<io::ListSource>(samples);
-  EpochRun run(src, std::make_shared<FakeProcessor>(), options(2, 8));
+  auto proc = std::make_shared<FakeProcessor>();
+  EpochRun run(std::make_shared<io::ListSource>(samples), proc, options(2, 8, false));
   run.start();
   std::unique_ptr<Batch> b;
-  REQUIRE(run.next(b, std::chrono::seconds(10)) == EpochRun::Status::kBatch);
-  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 60000 && proc->gated_started.load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(proc->gated_started.load() == 2);
   run.stop();
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(seconds < 1.0);  // at most the samples already running finish
+  CHECK(proc->gated_started.load() == 2);
+  CHECK_FALSE(proc->gate_timed_out.load());
   run.stop();
   CHECK(run.next(b, std::chrono::milliseconds(10)) == EpochRun::Status::kEnd);
 }

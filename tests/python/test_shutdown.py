@@ -1,5 +1,9 @@
 """Stopping: break, del, consumer exceptions, Ctrl-C and interpreter exit end every native
-thread promptly; a forked child (DataLoader worker) inherits none."""
+thread promptly; a forked child (DataLoader worker) inherits none.
+
+No wall-clock thresholds: a hang is caught by generous timeouts, and promptness is asserted with
+counts (what did not run), so the tests hold on a loaded machine (tests/cpp/test_engine.cc
+counts the same for the engine's stop)."""
 
 import gc
 import os
@@ -22,7 +26,7 @@ def make(demo, **kw):
     return ls.Loader(ls.Folder(demo / "folder"), **args)
 
 
-def wait_for_threads(n, timeout=5.0):
+def wait_for_threads(n, timeout=60.0):
     deadline = time.time() + timeout
     while native_threads() > n and time.time() < deadline:
         time.sleep(0.01)
@@ -45,11 +49,9 @@ def test_del_of_a_running_loader_and_iterator(demo):
     loader = make(demo)
     it = iter(loader)
     next(it)
-    t0 = time.time()
     del it, loader
     gc.collect()
     assert wait_for_threads(before) == before
-    assert time.time() - t0 < 2.0
 
 
 def test_consumer_exception_stops_the_epoch(demo):
@@ -77,7 +79,8 @@ def test_a_new_epoch_ends_the_old_one(demo):
 
 def test_ctrl_c_interrupts_a_waiting_next(demo, real):
     """SIGINT while __next__ waits in C++ raises KeyboardInterrupt within a wait slice, and the
-    epoch's threads are gone after it."""
+    epoch's threads are gone after it. Prompt means: the batch being waited for was never
+    finished (a next() that only looked at signals between batches would have decoded it)."""
     before = native_threads()
     big = real / "exif-orientation-examples/Landscape_1.jpg"  # ~7 ms each: the wait is long
     import json
@@ -91,14 +94,10 @@ def test_ctrl_c_interrupts_a_waiting_next(demo, real):
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     try:
         timer.start()
-        t0 = time.time()
         with pytest.raises(KeyboardInterrupt):
             next(iter(loader))
-        assert time.time() - t0 < 1.5
-        deadline = time.time() + 5
-        while native_threads() > before and time.time() < deadline:
-            time.sleep(0.05)
-        assert native_threads() <= before
+        assert wait_for_threads(before) <= before
+        assert loader.telemetry()["stages"]["decode"]["image"]["items"] < 400
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
@@ -115,22 +114,24 @@ def test_interpreter_exit_with_a_live_epoch_is_prompt(demo):
         print("started", flush=True)
         """
     )
-    t0 = time.time()
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "started" in out.stdout
-    assert time.time() - t0 < 30
 
 
-@pytest.mark.parametrize("settle", [0.0, 1.0])
-def test_fork_child_inherits_no_running_epoch(demo, settle):
+@pytest.mark.parametrize("idle", [False, True])
+def test_fork_child_inherits_no_running_epoch(demo, idle):
     """A child forked during an epoch: the parent's epoch is unusable there, a new one works
-    (on one thread: Note [fork during an epoch]). settle=1: the parent's workers are idle at
-    the fork (prefetch full), the case that used to hang the child's new epoch."""
+    (on one thread: Note [fork during an epoch]). idle: the parent's workers are idle at the
+    fork (every prefetch slot holds a ready batch), the case that used to hang the child's new
+    epoch; it is waited for by the telemetry's back-pressure, not by a sleep."""
     loader = make(demo, threads=2)
     it = iter(loader)
     next(it)
-    time.sleep(settle)
+    deadline = time.time() + 60
+    while idle and loader.telemetry()["queue"]["back_pressure_seconds"] == 0:
+        assert time.time() < deadline, "the prefetch never filled"
+        time.sleep(0.01)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
