@@ -5,8 +5,9 @@ PY     := $(abspath $(VENV))/bin/python
 PY_COMPAT := $(abspath .venv-compat)/bin/python
 BUILD  := build/dev
 JOBS   ?= $(shell nproc)
+CXX_SOURCES = $(shell git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'tests/fuzz/*.cc')
 
-.PHONY: all deps build lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
+.PHONY: all deps build stub lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
 
 all: build
 
@@ -34,10 +35,17 @@ check-data:
 # ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
 test-sanitizers: asan tsan
 
-# ruff (pyflakes, pycodestyle, bugbear) over all Python; mypy over the files pyproject.toml lists.
-lint: deps
+# ruff (pyflakes, pycodestyle, bugbear) over all Python; mypy over the package; stubtest: the
+# native stub names every function and class of the built module (`make stub` writes it);
+# clang-format over the C++ (`make format` fixes it).
+lint: build
 	@$(abspath $(VENV))/bin/ruff check python tests benchmarks examples scripts
 	@$(abspath $(VENV))/bin/mypy
+	@$(PY) -m mypy.stubtest loadscope._native --allowlist scripts/native-stubtest-allowlist.txt
+	@clang-format --dry-run -Werror $(CXX_SOURCES)
+
+stub: build
+	@$(PY) scripts/gen-native-stub.py
 
 test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -93,7 +101,7 @@ tsan: deps
 	@scripts/sanitize.sh thread
 
 format:
-	@clang-format -i $$(git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc')
+	@clang-format -i $(CXX_SOURCES)
 
 clean:
 	rm -rf build python/loadscope/_native*.so

@@ -24,7 +24,8 @@ import torchvision.transforms as T
 from torchvision.datasets import ImageFolder
 
 import loadscope as ls
-from loadscope import compare, datasets
+from loadscope import datasets
+from loadscope.bench import arms as bench_arms
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +56,7 @@ def capped(name, make, samples):
                 break
         return n
 
-    return compare.Arm(name, epoch)
+    return bench_arms.Arm(name, epoch)
 
 
 def main() -> None:
@@ -71,10 +72,10 @@ def main() -> None:
     arms = [capped("dataloader", lambda: dataloader(root, args.threads), args.samples),
             capped("loadscope", lambda: loadscope_loader(root, args.threads, True), args.samples),
             capped("loadscope-plain", lambda: loadscope_loader(root, args.threads, False), args.samples)]
-    rates = compare.interleaved(arms, args.rounds)
+    rates = bench_arms.interleaved(arms, args.rounds)
     for arm in arms:
         print(f"{arm.name:<18} {statistics.median(rates[arm.name]):>8.0f} samples/s  "
-              + compare.format_ratio("vs dataloader", compare.ratio_summary(rates[arm.name], rates["dataloader"])))
+              + bench_arms.format_ratio("vs dataloader", bench_arms.ratio_summary(rates[arm.name], rates["dataloader"])))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ from pathlib import Path
 import torch
 
 import loadscope as ls
-from loadscope import compare, datasets
+from loadscope import datasets
+from loadscope.bench import arms as bench_arms
 
 REPO = Path(__file__).resolve().parents[1]
 MEAN, STD = ls.IMAGENET_MEAN, ls.IMAGENET_STD
@@ -69,7 +70,7 @@ def arm(name, root, field, how, threads, samples, device, info):
         info[name] = (nbytes, L.telemetry().to_dict()["loop"]["data_wait_share"])
         return n
 
-    return compare.Arm(name, epoch)
+    return bench_arms.Arm(name, epoch)
 
 
 def main() -> None:
@@ -85,14 +86,14 @@ def main() -> None:
     info = {}
     runs = [arm(name, root, field, how, args.threads, args.samples, device, info)
             for name, (field, how) in arms(device).items()]
-    rates = compare.interleaved(runs, args.rounds)
+    rates = bench_arms.interleaved(runs, args.rounds)
     ref = "uint8+torch"
     print(f"{'arm':<40} {'samples/s':>10} {'MiB/batch':>10} {'data wait':>10}  ratio")
     for r in runs:
         nbytes, share = info[r.name]
         print(f"{r.name:<40} {statistics.median(rates[r.name]):>10.0f} {nbytes / 2**20:>10.1f} "
               f"{'' if share is None else f'{share:.0%}':>10}  "
-              + compare.format_ratio("vs " + ref, compare.ratio_summary(rates[r.name], rates[ref])))
+              + bench_arms.format_ratio("vs " + ref, bench_arms.ratio_summary(rates[r.name], rates[ref])))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ import sys
 
 import torch
 
-from loadscope import compare, datasets
+from loadscope import datasets
+from loadscope.bench import arms as bench_arms
 
 
 def main() -> int:
@@ -34,29 +35,29 @@ def main() -> int:
     torch.set_num_threads(1)
     datasets.ensure(a.data)
     root = os.path.join(a.data, "folder")
-    env = compare.machine()
+    env = bench_arms.machine()
     print(json.dumps(env))
 
-    arms = [compare.loadscope_arm(root, threads=a.threads), compare.torch_arm(root, workers=a.threads),
-            compare.ceiling_arm(root, threads=a.threads)]
+    arms = [bench_arms.loadscope_arm(root, threads=a.threads), bench_arms.torch_arm(root, workers=a.threads),
+            bench_arms.ceiling_arm(root, threads=a.threads)]
     try:
-        rounds = compare.measured(arms, reps=a.reps, warmup=1)
+        rounds = bench_arms.measured(arms, reps=a.reps, warmup=1)
     finally:
         for arm in arms:
             arm.close()
-    same = compare.same_inputs(rounds)  # every arm read the same files, every round
+    same = bench_arms.same_inputs(rounds)  # every arm read the same files, every round
     res = {name: [r["per_s"] for r in rs] for name, rs in rounds.items()}
     ls_name, tv_name, ceil_name = (arm.name for arm in arms)
     summary = {name: {"median": statistics.median(x), "min": min(x), "max": max(x),
                       "cpu_ms_per_image": statistics.median(r["cpu_per_item"] for r in rounds[name]) * 1e3,
                       "cores": statistics.median(r["cores"] for r in rounds[name])} for name, x in res.items()}
-    vs_torch = compare.ratio_summary(res[ls_name], res[tv_name])
-    vs_ceiling = compare.ratio_summary(res[ls_name], res[ceil_name])
+    vs_torch = bench_arms.ratio_summary(res[ls_name], res[tv_name])
+    vs_ceiling = bench_arms.ratio_summary(res[ls_name], res[ceil_name])
 
     memory = []
     for n in (int(x) for x in a.pss_threads.split(",")):
         for arm in ("loadscope", "torch"):
-            r = compare.pss_run(arm, root, n)
+            r = bench_arms.pss_run(arm, root, n)
             memory.append({"arm": arm, "threads_or_workers": n, **r})
             print(f"  {arm} n={n}: {r['images_per_s']:.0f} img/s, peak PSS {r['peak_pss_mib']:.0f} MiB", flush=True)
 
@@ -72,7 +73,7 @@ def main() -> int:
         print(f"| {name} | {s['median']:.0f} ({s['min']:.0f}-{s['max']:.0f}) | {s['cpu_ms_per_image']:.2f} | {s['cores']:.2f} |")
     print(f"\nevery arm read the same files in every round: {'yes' if same['identical'] else 'NO'}")
     for label, r in (("loadscope / DataLoader", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling)):
-        print("\n" + compare.format_ratio(label, r))
+        print("\n" + bench_arms.format_ratio(label, r))
     print("\n| loader | threads/workers | images/s | peak PSS, all processes (MiB) |\n|---|---|---|---|")
     for m in memory:
         print(f"| {m['arm']} | {m['threads_or_workers']} | {m['images_per_s']:.0f} | {m['peak_pss_mib']:.0f} |")

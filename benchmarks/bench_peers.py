@@ -36,14 +36,15 @@ from typing import Any, Callable, Dict, List, Tuple
 
 import torch
 
-from loadscope import compare, datasets
+from loadscope import datasets
+from loadscope.bench import arms as bench_arms
 from loadscope.bench import env as envmod
 from loadscope.bench import pipelines
 from loadscope.bench.experiment import PIPELINE
 from loadscope.gpu import crop_params
 from loadscope.telemetry import tree_cpu_seconds
 
-Arm = compare.Arm
+Arm = bench_arms.Arm
 
 
 # --- images ----------------------------------------------------------------------------------
@@ -271,7 +272,7 @@ def video_rows(root: str) -> List[dict]:
 def video_arms(rows: List[dict], threads: int, frames: int, stride: int, size: int, batch: int) -> List[Arm]:
     from loadscope import FileList, Loader, VideoClip
 
-    manifest = compare._manifest(rows)
+    manifest = bench_arms._manifest(rows)
     loader = Loader(FileList(manifest), fields={"mp4": VideoClip(size, crop="center", frames=frames, stride=stride,
                                                                  position="center")},
                     batch_size=batch, threads=threads)
@@ -299,7 +300,7 @@ def video_pixels(rows: List[dict], frames: int, stride: int, size: int) -> Dict[
     from loadscope import FileList, Loader, VideoClip
 
     n = min(4, len(rows))
-    loader = Loader(FileList(compare._manifest(rows[:n])),
+    loader = Loader(FileList(bench_arms._manifest(rows[:n])),
                     fields={"mp4": VideoClip(size, crop="center", frames=frames, stride=stride, position="center")},
                     batch_size=n, threads=1)
     b = next(iter(loader))
@@ -341,7 +342,7 @@ def table(kind: str, res: Dict[str, Dict[str, List[float]]], unit: str) -> List[
         x, c = res[name]["per_s"], res[name]["cpu_per_sample"]
         cell = "—"
         if name != ref:
-            r = compare.ratio_summary(res[ref]["per_s"], x)
+            r = bench_arms.ratio_summary(res[ref]["per_s"], x)
             ci = f" [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]" if "ci95" in r else ""
             cell = f"**{r['median']:.2f}x**{ci} ({r['min']:.2f}-{r['max']:.2f})"
         lines.append(f"| {name} | {statistics.median(x):.1f} ({min(x):.1f}-{max(x):.1f}) | "
@@ -369,7 +370,7 @@ def main() -> int:
     p.add_argument("--out", default="results/bench_peers.json")
     a = p.parse_args()
     torch.set_num_threads(1)
-    report: Dict[str, Any] = {"machine": compare.machine(), "versions": {"torch": torch.__version__,
+    report: Dict[str, Any] = {"machine": bench_arms.machine(), "versions": {"torch": torch.__version__,
                                                                           **envmod.peer_versions()},
                               "threads": a.threads, "rounds": a.rounds}
     print(json.dumps(report["versions"]), flush=True)

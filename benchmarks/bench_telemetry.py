@@ -13,13 +13,14 @@ import sys
 
 import torch
 
-from loadscope import compare, datasets
+from loadscope import datasets
+from loadscope.bench import arms as bench_arms
 from loadscope._fields import Image
 from loadscope._loader import Loader
 from loadscope._sources import Folder
 
 
-def arm(root: str, threads: int, on: bool) -> compare.Arm:
+def arm(root: str, threads: int, on: bool) -> bench_arms.Arm:
     loader = Loader(Folder(root), fields={"jpg": Image(224, flip=0.5)}, batch_size=64, threads=threads,
                     shuffle=True, seed=0, telemetry=on)
 
@@ -29,7 +30,7 @@ def arm(root: str, threads: int, on: bool) -> compare.Arm:
             loader.telemetry()  # reading it is part of the cost
         return n
 
-    return compare.Arm(f"telemetry {'on' if on else 'off'}", epoch)
+    return bench_arms.Arm(f"telemetry {'on' if on else 'off'}", epoch)
 
 
 def main() -> int:
@@ -43,15 +44,15 @@ def main() -> int:
     datasets.ensure(a.data)
     root = os.path.join(a.data, "folder")
     arms = [arm(root, a.threads, True), arm(root, a.threads, False)]
-    res = compare.interleaved(arms, reps=a.reps, warmup=1)
-    r = compare.ratio_summary(res["telemetry on"], res["telemetry off"])
+    res = bench_arms.interleaved(arms, reps=a.reps, warmup=1)
+    r = bench_arms.ratio_summary(res["telemetry on"], res["telemetry off"])
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump({"machine": compare.machine(), "images_per_s": res, "on_over_off": r}, f, indent=1)
+        json.dump({"machine": bench_arms.machine(), "images_per_s": res, "on_over_off": r}, f, indent=1)
     for name, xs in res.items():
         xs = sorted(xs)
         print(f"{name}: median {xs[len(xs) // 2]:.0f} images/s (min {xs[0]:.0f}, max {xs[-1]:.0f})")
-    print(compare.format_ratio("on / off", r, digits=3))
+    print(bench_arms.format_ratio("on / off", r, digits=3))
     return 0
 
 

@@ -4,7 +4,7 @@
 16-frame clips (stride 2) at 224x224 with RandomResizedCrop + flip, from the demo videos
 (H.264, 5 s at 30 fps, 360p/480p/720p, GOP 10/30/60/150 frames), 2 threads, batch 8. Every
 arm reads the same clips: one plan per epoch (a start frame per clip, drawn from the seed and
-the epoch: compare.clip_plans) handed to loadscope (a manifest with a start column and
+the epoch: bench_arms.clip_plans) handed to loadscope (a manifest with a start column and
 VideoClip(start=)), to the DataLoader (through its batch sampler) and to the ceiling, and each
 round checks that every arm read exactly the plan (digests):
   1. loadscope vs torch DataLoader(num_workers=2) over torchvision.io.read_video (PyAV), vs the
@@ -34,7 +34,8 @@ import sys
 
 import torch
 
-from loadscope import compare, datasets
+from loadscope import datasets
+from loadscope.bench import arms as bench_arms
 
 
 def med(xs):
@@ -70,30 +71,30 @@ def main() -> int:
         os.environ["LOADSCOPE_VIDEO_INDEX_CACHE_MB"] = "0"
     torch.set_num_threads(1)
     datasets.ensure(a.data, images=a.images, videos=a.videos, video_profile=a.video_profile)
-    env = compare.machine()
+    env = bench_arms.machine()
     print(json.dumps(env))
-    rows = compare.video_clips(a.data, repeat=a.repeat)
-    plans = compare.clip_plans(rows)  # one plan per epoch, the same for every arm
+    rows = bench_arms.video_clips(a.data, repeat=a.repeat)
+    plans = bench_arms.clip_plans(rows)  # one plan per epoch, the same for every arm
     work = [plans(e).work() for e in range(1 + a.reps)]
     print(f"decode work per epoch (keyframe to last clip frame): {med(w['frames'] for w in work):.0f} frames, "
           f"{med(w['megapixels'] for w in work):.0f} megapixels; {len(rows)} clips", flush=True)
 
-    arms = [compare.video_loadscope_arm(rows, threads=a.threads, plans=plans),
-            compare.video_torch_arm(rows, workers=a.threads, plans=plans),
-            compare.video_ceiling_arm(rows, threads=a.threads, plans=plans),
-            compare.video_ceiling_arm(rows, threads=a.threads, plans=plans, least=True)]
+    arms = [bench_arms.video_loadscope_arm(rows, threads=a.threads, plans=plans),
+            bench_arms.video_torch_arm(rows, workers=a.threads, plans=plans),
+            bench_arms.video_ceiling_arm(rows, threads=a.threads, plans=plans),
+            bench_arms.video_ceiling_arm(rows, threads=a.threads, plans=plans, least=True)]
     try:
-        res = compare.measured(arms, reps=a.reps, warmup=1)
+        res = bench_arms.measured(arms, reps=a.reps, warmup=1)
     finally:
         for arm in arms:
             arm.close()
-    same = compare.same_inputs(res)
+    same = bench_arms.same_inputs(res)
     ls_name, tv_name, ceil_name, floor_name = (arm.name for arm in arms)
     rate = {n: [r["per_s"] for r in rs] for n, rs in res.items()}
-    vs_torch = compare.ratio_summary(rate[ls_name], rate[tv_name])
-    vs_ceiling = compare.ratio_summary(rate[ls_name], rate[ceil_name])
-    vs_floor = compare.ratio_summary(rate[ls_name], rate[floor_name])
-    floor_vs_ceiling = compare.ratio_summary(rate[floor_name], rate[ceil_name])
+    vs_torch = bench_arms.ratio_summary(rate[ls_name], rate[tv_name])
+    vs_ceiling = bench_arms.ratio_summary(rate[ls_name], rate[ceil_name])
+    vs_floor = bench_arms.ratio_summary(rate[ls_name], rate[floor_name])
+    floor_vs_ceiling = bench_arms.ratio_summary(rate[floor_name], rate[ceil_name])
     cpu_ratio = {n: med(r["cpu_per_item"] for r in rs) / med(r["cpu_per_item"] for r in res[ls_name])
                  for n, rs in res.items()}
 
@@ -104,29 +105,29 @@ def main() -> int:
     by_gop = {}
     for kind, value, sub in groups if not a.skip_sweeps else ():
         sub = sub if a.cold else sub * 4  # cold: each video once an epoch
-        sub_plans = compare.clip_plans(sub)
-        g_arms = [compare.video_loadscope_arm(sub, threads=a.threads, plans=sub_plans),
-                  compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans),
-                  compare.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans, least=True)]
+        sub_plans = bench_arms.clip_plans(sub)
+        g_arms = [bench_arms.video_loadscope_arm(sub, threads=a.threads, plans=sub_plans),
+                  bench_arms.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans),
+                  bench_arms.video_ceiling_arm(sub, threads=a.threads, plans=sub_plans, least=True)]
         try:
-            g = compare.measured(g_arms, reps=3, warmup=1)
+            g = bench_arms.measured(g_arms, reps=3, warmup=1)
         finally:
             for arm in g_arms:
                 arm.close()
         per_s = [[r["per_s"] for r in g[arm.name]] for arm in g_arms]
         by_gop[f"{kind} {value}"] = {"clips": len(sub), "loadscope": med(per_s[0]), "ceiling": med(per_s[1]),
-                                     "floor": med(per_s[2]), "ratio": compare.ratio_summary(per_s[0], per_s[1]),
-                                     "ratio_floor": compare.ratio_summary(per_s[0], per_s[2]),
-                                     "floor_vs_ceiling": compare.ratio_summary(per_s[2], per_s[1]),
+                                     "floor": med(per_s[2]), "ratio": bench_arms.ratio_summary(per_s[0], per_s[1]),
+                                     "ratio_floor": bench_arms.ratio_summary(per_s[0], per_s[2]),
+                                     "floor_vs_ceiling": bench_arms.ratio_summary(per_s[2], per_s[1]),
                                      "loadscope_info": [r["info"] for r in g[g_arms[0].name]],
                                      "floor_info": [r["info"] for r in g[g_arms[2].name]],
-                                     "same_inputs": compare.same_inputs(g)["identical"]}
+                                     "same_inputs": bench_arms.same_inputs(g)["identical"]}
         print(f"  {kind} {value}: {by_gop[f'{kind} {value}']}", flush=True)
 
-    thread_arms = [compare.video_loadscope_arm(rows, threads=t, decoder_threads=d, plans=plans)
+    thread_arms = [bench_arms.video_loadscope_arm(rows, threads=t, decoder_threads=d, plans=plans)
                    for t, d in ((2, 1), (2, 2), (1, 2), (2, 0))] if not (a.skip_sweeps or a.skip_threads) else []
     try:
-        t_res = compare.measured(thread_arms, reps=3, warmup=1)
+        t_res = bench_arms.measured(thread_arms, reps=3, warmup=1)
     finally:
         for arm in thread_arms:
             arm.close()
@@ -136,7 +137,7 @@ def main() -> int:
               "same_inputs": same, "decode_work_per_epoch": work, "loadscope_vs_torch": vs_torch,
               "loadscope_vs_ceiling": vs_ceiling, "loadscope_vs_floor": vs_floor, "floor_vs_ceiling": floor_vs_ceiling,
               "cpu_per_clip_vs_loadscope": cpu_ratio, "by_gop": by_gop,
-              "by_decoder_threads": by_threads, "by_decoder_threads_same_inputs": compare.same_inputs(t_res)["identical"]}
+              "by_decoder_threads": by_threads, "by_decoder_threads_same_inputs": bench_arms.same_inputs(t_res)["identical"]}
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(report, f, indent=1)
@@ -146,7 +147,7 @@ def main() -> int:
           f" ({', '.join(same['arms_checked'])})")
     for label, r in (("loadscope / DataLoader+read_video", vs_torch), ("loadscope / decode-only ceiling", vs_ceiling),
                      ("loadscope / decode floor", vs_floor), ("decode floor / decode-only ceiling", floor_vs_ceiling)):
-        print("\n" + compare.format_ratio(label, r))
+        print("\n" + bench_arms.format_ratio(label, r))
     for name in (ceil_name, floor_name):
         missing = max(r["info"]["clip_frames_missing"] for r in res[name])
         if missing:

@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # Build: compilers, CMake, pybind11, the codecs and oneTBB. Runtime/test: Debian's torch 1.13
 # and torchvision (the compatibility lane; .venv has torch 2.x from PyPI over them), PIL, numpy,
 # pytest, PyAV (the video baseline's decoder);
-# ffmpeg and djpeg CLIs as independent references;
+# ffmpeg and djpeg CLIs as independent references; clang-format for `make lint`;
 # scikit-image for the real photographs the demo data is cut from.
 PACKAGES=(
   build-essential cmake ninja-build pkg-config
@@ -22,6 +22,7 @@ PACKAGES=(
   python3-torch python3-torchvision python3-numpy python3-pil python3-psutil
   python3-pytest python3-pytest-timeout python3-skimage python3-scipy python3-matplotlib python3-av
   ffmpeg libjpeg-turbo-progs
+  clang-format
 )
 
 # `make fuzz` only: clang, its libFuzzer and sanitizer runtimes, llvm-symbolizer for reports.

@@ -31,11 +31,14 @@ class SampleError(LoadscopeError):
         reason: what went wrong, including the codec's own message.
     """
 
-    def __init__(self, key: str, reason: Optional[str] = None) -> None:
+    key: Optional[str]
+    reason: str
+
+    def __init__(self, key: Optional[str], reason: Optional[str] = None) -> None:
         if reason is None:
             # torch's DataLoader re-raises a worker's exception as type(e)(message), with the
             # worker's traceback in the message: recover key and reason from its last line.
-            message = key
+            message = str(key)
             found = re.findall(r"sample '(.*?)': (.*)", message)
             key, reason = found[-1] if found else (None, message)
             super().__init__(message)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 
@@ -135,7 +135,7 @@ class ColorJitter:
         self.ranges()
 
     def ranges(self) -> list:
-        out = []
+        out: List[float] = []
         for name in ("brightness", "contrast", "saturation"):
             out += _jitter_range(name, getattr(self, name), 1.0, None)
         out += _jitter_range("hue", self.hue, 0.0, (-0.5, 0.5))
@@ -292,7 +292,7 @@ class Image(Field):
         if self.crop not in CROPS:
             raise ConfigError(f"{n}.crop={self.crop!r} is not one of {', '.join(CROPS)}")
         if isinstance(self.size, (tuple, list)) and len(self.size) == 2:
-            size = (_int(n, "size", self.size[0], 1), _int(n, "size", self.size[1], 1))
+            size: Union[int, Tuple[int, int]] = (_int(n, "size", self.size[0], 1), _int(n, "size", self.size[1], 1))
         elif isinstance(self.size, (tuple, list)):
             raise ConfigError(f"{n}.size must be an int or (height, width), got {self.size!r}")
         else:

@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import torch
 
@@ -21,6 +21,7 @@ from . import _native, _transfer, telemetry
 from ._errors import ConfigError, LoadscopeError
 from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip, normalize
 from ._sources import Source
+from .telemetry import Sink
 
 log = logging.getLogger("loadscope")
 
@@ -292,7 +293,7 @@ class Loader:
         self.device = _transfer.parse_device(a["device"])
         self._telemetry_on: bool = a["telemetry"]
         self.output: Optional[Tuple[str, ...]] = a["output"]
-        self.map: Optional[Callable[[Any], Any]] = a["map"]
+        self.map: Optional[Callable[..., Any]] = a["map"]
         d = a["distributed"]
         self.rank: int = d["rank"]
         self.world_size: int = d["world_size"]
@@ -403,8 +404,9 @@ class Loader:
         self._epoch_set = bool(state.get("epoch_set", False))
         self._resume_batches = batches
         self._progress = None
-        if self._active is not None and self._active() is not None:
-            self._active()._supersede()
+        active = self._active() if self._active is not None else None
+        if active is not None:
+            active._supersede()
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of the next iteration (order and augmentation depend on it). After
@@ -527,7 +529,7 @@ class Loader:
         return telemetry.build_snapshot(native, self._loop, process, transfer, self._pss_peak or None,
                                         config, self._baseline, None if self._pss is None else now - self._pss_at)
 
-    def report_every(self, seconds: float, to: "telemetry.Sink" = print) -> None:
+    def report_every(self, seconds: float, to: "Sink" = print) -> None:
         """Emits an interval report (counters as deltas, gauges as they are) every `seconds` to a
         callable, a logging.Logger or a JSON-lines file path, from a background thread, and a
         final one from ``stop_reports()`` (or when the loader is garbage-collected)."""
@@ -598,7 +600,9 @@ class Loader:
         if self._transfer is not None:
             out = self._transfer(out)
             for name, f in self._normalize_on_device:
-                out[name] = normalize(out[name], f.dtype, f.mean, f.std, f.channels_last)
+                # Image's validation made mean and std 3-tuples of floats
+                out[name] = normalize(out[name], f.dtype, cast(Sequence[float], f.mean), cast(Sequence[float], f.std),
+                                      f.channels_last)
         if self.output is not None:
             out = tuple(out[k] for k in self.output)
         return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from typing import Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 
@@ -117,7 +117,7 @@ class _TableSource(Source):
     """A source whose samples are a native SampleTable (io/table.h): one set of columns, not a
     Python object per sample. Pickled by its arguments; the table is rebuilt where it lands."""
 
-    _table = None
+    _table: Any = None
 
     def __len__(self) -> int:
         if self._table is None:

@@ -32,7 +32,7 @@ import shutil
 import sys
 import tarfile
 import time
-from typing import List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -47,7 +47,7 @@ GENERATOR_VERSION = 2
 # one video in ten HEVC (MP4) and one in ten VP9 (WebM, as Something-Something ships), one in
 # ten stored landscape with a rotation to portrait (phone footage); made for hundreds of
 # distinct videos, so that every clip of an epoch comes from another one.
-VIDEO_PROFILES = {
+VIDEO_PROFILES: Dict[str, Dict[str, Any]] = {
     "demo": {"sizes": [(640, 360), (854, 480), (1280, 720)], "gops": [10, 30, 60, 150], "seconds": 5, "fps": 30},
     "realistic": {"sizes": [(1280, 720), (640, 360)], "gops": [60], "seconds": 10, "fps": 30},
     "dataset": {"sizes": [(340, 256), (480, 360), (640, 360), (854, 480), (1280, 720)], "gops": [250, 60, 30],
@@ -127,7 +127,8 @@ def _make_image(photo: np.ndarray, rng: np.random.Generator):
     return buf.getvalue(), img.size, quality, (x, y, cw, ch)
 
 
-def _tar_add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+def _tar_add(tar: Optional[tarfile.TarFile], name: str, data: bytes) -> None:
+    assert tar is not None  # the writers open a shard at the first sample
     info = tarfile.TarInfo(name)
     info.size = len(data)
     info.mtime = 0
@@ -225,7 +226,7 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
             if not quiet and n % 8 == 0:
                 print(f"  {n}/{videos} videos", file=sys.stderr)
     os.makedirs(os.path.join(tmp, "video_shards"))
-    tar = None
+    tar: Optional[tarfile.TarFile] = None
     total = 0
     with open(os.path.join(tmp, "videos.jsonl"), "w") as manifest:
         for i, (key, cls, caption, meta, _, ext, _) in enumerate(jobs):
@@ -238,10 +239,10 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
                 data = f.read()
             total += len(data)
             base = path[: -len(ext)]
-            with open(base + ".txt", "w") as f:
-                f.write(caption)
-            with open(base + ".json", "w") as f:
-                json.dump(meta, f)
+            with open(base + ".txt", "w") as text:
+                text.write(caption)
+            with open(base + ".json", "w") as side:
+                json.dump(meta, side)
             label = labels.index(PHOTOS[cls][0])
             _tar_add(tar, key + ext, data)
             _tar_add(tar, key + ".cls", str(label).encode())
@@ -272,7 +273,7 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
     manifest = []
     n_shards = (images + shard_size - 1) // shard_size
     total_bytes = 0
-    tar = None
+    tar: Optional[tarfile.TarFile] = None
     for i in range(images):
         if i % shard_size == 0:
             if tar is not None:

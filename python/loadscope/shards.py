@@ -182,7 +182,7 @@ def main_index(argv: Optional[List[str]] = None) -> int:
         rows = index(shards, force=a.force, show_progress=True)
     except LoadscopeError as e:
         where = getattr(e, "key", None)
-        print(f"loadscope index: {where}: {e.reason}" if where else f"loadscope index: {e}", file=sys.stderr)
+        print(f"loadscope index: {where}: {getattr(e, 'reason', e)}" if where else f"loadscope index: {e}", file=sys.stderr)
         return 1
     for r in rows:
         print(f"{r['shard']}: {r['samples']} samples, {'indexed' if r['written'] else 'index current'} "

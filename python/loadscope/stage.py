@@ -158,7 +158,7 @@ def stage(src: str, dst: str, *, files: Optional[Sequence[str]] = None, threads:
             size = st.st_size
             current = rec is not None and rec.get("size") == size and rec.get("mtime_ns") == st.st_mtime_ns
         current = current and os.path.isfile(d) and os.path.getsize(d) == size
-        if current and verify:
+        if current and verify and rec is not None:
             current = _hash_file(d) == rec.get("blake2b")
         if current:
             with lock:

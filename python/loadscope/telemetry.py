@@ -60,7 +60,7 @@ class LoopStats:
         self.wait.record(wait)
         self.convert.record(done_ns - native_ns)
         self.wait_total += wait  # the first batch of an epoch too: the restart is data wait
-        if self._last_enter is not None:
+        if self._last_enter is not None and self._last_done is not None:
             self.step.record(enter_ns - self._last_enter)
             self.compute_total += enter_ns - self._last_done
         self._last_enter, self._last_done = enter_ns, done_ns
@@ -172,7 +172,7 @@ class Snapshot:
             line += (f"; engine-owned {_mb(e['total'])} (batches {_mb(e['pool_bytes'])}, scratch {_mb(e['scratch_bytes'])}, "
                      f"shuffle buffer {_mb(e['source_buffer_bytes'])}, pinned {_mb(e['pinned_bytes'])})")
         else:
-            line += f" (RSS and PSS: the main process and its {watched['workers']} live workers)"
+            line += f" (RSS and PSS: the main process and its {watched['workers'] if watched else 0} live workers)"
         lines.append(line)
         c = d["cpu"]
         if watched:
@@ -720,7 +720,7 @@ class Watched:
         self.loop = LoopStats(time.monotonic_ns())
         self._interval = interval
         self._sampler: Optional[ProcessTreeSampler] = None
-        self._iterator = None
+        self._iterator: Optional[Iterator[Any]] = None
         self._samples = 0
         self._active_ns = 0  # time inside finished epochs
         self._epoch_start_ns: Optional[int] = None
@@ -749,7 +749,7 @@ class Watched:
         start = time.monotonic_ns()
         self._epoch_start_ns = start
         self.loop.epoch_started(start)
-        self._iterator = iter(self._iterable)
+        self._iterator = it = iter(self._iterable)
         self._sampler.sample()  # the workers exist now
         first = True
         try:
@@ -757,7 +757,7 @@ class Watched:
                 enter = start if first else time.monotonic_ns()
                 first = False
                 try:
-                    batch = next(self._iterator)
+                    batch = next(it)
                 except StopIteration:
                     return
                 done = time.monotonic_ns()

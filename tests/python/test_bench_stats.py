@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from loadscope import compare
+from loadscope.bench import arms as bench_arms
 from loadscope.bench import stats
 
 sps = pytest.importorskip("scipy.stats", reason="scipy (Debian python3-scipy) is the reference")
@@ -42,7 +42,7 @@ def test_a_wild_repetition_does_not_push_the_interval_below_zero():
 def test_ratio_summary_interval_matches_scipy():
     num = [4109, 4130, 3954, 4167, 4080, 4001, 4122, 4150, 3990, 4070, 4111]
     den = [4130, 4275, 3902, 4150, 4100, 4060, 4090, 4200, 4010, 4120, 4105]
-    r = compare.ratio_summary(num, den)
+    r = bench_arms.ratio_summary(num, den)
     ratios = [a / b for a, b in zip(num, den)]
     lo, hi = sps.t.interval(0.95, len(ratios) - 1, loc=statistics.fmean(ratios), scale=sps.sem(ratios))
     assert r["ci95"] == pytest.approx((lo, hi), rel=1e-6)

@@ -629,7 +629,7 @@ def test_a_clip_reads_the_gops_it_decodes_not_the_whole_file(tmp_path, video_720
 
 
 def test_the_video_baselines_pyav_read_equals_torchvisions_read_video(demo_videos):
-    """compare.read_clip replaces torchvision.io.read_video (gone from torchvision 0.24 on) in
+    """bench_arms.read_clip replaces torchvision.io.read_video (gone from torchvision 0.24 on) in
     the video baseline; where read_video still exists (the torch 1.13 lane, `make test-compat`)
     both must return the same frames, byte for byte."""
     import glob
@@ -637,7 +637,7 @@ def test_the_video_baselines_pyav_read_equals_torchvisions_read_video(demo_video
     import torch
     import torchvision.io
 
-    from loadscope.compare import read_clip
+    from loadscope.bench.arms import read_clip
 
     if not hasattr(torchvision.io, "read_video"):
         pytest.skip(f"torchvision {torchvision.__version__} has no read_video to compare with (make test-compat has)")
@@ -654,20 +654,20 @@ def test_video_benchmark_arms_read_one_plan_per_epoch(demo_videos):
     frames' presentation times), to a DataLoader with persistent workers (through its batch
     sampler) and to the decode-only ceiling; each arm's digest of what it read equals the plan's,
     epoch after epoch, and the plan moves with the epoch."""
-    from loadscope import compare
+    from loadscope.bench import arms as bench_arms
 
-    rows = compare.video_clips(str(demo_videos), repeat=2)
-    plans = compare.clip_plans(rows, frames=4, stride=2, seed=3)
-    arms = [compare.video_loadscope_arm(rows, threads=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
-            compare.video_torch_arm(rows, workers=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
-            compare.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans),
-            compare.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans, least=True)]
+    rows = bench_arms.video_clips(str(demo_videos), repeat=2)
+    plans = bench_arms.clip_plans(rows, frames=4, stride=2, seed=3)
+    arms = [bench_arms.video_loadscope_arm(rows, threads=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
+            bench_arms.video_torch_arm(rows, workers=2, frames=4, stride=2, size=32, batch_size=4, plans=plans),
+            bench_arms.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans),
+            bench_arms.video_ceiling_arm(rows, threads=2, frames=4, stride=2, plans=plans, least=True)]
     try:
-        res = compare.measured(arms, reps=2, warmup=0)
+        res = bench_arms.measured(arms, reps=2, warmup=0)
     finally:
         for arm in arms:
             arm.close()
-    assert compare.same_inputs(res) == {"arms_checked": [a.name for a in arms], "rounds": 2, "identical": True,
+    assert bench_arms.same_inputs(res) == {"arms_checked": [a.name for a in arms], "rounds": 2, "identical": True,
                                         "differing_rounds": []}
     # The ceiling and the floor decoded every clip's 4 frames; the floor fewer frames in all
     # (the demo's B-frames between a stride-2 clip's frames are not references).
@@ -681,18 +681,18 @@ def test_video_benchmark_arms_read_one_plan_per_epoch(demo_videos):
     assert plans(0).digest() != plans(1).digest()
     work = plans(0).work()
     assert work["frames"] >= len(rows) * 7 and work["megapixels"] > 0  # at least each clip's own 7 frames
-    assert compare.batches_per_worker(24, 8, 2) == [2, 1]  # the split the issue saw: reported, not hidden
-    assert "uneven" in compare.video_torch_arm(rows * 2, workers=2, batch_size=8,  # 24 clips in batches of 8
-                                               plans=compare.clip_plans(rows * 2)).name
+    assert bench_arms.batches_per_worker(24, 8, 2) == [2, 1]  # the split the issue saw: reported, not hidden
+    assert "uneven" in bench_arms.video_torch_arm(rows * 2, workers=2, batch_size=8,  # 24 clips in batches of 8
+                                               plans=bench_arms.clip_plans(rows * 2)).name
     with pytest.raises(ValueError, match="other clips"):  # a plan of other clips is refused
-        compare.video_ceiling_arm(rows[:3], threads=1, plans=plans)
+        bench_arms.video_ceiling_arm(rows[:3], threads=1, plans=plans)
 
 
 def test_video_benchmark_arms_agree_on_a_video_that_does_not_start_at_0(tmp_path):
     """A Matroska file whose first frame is shown at 2 s: the plan's starts count from the first
     frame for loadscope (VideoClip(start=)) and are presentation times for the seeks of PyAV and
     the ceiling; loadscope's and PyAV's digests are recovered from the frames they returned."""
-    from loadscope import compare
+    from loadscope.bench import arms as bench_arms
 
     path = str(tmp_path / "late.mkv")
     subprocess.run(["ffmpeg", "-v", "error", "-f", "lavfi", "-i", "testsrc2=s=160x120:r=30:d=4", "-c:v", "libx264",
@@ -700,9 +700,9 @@ def test_video_benchmark_arms_agree_on_a_video_that_does_not_start_at_0(tmp_path
     ix = _native.video_index(path)
     assert ix["pts"][0] * ix["time_base"] > 1.0  # the premise: this file starts late
     rows = [{"path": path, "frames": len(ix["pts"]), "fps": 30, "gop": 250}] * 4
-    plans = compare.clip_plans(rows, frames=4, stride=2, seed=1)
-    arms = [compare.video_loadscope_arm(rows, threads=1, frames=4, stride=2, size=32, batch_size=2, plans=plans),
-            compare.video_torch_arm(rows, workers=0, frames=4, stride=2, size=32, batch_size=2, plans=plans),
-            compare.video_ceiling_arm(rows, threads=1, frames=4, stride=2, plans=plans)]
-    res = compare.measured(arms, reps=1, warmup=0)
+    plans = bench_arms.clip_plans(rows, frames=4, stride=2, seed=1)
+    arms = [bench_arms.video_loadscope_arm(rows, threads=1, frames=4, stride=2, size=32, batch_size=2, plans=plans),
+            bench_arms.video_torch_arm(rows, workers=0, frames=4, stride=2, size=32, batch_size=2, plans=plans),
+            bench_arms.video_ceiling_arm(rows, threads=1, frames=4, stride=2, plans=plans)]
+    res = bench_arms.measured(arms, reps=1, warmup=0)
     assert {res[a.name][0]["read"] for a in arms} == {plans(0).digest()}

@@ -8,10 +8,12 @@ import json
 import math
 import os
 import statistics
+import sys
 from typing import Any, Dict, List, Optional
 
+from .._errors import ConfigError
 from . import stats
-from .experiment import METRICS, Experiment
+from .experiment import METRICS, Experiment, load
 
 
 def _load_raw(out_dir: str) -> List[Dict[str, Any]]:
@@ -80,10 +82,13 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     summary["staging"] = _staging(exp, per_arm, summary["storage"], out_dir)
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
     summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
-    from .runner import rerun_command
-
     summary["rerun"] = rerun_command(os.path.join(out_dir, "experiment.effective.json"), out_dir)
     return summary
+
+
+def rerun_command(effective: str, out_dir: str) -> str:
+    """The command that runs the same experiment again (its effective JSON, overrides included)."""
+    return f"{sys.executable} -m loadscope bench run {effective} --out {out_dir}-rerun"
 
 
 def _resolvable(effect: Dict[str, Optional[float]]) -> Optional[float]:
@@ -530,9 +535,6 @@ def regenerate(out_dir: str) -> Dict[str, Any]:
     """`loadscope bench report DIR`: recomputes the summary, plots and report from raw.jsonl
     and experiment.effective.json (edit its [criteria] to re-judge the same measurements).
     The correctness results are kept from the run (the pixels it compared are not kept)."""
-    from .._errors import ConfigError
-    from .experiment import load
-
     effective = os.path.join(out_dir, "experiment.effective.json")
     if not os.path.isfile(effective) or not os.path.isfile(os.path.join(out_dir, "raw.jsonl")):
         raise ConfigError(f"{out_dir!r} is not the folder of a finished experiment "

@@ -26,6 +26,7 @@ from .._errors import ConfigError
 from .._sources import _remote_setup
 from . import env as envmod
 from . import pipelines, report
+from .report import rerun_command
 from .experiment import PIPELINE, USER_PIPELINE, Experiment
 
 
@@ -330,10 +331,6 @@ def _prepare_out_dir(out_dir: str) -> None:
             if os.path.exists(os.path.join(out_dir, name)):
                 os.remove(os.path.join(out_dir, name))
     os.makedirs(out_dir, exist_ok=True)
-
-
-def rerun_command(effective: str, out_dir: str) -> str:
-    return f"{sys.executable} -m loadscope bench run {effective} --out {out_dir}-rerun"
 
 
 def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) -> Dict[str, Any]:

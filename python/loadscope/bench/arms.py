@@ -1,8 +1,9 @@
-"""Same-run throughput comparisons of loadscope against torch's DataLoader (PIL +
-torchvision transforms) and against decode-only ceilings, in one process: used by
-benchmarks/bench_images.py and bench_video.py. The A/B harness (loadscope.bench) runs
-experiments in fresh processes with correctness checks; these arms measure ceilings and
-whole epochs, which the harness does not."""
+"""The arms of the same-run comparisons in benchmarks/bench_*.py: loadscope against torch's
+DataLoader (PIL + torchvision transforms, read_video) and against decode-only ceilings, timed
+in one process with paired rounds. The A/B harness (runner, rep) runs experiments in fresh
+processes with correctness checks; these arms measure ceilings and whole epochs, which the
+harness does not. Machine records and process sampling are the harness's own (env,
+telemetry.ProcessTreeSampler)."""
 
 from __future__ import annotations
 
@@ -14,18 +15,19 @@ import platform
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 import torch
 
-from . import _native
-from ._fields import Image
-from ._loader import Loader
-from ._sources import Folder
-from .bench.stats import t_quantile
+from .. import _native
+from .._fields import Image
+from .._loader import Loader
+from .._sources import Folder
+from ..telemetry import tree_cpu_seconds
+from . import env
+from .stats import t_quantile
 
 
 @dataclass
@@ -122,8 +124,6 @@ def ceiling_arm(root: str, *, threads: int) -> Arm:
 def timed(arm: Arm) -> Dict[str, Any]:
     """One epoch: items per second (wall clock), CPU seconds per item and cores kept busy
     (this process and its children: DataLoader workers; ns clocks), and what it read."""
-    from .telemetry import tree_cpu_seconds
-
     c0, t0 = tree_cpu_seconds(), time.perf_counter()
     n = arm.epoch()
     wall, cpu = time.perf_counter() - t0, tree_cpu_seconds() - c0
@@ -160,11 +160,11 @@ def same_inputs(results: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
     return {"arms_checked": checked, "rounds": rounds, "identical": not differ, "differing_rounds": differ}
 
 
-def ratio_summary(num: List[float], den: List[float]) -> Dict[str, float]:
+def ratio_summary(num: List[float], den: List[float]) -> Dict[str, Any]:
     """Per-round ratios (the arms of one round ran back to back) with median, min, max and a
     95% t-interval of the mean."""
     ratios = [a / b for a, b in zip(num, den)]
-    out = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "n": len(ratios)}
+    out: Dict[str, Any] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios), "n": len(ratios)}
     if len(ratios) > 1:
         half = t_quantile(0.95, len(ratios) - 1) * statistics.stdev(ratios) / math.sqrt(len(ratios))
         mean = statistics.fmean(ratios)
@@ -172,7 +172,7 @@ def ratio_summary(num: List[float], den: List[float]) -> Dict[str, float]:
     return out
 
 
-def format_ratio(label: str, r: Dict[str, float], digits: int = 2) -> str:
+def format_ratio(label: str, r: Dict[str, Any], digits: int = 2) -> str:
     """One line for a ratio_summary: median, range and, with two or more rounds, the 95% CI."""
     f = f".{digits}f"
     line = f"{label}: median {r['median']:{f}}x, range {r['min']:{f}}-{r['max']:{f}}"
@@ -182,55 +182,13 @@ def format_ratio(label: str, r: Dict[str, float], digits: int = 2) -> str:
     return line
 
 
-class PeakPss:
-    """Samples the summed PSS of this process and its children (e.g. DataLoader workers)
-    every `interval` seconds from a background thread; `peak` is the largest sum seen."""
-
-    def __init__(self, interval: float = 0.02) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self._interval = interval
-        self._stop = threading.Event()
-        self.peak = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _sample(self) -> int:
-        total = 0
-        for p in [self._proc] + self._proc.children(recursive=True):
-            try:
-                total += p.memory_full_info().pss
-            except Exception:  # a worker that just exited
-                pass
-        return total
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, self._sample())
-            self._stop.wait(self._interval)
-
-    def __enter__(self) -> "PeakPss":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.peak = max(self.peak, self._sample())
-
-
 def machine() -> Dict[str, object]:
-    cpu = platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    """The machine and versions a benchmark's figures come from (bench.env's records, short)."""
     import PIL
     import torchvision
 
     return {
-        "cpu": cpu, "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
+        "cpu": env.cpu()["model"], "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
         "torch": torch.__version__, "torchvision": torchvision.__version__, "pillow": PIL.__version__,
         "torch_threads": torch.get_num_threads(), "date": time.strftime("%Y-%m-%d"),
     }
@@ -240,13 +198,14 @@ def pss_run(arm: str, root: str, n: int, epochs: int = 2) -> Dict[str, float]:
     """Runs `epochs` epochs of one arm in a fresh process and returns its throughput and peak
     PSS over all its processes (a fresh process, so arms do not share allocator state)."""
     code = (
-        "import json, sys, time; from loadscope import compare as c;"
+        "import json, sys, time; from loadscope.bench import arms as c;"
+        "from loadscope.telemetry import ProcessTreeSampler;"
         f"a = c.loadscope_arm({root!r}, threads={n}) if {arm!r} == 'loadscope' else c.torch_arm({root!r}, workers={n});"
-        "m = c.PeakPss();"
-        "m.__enter__(); a.epoch(); t = time.perf_counter();"
+        "m = ProcessTreeSampler(0.02, lambda: None);"  # this process and every child
+        "a.epoch(); t = time.perf_counter();"
         f"k = sum(a.epoch() for _ in range({epochs})); dt = time.perf_counter() - t;"
-        "m.__exit__(); a.close();"
-        "print(json.dumps({'images_per_s': k / dt, 'peak_pss_mib': m.peak / 2**20}))"
+        "m.stop(); m.sample(); a.close();"
+        "print(json.dumps({'images_per_s': k / dt, 'peak_pss_mib': m.peak_total_pss / 2**20}))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -355,16 +314,17 @@ def _planned_arm(name: str, rows: List[dict], plans: Callable[[int], ClipPlan], 
     """An arm whose k-th epoch reads plan k; `run` returns the (video, start frame) pairs read."""
     if plans(0).rows is not rows and plans(0).rows != rows:
         raise ValueError(f"{name}: the plans are of other clips than the arm's rows")
-    state = {"epoch": 0, "read": None}
+    epochs = 0
+    read: Optional[str] = None
 
     def epoch() -> int:
-        plan = plans(state["epoch"])
-        got = run(plan)
-        state["epoch"] += 1
-        state["read"] = digest(got)
+        nonlocal epochs, read
+        got = run(plans(epochs))
+        epochs += 1
+        read = digest(got)
         return len(got)
 
-    return Arm(name, epoch, close, read=lambda: state["read"], info=info)
+    return Arm(name, epoch, close, read=lambda: read, info=info)
 
 
 def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, stride: int = 2, size: int = 224,
@@ -375,8 +335,8 @@ def video_loadscope_arm(rows: List[dict], *, threads: int, frames: int = 16, str
     frames' presentation times."""
     import tempfile
 
-    from ._fields import VideoClip
-    from ._sources import FileList
+    from .._fields import VideoClip
+    from .._sources import FileList
 
     plans = plans or clip_plans(rows, frames, stride)
     clip = VideoClip(size, frames=frames, stride=stride, flip=0.5, decoder_threads=decoder_threads, start="start")
@@ -475,7 +435,8 @@ class _PlanBatches:
     """A batch sampler over the current plan: (row, start) pairs, shuffled by the epoch."""
 
     def __init__(self, batch_size: int) -> None:
-        self.batch_size, self.plan = batch_size, None
+        self.batch_size = batch_size
+        self.plan: Optional[ClipPlan] = None
 
     def __iter__(self):
         import random
@@ -506,7 +467,7 @@ def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride:
 
     def run(plan: ClipPlan) -> List[tuple]:
         sampler.plan = plan
-        got = []
+        got: List[tuple] = []
         for _, idx, start in dl:
             got.extend((os.path.basename(rows[i]["path"]), s) for i, s in zip(idx.tolist(), start.tolist()))
         return got
