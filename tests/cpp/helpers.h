@@ -31,16 +31,16 @@ inline bool shared_data_required() {
   return env && std::string(env) == "1";
 }
 
-#define REQUIRE_SHARED_DATA()                                                        \
-  do {                                                                               \
-    if (!testing::have_shared_data()) {                                              \
-      if (testing::shared_data_required()) {                                         \
-        FAIL("real test data not found at " << testing::shared_data()                \
+#define REQUIRE_SHARED_DATA()                                                         \
+  do {                                                                                \
+    if (!testing::have_shared_data()) {                                               \
+      if (testing::shared_data_required()) {                                          \
+        FAIL("real test data not found at " << testing::shared_data()                 \
                                             << " (LOADSCOPE_REQUIRE_SHARED_DATA=1)"); \
-      }                                                                              \
-      WARN("skipped: real test data not found at " << testing::shared_data());       \
-      return;                                                                        \
-    }                                                                                \
+      }                                                                               \
+      WARN("skipped: real test data not found at " << testing::shared_data());        \
+      return;                                                                         \
+    }                                                                                 \
   } while (0)
 
 inline std::string read_all(const std::string& path) {
@@ -51,7 +51,9 @@ inline std::string read_all(const std::string& path) {
   return ss.str();
 }
 
-inline std::string real(const std::string& relative) { return shared_data() + "/" + relative; }
+inline std::string real(const std::string& relative) {
+  return shared_data() + "/" + relative;
+}
 
 // Runs a shell command and returns its stdout (binary-safe); *rc receives the exit status.
 inline std::string run(const std::string& cmd, int* rc = nullptr) {
@@ -94,12 +96,15 @@ inline Pnm parse_pnm(const std::string& data) {
   p.rgb.resize(pixels * 3);
   for (size_t i = 0; i < pixels; ++i) {
     for (int c = 0; c < 3; ++c) {
-      p.rgb[3 * i + c] = static_cast<uint8_t>(data[offset + i * channels + (channels == 3 ? c : 0)]);
+      p.rgb[3 * i + c] =
+          static_cast<uint8_t>(data[offset + i * channels + (channels == 3 ? c : 0)]);
     }
   }
   return p;
 }
 
-inline std::string quote(const std::string& s) { return "'" + s + "'"; }
+inline std::string quote(const std::string& s) {
+  return "'" + s + "'";
+}
 
 }  // namespace testing

@@ -74,9 +74,9 @@ std::shared_ptr<Source> list_source(int n, const std::set<int>& bad = {}) {
 }
 
 struct Collected {
-  std::vector<int64_t> ids;       // sample ids in delivery order
-  std::vector<int> sizes;         // batch sizes
-  std::string bytes;              // all pixel bytes
+  std::vector<int64_t> ids;  // sample ids in delivery order
+  std::vector<int> sizes;    // batch sizes
+  std::string bytes;         // all pixel bytes
   std::vector<SampleNote> skipped;
 };
 
@@ -164,15 +164,18 @@ TEST_CASE("a shuffled order is a permutation of its own per seed and epoch", "[e
     for (uint64_t i = 0; i < n; ++i) REQUIRE(identity(i) == i);
     if (n < 255) continue;
     CHECK(moved);
-    const Permutation epoch1(n, true, 7, 1, RngStream::kOrder), seed8(n, true, 8, 0, RngStream::kOrder);
+    const Permutation epoch1(n, true, 7, 1, RngStream::kOrder),
+        seed8(n, true, 8, 0, RngStream::kOrder);
     int same_epoch = 0, same_seed = 0;
     for (uint64_t i = 0; i < n; ++i) same_epoch += epoch1(i) == p(i), same_seed += seed8(i) == p(i);
-    CHECK(same_epoch < static_cast<int>(n / 16));  // about one fixed point each, as for random orders
+    CHECK(same_epoch <
+          static_cast<int>(n / 16));  // about one fixed point each, as for random orders
     CHECK(same_seed < static_cast<int>(n / 16));
   }
   // The first sample of 10 over 4000 epochs: each one about 400 times (a random order's 1/10).
   std::vector<int> first(10, 0);
-  for (int64_t epoch = 0; epoch < 4000; ++epoch) ++first[Permutation(10, true, 1, epoch, RngStream::kOrder)(0)];
+  for (int64_t epoch = 0; epoch < 4000; ++epoch)
+    ++first[Permutation(10, true, 1, epoch, RngStream::kOrder)(0)];
   for (int count : first) CHECK((count > 300 && count < 500));
 }
 
@@ -320,7 +323,7 @@ TEST_CASE("mixing sources follows the weights and repeats a source only after al
   for (const auto& k : keys) {
     if (k[0] == 'k') from_small.push_back(k);
   }
-  CHECK(from_small.size() > 900);   // 1000 expected
+  CHECK(from_small.size() > 900);  // 1000 expected
   CHECK(from_small.size() < 1100);
   for (size_t i = 0; i + 7 <= from_small.size(); i += 7) {  // each pass shows all 7 once
     std::set<std::string> pass(from_small.begin() + i, from_small.begin() + i + 7);
@@ -331,7 +334,8 @@ TEST_CASE("mixing sources follows the weights and repeats a source only after al
   CHECK_THROWS_AS(io::MixSource({small}, {0}, 10), ConfigError);
 }
 
-TEST_CASE("epoch geometry: equal batch counts per rank, padding as DistributedSampler", "[engine][ranks]") {
+TEST_CASE("epoch geometry: equal batch counts per rank, padding as DistributedSampler",
+          "[engine][ranks]") {
   for (int64_t world : {1, 2, 3, 8}) {
     for (int64_t batch : {1, 4, 7}) {
       for (int64_t n : {0, 1, 5, 31, 32, 33, 100, 1001}) {

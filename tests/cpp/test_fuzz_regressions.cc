@@ -12,9 +12,12 @@ TEST_CASE("inputs that once broke a fuzz target are handled", "[fuzz]") {
   const fs::path root = LOADSCOPE_FUZZ_REGRESSIONS;
   REQUIRE(fs::is_directory(root));
   int replayed = 0;
-  for (const auto& [name, fn] : std::vector<std::pair<std::string, int (*)(const uint8_t*, size_t)>>{
-           {"jpeg", loadscope::fuzz::jpeg}, {"png", loadscope::fuzz::png},
-           {"tar", loadscope::fuzz::tar}, {"video", loadscope::fuzz::video},
+  for (const auto& [name, fn] :
+       std::vector<std::pair<std::string, int (*)(const uint8_t*, size_t)>>{
+           {"jpeg", loadscope::fuzz::jpeg},
+           {"png", loadscope::fuzz::png},
+           {"tar", loadscope::fuzz::tar},
+           {"video", loadscope::fuzz::video},
            {"manifest", loadscope::fuzz::manifest}}) {
     if (!fs::is_directory(root / name)) continue;
     for (const auto& entry : fs::directory_iterator(root / name)) {

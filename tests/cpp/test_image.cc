@@ -36,9 +36,9 @@ TEST_CASE("unsupported and truncated images fail with a clear reason", "[image]"
     return pipeline::decode_image(reinterpret_cast<const uint8_t*>(data.data()), data.size(), spec,
                                   rng, out.data());
   };
-  CHECK_THROWS_WITH(decode(read_all(real("libjpeg-turbo/testimages/shira_bird8.bmp"))),
-                    Catch::Contains("unsupported image format: BMP") &&
-                        Catch::Contains("supported: JPEG, PNG"));
+  CHECK_THROWS_WITH(
+      decode(read_all(real("libjpeg-turbo/testimages/shira_bird8.bmp"))),
+      Catch::Contains("unsupported image format: BMP") && Catch::Contains("supported: JPEG, PNG"));
   CHECK_THROWS_WITH(decode(read_all(real("vision/test/assets/toosmall_png/heapbof.png"))),
                     Catch::Contains("damaged PNG"));
   const std::string png = read_all(real("vision/test/assets/fakedata/imagefolder/a/a1.png"));
@@ -69,8 +69,9 @@ TEST_CASE("PNG decodes to the same pixels as ffmpeg's rgb24 conversion", "[image
     const auto v = dec.decode(reinterpret_cast<const uint8_t*>(data.data()), data.size());
     int rc = 0;
     // ffmpeg's rgb24 conversion drops alpha, as PIL's convert("RGB") does.
-    const std::string ref = run(
-        "ffmpeg -v error -i " + quote(real(rel)) + " -f rawvideo -pix_fmt rgb24 - 2>/dev/null", &rc);
+    const std::string ref =
+        run("ffmpeg -v error -i " + quote(real(rel)) + " -f rawvideo -pix_fmt rgb24 - 2>/dev/null",
+            &rc);
     REQUIRE(rc == 0);
     REQUIRE(ref.size() == static_cast<size_t>(v.width) * v.height * 3);
     CHECK(std::memcmp(ref.data(), v.data, ref.size()) == 0);

@@ -18,15 +18,15 @@ namespace {
 const char* kDecodable[] = {
     "vision/test/assets/encode_jpeg/grace_hopper_517x606.jpg",  // restart markers
     "vision/test/assets/fakedata/logos/rgb_pytorch.jpg",
-    "vision/test/assets/fakedata/logos/gray_pytorch.jpg",       // greyscale
+    "vision/test/assets/fakedata/logos/gray_pytorch.jpg",  // greyscale
     "pillow/Tests/images/hopper.jpg",
-    "pillow/Tests/images/pil_sample_rgb.jpg",                   // 4:4:4, DRI, ICC
-    "pillow/Tests/images/hopper_16bit_qtables.jpg",             // SOF1
+    "pillow/Tests/images/pil_sample_rgb.jpg",        // 4:4:4, DRI, ICC
+    "pillow/Tests/images/hopper_16bit_qtables.jpg",  // SOF1
     "imageio/chelsea.jpg",
-    "imageio/bricks.jpg",                                       // 4:2:2
+    "imageio/bricks.jpg",  // 4:2:2
     "libjpeg-turbo/testimages/testorig.jpg",
-    "libjpeg-turbo/testimages/testimgari.jpg",                  // arithmetic coding
-    "moviepy/media/doc_medias/example_mask.jpg",                // progressive
+    "libjpeg-turbo/testimages/testimgari.jpg",    // arithmetic coding
+    "moviepy/media/doc_medias/example_mask.jpg",  // progressive
     "exif-orientation-examples/Landscape_6.jpg",
 };
 
@@ -150,9 +150,8 @@ TEST_CASE("corrupt, truncated and unsupported JPEGs fail with libjpeg's reason",
   REQUIRE_THROWS_WITH(decode_all(read_all(real("vision/test/assets/damaged_jpeg/corrupt.jpg"))),
                       Catch::Contains("Unsupported marker type 0xae"));
   // 755 bytes of a 2544x3300 image: djpeg warns "Premature end of JPEG file".
-  REQUIRE_THROWS_WITH(
-      decode_all(read_all(real("vision/test/assets/damaged_jpeg/corrupt34_2.jpg"))),
-      Catch::Contains("truncated"));
+  REQUIRE_THROWS_WITH(decode_all(read_all(real("vision/test/assets/damaged_jpeg/corrupt34_2.jpg"))),
+                      Catch::Contains("truncated"));
   // Any prefix of a good file is truncated, whatever region is asked for.
   const std::string good = read_all(real("imageio/chelsea.jpg"));
   for (size_t cut : {good.size() / 2, good.size() - 3, size_t(700)}) {
@@ -193,8 +192,8 @@ TEST_CASE("malformed EXIF never fails an image", "[exif]") {
   const uint8_t not_exif[] = "JFIF\0\0II*\0\x08\0\0\0";
   CHECK(exif_orientation(not_exif, sizeof not_exif) == 1);
   // Big-endian TIFF, IFD at 8 with one entry: 0x0112 SHORT count 1 value 6.
-  const uint8_t mm[] = {'E', 'x', 'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1,
-                        0x01, 0x12, 0, 3, 0, 0, 0, 1, 0, 6, 0, 0, 0, 0, 0, 0};
+  const uint8_t mm[] = {'E',  'x',  'i', 'f', 0, 0, 'M', 'M', 0, 42, 0, 0, 0, 8, 0, 1,
+                        0x01, 0x12, 0,   3,   0, 0, 0,   1,   0, 6,  0, 0, 0, 0, 0, 0};
   CHECK(exif_orientation(mm, sizeof mm) == 6);
   // The same entry with the IFD offset pointing past the end, or cut short.
   uint8_t bad[sizeof mm];

@@ -9,8 +9,8 @@
 
 #include "helpers.h"
 #include "loadscope/core/error.h"
-#include "loadscope/io/sources.h"
 #include "loadscope/io/file.h"
+#include "loadscope/io/sources.h"
 #include "loadscope/io/tar.h"
 #include "loadscope/io/tar_index.h"
 
@@ -156,8 +156,8 @@ TEST_CASE("a bad shard is reported with its path and the next shard still loads"
   const std::string good = read_all(real("webdataset/testdata/mpdata.tar"));
   d.write("cut.tar", good.substr(0, 512 * 21 + 100));
   const std::string cut = (d.path / "cut.tar").string();
-  io::TarSource src({(d.path / "missing.tar").string(), cut, real("webdataset/testdata/mpdata.tar")},
-                    1);
+  io::TarSource src(
+      {(d.path / "missing.tar").string(), cut, real("webdataset/testdata/mpdata.tar")}, 1);
   src.start_epoch({});
   std::vector<std::string> errors;
   int samples = 0;
@@ -208,7 +208,8 @@ std::string member_bytes(const Member& m) {
 
 }  // namespace
 
-TEST_CASE("the header scan finds what the sequential reader reads, long names included", "[tar][index]") {
+TEST_CASE("the header scan finds what the sequential reader reads, long names included",
+          "[tar][index]") {
   if (!have_tool("tar")) return;
   TempDir d;
   const std::string long_dir(120, 'd');
@@ -220,7 +221,9 @@ TEST_CASE("the header scan finds what the sequential reader reads, long names in
     INFO(fmt);
     const std::string archive = (d.path / (std::string(fmt) + ".tar")).string();
     int rc = 0;
-    run("cd " + quote(d.path.string()) + " && tar --format=" + fmt + " -cf " + quote(archive) + " in", &rc);
+    run("cd " + quote(d.path.string()) + " && tar --format=" + fmt + " -cf " + quote(archive) +
+            " in",
+        &rc);
     REQUIRE(rc == 0);
     auto seq = read_tar(archive);
     auto scanned = io::scan_tar(archive);
@@ -281,22 +284,26 @@ TEST_CASE("an indexed shard gives the stream's samples in the stream's order", "
   std::string same_size = read_all(shard);
   same_size[same_size.size() - 2048] ^= 1;  // in the zero blocks that tar's record padding leaves
   d.write("edited.tar", same_size);
-  CHECK_THROWS_WITH(io::read_index(idx, (d.path / "edited.tar").string()), Catch::Contains("same size, other contents"));
+  CHECK_THROWS_WITH(io::read_index(idx, (d.path / "edited.tar").string()),
+                    Catch::Contains("same size, other contents"));
   char fp[16];
   std::snprintf(fp, sizeof fp, "%08x", io::shard_fingerprint(shard));
   d.write("bad.idx", "loadscope-tar-index 1\ntar_bytes 112640\nfingerprint " + std::string(fp) +
                          "\nsamples 2\n000000\tmp\t512\t7\n");
-  CHECK_THROWS_WITH(io::read_index((d.path / "bad.idx").string(), shard), Catch::Contains("says 2 samples"));
+  CHECK_THROWS_WITH(io::read_index((d.path / "bad.idx").string(), shard),
+                    Catch::Contains("says 2 samples"));
   CHECK_THROWS_AS(io::read_index((d.path / "bad.idx").string(), shard), ConfigError);
 }
 
 TEST_CASE("a header claiming more than the file holds fails without allocating it", "[tar]") {
   // Found by fuzzing (tests/fuzz/regressions/tar/size-8gib-in-1kib): the reader once sized the
   // member from the header, an 8 GiB allocation for a 1 KiB file.
-  const std::string input = testing::read_all(std::string(LOADSCOPE_FUZZ_REGRESSIONS) + "/tar/size-8gib-in-1kib");
+  const std::string input =
+      testing::read_all(std::string(LOADSCOPE_FUZZ_REGRESSIONS) + "/tar/size-8gib-in-1kib");
   TempDir d;
   d.write("claim.tar", input);
-  struct rusage before {}, after {};
+  struct rusage before {
+  }, after{};
   getrusage(RUSAGE_SELF, &before);
   CHECK_THROWS_WITH(read_tar((d.path / "claim.tar").string()), Catch::Contains("truncated"));
   CHECK_THROWS_WITH(io::scan_tar((d.path / "claim.tar").string()), Catch::Contains("truncated"));

@@ -86,8 +86,8 @@ TEST_CASE("queue occupancy and back-pressure integrate over time", "[telemetry]"
   t.set_prefetch(2);
   const uint64_t s = 1000000000;  // ns
   t.epoch_started(10 * s);
-  t.depth(0, 2, 10 * s);   // both slots being built
-  t.depth(2, 0, 12 * s);   // both ready: full, workers idle
+  t.depth(0, 2, 10 * s);  // both slots being built
+  t.depth(2, 0, 12 * s);  // both ready: full, workers idle
   t.depth(1, 1, 15 * s);
   t.epoch_ended(16 * s);
   const auto snap = t.snapshot();

@@ -31,7 +31,8 @@ std::vector<uint8_t> frames(VideoDecoder& dec, const std::vector<int64_t>& targe
   out.chw = false;
   std::vector<uint8_t> pixels(targets.size() * w * h * 3);
   std::vector<VideoDecoder::Request> req;
-  for (size_t i = 0; i < targets.size(); ++i) req.push_back({targets[i], pixels.data() + i * w * h * 3, &out});
+  for (size_t i = 0; i < targets.size(); ++i)
+    req.push_back({targets[i], pixels.data() + i * w * h * 3, &out});
   dec.decode(req);
   return pixels;
 }
@@ -152,7 +153,8 @@ TEST_CASE("seeking decodes the same frames as a sequential decode", "[video]") {
 
 TEST_CASE("in-memory input decodes like the file", "[video]") {
   REQUIRE_SHARED_DATA();
-  for (const char* rel : {"decord/examples/flipping_a_pancake.mkv", "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi"}) {
+  for (const char* rel : {"decord/examples/flipping_a_pancake.mkv",
+                          "vision/test/assets/videos/v_SoccerJuggling_g23_c01.avi"}) {
     INFO(rel);
     const std::string data = read_all(real(rel));
     VideoDecoder a, b;

@@ -13,7 +13,9 @@ namespace {
 
 // torch's uint8 -> float32 promotion of `scalar * tensor` and `.to(uint8)`: the Python float
 // becomes a float32 and the result is truncated toward zero after clamping to [0, 255].
-inline uint8_t to_u8(float x) { return static_cast<uint8_t>(std::min(std::max(x, 0.0f), 255.0f)); }
+inline uint8_t to_u8(float x) {
+  return static_cast<uint8_t>(std::min(std::max(x, 0.0f), 255.0f));
+}
 
 // torchvision's rgb_to_grayscale for uint8: (0.2989 r + 0.587 g + 0.114 b), truncated.
 inline uint8_t gray(uint8_t r, uint8_t g, uint8_t b) {
@@ -25,8 +27,7 @@ inline uint8_t gray(uint8_t r, uint8_t g, uint8_t b) {
 // _blend(img1, img2, ratio) = (ratio * img1 + (1 - ratio) * img2).clamp(0, 255).to(uint8)
 struct Blend {
   float a, b;
-  explicit Blend(double ratio)
-      : a(static_cast<float>(ratio)), b(static_cast<float>(1.0 - ratio)) {}
+  explicit Blend(double ratio) : a(static_cast<float>(ratio)), b(static_cast<float>(1.0 - ratio)) {}
   uint8_t operator()(uint8_t x, float other) const {
     return to_u8(a * static_cast<float>(x) + b * other);
   }
@@ -35,7 +36,8 @@ struct Blend {
 template <typename F>
 void each(const RgbView& img, F&& f) {
   uint8_t *r = img.r, *g = img.g, *b = img.b;
-  for (size_t i = 0; i < img.pixels; ++i, r += img.step, g += img.step, b += img.step) f(*r, *g, *b);
+  for (size_t i = 0; i < img.pixels; ++i, r += img.step, g += img.step, b += img.step)
+    f(*r, *g, *b);
 }
 
 }  // namespace
@@ -87,7 +89,8 @@ namespace {
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
 #define LOADSCOPE_CLONES
 #elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer) || __has_feature(memory_sanitizer)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer) || \
+    __has_feature(memory_sanitizer)
 #define LOADSCOPE_CLONES
 #else
 #define LOADSCOPE_CLONES __attribute__((target_clones("avx2", "sse4.1", "default")))
@@ -182,10 +185,18 @@ void apply_color(const RgbView& img, const ColorDraw& draw) {
   for (int k : draw.order) {
     const double f = draw.factor[k];
     switch (k) {
-      case 0: if (f != 1.0) adjust_brightness(img, f); break;
-      case 1: if (f != 1.0) adjust_contrast(img, f); break;
-      case 2: if (f != 1.0) adjust_saturation(img, f); break;
-      default: if (f != 0.0) adjust_hue(img, f); break;
+      case 0:
+        if (f != 1.0) adjust_brightness(img, f);
+        break;
+      case 1:
+        if (f != 1.0) adjust_contrast(img, f);
+        break;
+      case 2:
+        if (f != 1.0) adjust_saturation(img, f);
+        break;
+      default:
+        if (f != 0.0) adjust_hue(img, f);
+        break;
     }
   }
 }

@@ -32,7 +32,7 @@ struct RgbView {
 // contrast, saturation factors (1, 1); hue (0, 0)), applied with probability p (RandomApply),
 // in a random order, each factor uniform in its range.
 struct ColorSpec {
-  double p = 0.0;  // 0: off
+  double p = 0.0;                                        // 0: off
   std::array<double, 4> lo{1, 1, 1, 0}, hi{1, 1, 1, 0};  // brightness, contrast, saturation, hue
 };
 

@@ -63,6 +63,8 @@ CropPlan plan_resize_center_crop(int width, int height, int resize, int out_w, i
   return p;
 }
 
-CropPlan plan_resize(int width, int height) { return integer_crop(0, 0, width, height); }
+CropPlan plan_resize(int width, int height) {
+  return integer_crop(0, 0, width, height);
+}
 
 }  // namespace loadscope::augment

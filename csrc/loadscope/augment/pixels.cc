@@ -6,13 +6,10 @@ namespace loadscope::augment {
 
 size_t pixel_bytes(PixelType type) {
   switch (type) {
-    case PixelType::kUint8:
-      return 1;
-    case PixelType::kFloat32:
-      return 4;
+    case PixelType::kUint8: return 1;
+    case PixelType::kFloat32: return 4;
     case PixelType::kFloat16:
-    case PixelType::kBFloat16:
-      return 2;
+    case PixelType::kBFloat16: return 2;
   }
   return 1;
 }
@@ -20,7 +17,8 @@ size_t pixel_bytes(PixelType type) {
 uint16_t float_to_bfloat16(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, 4);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);  // NaN
   const uint32_t lsb = (bits >> 16) & 1u;
   return static_cast<uint16_t>((bits + 0x7fffu + lsb) >> 16);
 }
@@ -30,10 +28,10 @@ uint16_t float_to_half(float value) {
   std::memcpy(&bits, &value, 4);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs = bits & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;          // NaN
-  if (abs >= 0x477ff000u) return sign | 0x7c00u;         // rounds to >= 65520: infinity
-  if (abs < 0x38800000u) {                               // below 2^-14: subnormal or zero
-    if (abs < 0x33000000u) return sign;                  // below half the smallest subnormal
+  if (abs > 0x7f800000u) return sign | 0x7e00u;           // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;          // rounds to >= 65520: infinity
+  if (abs < 0x38800000u) {                                // below 2^-14: subnormal or zero
+    if (abs < 0x33000000u) return sign;                   // below half the smallest subnormal
     const uint32_t mant = (abs & 0x7fffffu) | 0x800000u;  // implicit bit
     const int shift = 126 - static_cast<int>(abs >> 23);  // to units of 2^-24
     const uint32_t q = mant >> shift;

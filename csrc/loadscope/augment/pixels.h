@@ -28,7 +28,8 @@ class PixelConverter {
  public:
   PixelConverter() = default;
   // type must not be kUint8; std[c] != 0.
-  PixelConverter(PixelType type, const std::array<double, 3>& mean, const std::array<double, 3>& std);
+  PixelConverter(PixelType type, const std::array<double, 3>& mean,
+                 const std::array<double, 3>& std);
 
   // `pixels` RGB pixels of src (planar [3][pixels] when chw, else interleaved) into dst, laid
   // out the same way, pixel_bytes(type) bytes per element.

@@ -21,8 +21,20 @@ struct RandAugmentSpec {
 };
 
 enum class RandOp {
-  kIdentity, kShearX, kShearY, kTranslateX, kTranslateY, kRotate, kBrightness, kColor,
-  kContrast, kSharpness, kPosterize, kSolarize, kAutoContrast, kEqualize
+  kIdentity,
+  kShearX,
+  kShearY,
+  kTranslateX,
+  kTranslateY,
+  kRotate,
+  kBrightness,
+  kColor,
+  kContrast,
+  kSharpness,
+  kPosterize,
+  kSolarize,
+  kAutoContrast,
+  kEqualize
 };
 constexpr int kRandOps = 14;
 
@@ -35,7 +47,8 @@ struct RandOpDraw {
 // float32 linspace values), unsigned; the image size matters for translations.
 double magnitude_of(RandOp op, int magnitude, int bins, int height, int width);
 
-std::vector<RandOpDraw> draw_randaugment(const RandAugmentSpec& spec, int height, int width, Rng& rng);
+std::vector<RandOpDraw> draw_randaugment(const RandAugmentSpec& spec, int height, int width,
+                                         Rng& rng);
 
 // Applies one op in place to an image of height x width, planar (chw) or interleaved.
 // `scratch` holds a copy for the ops that read neighbours.

@@ -10,7 +10,9 @@ namespace {
 constexpr int kBits = 14;  // weights sum to 1 << kBits and fit int16 with room to spare
 constexpr int32_t kHalf = 1 << (kBits - 1);
 
-inline uint8_t clip8(int32_t v) { return static_cast<uint8_t>(std::clamp(v >> kBits, 0, 255)); }
+inline uint8_t clip8(int32_t v) {
+  return static_cast<uint8_t>(std::clamp(v >> kBits, 0, 255));
+}
 
 constexpr int kBlock = 8;  // rows (pass 1) or columns (pass 2) finished together
 
@@ -26,7 +28,8 @@ constexpr int kBlock = 8;  // rows (pass 1) or columns (pass 2) finished togethe
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define LOADSCOPE_SANITIZED 1
 #endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(LOADSCOPE_SANITIZED)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
+    !defined(LOADSCOPE_SANITIZED)
 #define LOADSCOPE_HOT __attribute__((target_clones("avx2", "default")))
 #else
 #define LOADSCOPE_HOT
@@ -41,7 +44,6 @@ inline double bilinear(double x) {
   x = std::fabs(x);
   return x < 1.0 ? 1.0 - x : 0.0;
 }
-
 
 // acc[i] = kHalf + sum_t src_t[i] * k[t] over n values, for the n_taps rows src_t at
 // src + t * step: int16 x int16 -> int32 products, which vectorise everywhere.
@@ -175,14 +177,38 @@ void orient(const uint8_t* src, int w, int h, size_t stride, int orientation, ui
     for (int x = 0; x < ow; ++x) {
       int sx, sy;  // the stored pixel shown at upright (x, y)
       switch (orientation) {
-        case 2: sx = w - 1 - x; sy = y; break;
-        case 3: sx = w - 1 - x; sy = h - 1 - y; break;
-        case 4: sx = x; sy = h - 1 - y; break;
-        case 5: sx = y; sy = x; break;
-        case 6: sx = y; sy = h - 1 - x; break;
-        case 7: sx = w - 1 - y; sy = h - 1 - x; break;
-        case 8: sx = w - 1 - y; sy = x; break;
-        default: sx = x; sy = y; break;
+        case 2:
+          sx = w - 1 - x;
+          sy = y;
+          break;
+        case 3:
+          sx = w - 1 - x;
+          sy = h - 1 - y;
+          break;
+        case 4:
+          sx = x;
+          sy = h - 1 - y;
+          break;
+        case 5:
+          sx = y;
+          sy = x;
+          break;
+        case 6:
+          sx = y;
+          sy = h - 1 - x;
+          break;
+        case 7:
+          sx = w - 1 - y;
+          sy = h - 1 - x;
+          break;
+        case 8:
+          sx = w - 1 - y;
+          sy = x;
+          break;
+        default:
+          sx = x;
+          sy = y;
+          break;
       }
       std::memcpy(out + 3 * x, src + static_cast<size_t>(sy) * stride + 3 * sx, 3);
     }

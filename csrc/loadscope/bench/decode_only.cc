@@ -8,8 +8,8 @@ extern "C" {
 }
 
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <vector>
 
 #include <oneapi/tbb/global_control.h>
@@ -66,8 +66,8 @@ struct ClipWork {
   long decoded = 0, shown = 0;  // frames out of the decoder; those of them the clip shows
 };
 
-bool decode_clip(const std::string& path, double start, int frames, int stride, int threads, bool least,
-                 ClipWork& work) {
+bool decode_clip(const std::string& path, double start, int frames, int stride, int threads,
+                 bool least, ClipWork& work) {
   AVFormatContext* fmt = nullptr;
   if (avformat_open_input(&fmt, path.c_str(), nullptr, nullptr) < 0) return false;
   bool ok = false;
@@ -108,9 +108,12 @@ bool decode_clip(const std::string& path, double start, int frames, int stride, 
       while (!done && av_read_frame(fmt, pkt) >= 0) {
         if (pkt->stream_index == idx) {
           const long k = clip_frame(pkt->pts);
-          const bool shown = pkt->pts == AV_NOPTS_VALUE || (k >= 0 && k % stride == 0);  // no time: keep it
+          const bool shown =
+              pkt->pts == AV_NOPTS_VALUE || (k >= 0 && k % stride == 0);  // no time: keep it
           if (least) ctx->skip_frame = shown ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
-          sent += k >= 0 && !(pkt->flags & AV_PKT_FLAG_DISCARD);  // an edit list's hidden frames are not the clip's
+          sent +=
+              k >= 0 && !(pkt->flags &
+                          AV_PKT_FLAG_DISCARD);  // an edit list's hidden frames are not the clip's
           if (avcodec_send_packet(ctx, pkt) >= 0) receive();
         }
         av_packet_unref(pkt);
@@ -143,7 +146,8 @@ DecodeOnlyResult ffmpeg_decode_only(const std::vector<std::string>& paths,
     tbb::parallel_for(tbb::blocked_range<size_t>(0, paths.size(), 1), [&](const auto& range) {
       for (size_t i = range.begin(); i != range.end(); ++i) {
         ClipWork work;
-        (decode_clip(paths[i], starts[i], frames, stride, decoder_threads, least, work) ? clips : failures)
+        (decode_clip(paths[i], starts[i], frames, stride, decoder_threads, least, work) ? clips
+                                                                                        : failures)
             .fetch_add(1);
         decoded.fetch_add(work.decoded);
         shown.fetch_add(work.shown);

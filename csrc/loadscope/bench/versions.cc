@@ -19,8 +19,10 @@ extern "C" {
 namespace loadscope::bench {
 namespace {
 
-std::string dotted(unsigned v) {  // FFmpeg's AV_VERSION_INT packing: major << 16 | minor << 8 | micro
-  return std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 0xff) + "." + std::to_string(v & 0xff);
+std::string dotted(
+    unsigned v) {  // FFmpeg's AV_VERSION_INT packing: major << 16 | minor << 8 | micro
+  return std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 0xff) + "." +
+         std::to_string(v & 0xff);
 }
 
 }  // namespace
@@ -29,7 +31,8 @@ std::vector<std::pair<std::string, std::string>> library_versions() {
   return {
       {"ffmpeg", av_version_info()},
       {"libavcodec", dotted(avcodec_version()) + " (built " + dotted(LIBAVCODEC_VERSION_INT) + ")"},
-      {"libavformat", dotted(avformat_version()) + " (built " + dotted(LIBAVFORMAT_VERSION_INT) + ")"},
+      {"libavformat",
+       dotted(avformat_version()) + " (built " + dotted(LIBAVFORMAT_VERSION_INT) + ")"},
       {"libavutil", dotted(avutil_version()) + " (built " + dotted(LIBAVUTIL_VERSION_INT) + ")"},
       {"libswscale", dotted(swscale_version()) + " (built " + dotted(LIBSWSCALE_VERSION_INT) + ")"},
 #ifdef LIBJPEG_TURBO_VERSION

@@ -55,7 +55,10 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 
  private:
   BufferPool(size_t block_bytes, size_t keep_free, PinHooks hooks, PoolGauges gauges)
-      : block_bytes_(block_bytes), keep_free_(keep_free), hooks_(hooks), gauges_(std::move(gauges)) {}
+      : block_bytes_(block_bytes),
+        keep_free_(keep_free),
+        hooks_(hooks),
+        gauges_(std::move(gauges)) {}
   void release(uint8_t* block);
   void free_block(uint8_t* block);
 
@@ -74,20 +77,20 @@ class BufferPool : public std::enable_shared_from_this<BufferPool> {
 struct SampleNote {
   std::string key;
   std::string reason;
-  std::string kind;      // "read", "decode", "field", "source", or "warning"
-  int64_t position = -1; // stream position, -1 for source-level failures
+  std::string kind;       // "read", "decode", "field", "source", or "warning"
+  int64_t position = -1;  // stream position, -1 for source-level failures
 };
 
 struct Batch {
-  int64_t index = -1;    // batch number within the epoch
-  int size = 0;          // samples present (after removing skipped ones)
+  int64_t index = -1;  // batch number within the epoch
+  int size = 0;        // samples present (after removing skipped ones)
   std::shared_ptr<uint8_t> block;
   const BatchLayout* layout = nullptr;
   std::vector<std::string> keys;
   std::vector<int64_t> positions;
   std::vector<std::vector<std::string>> strings;  // [string field][sample]
-  std::vector<SampleNote> skipped;                 // failures removed from this batch
-  std::vector<SampleNote> warnings;                // decoded, but the decoder complained
+  std::vector<SampleNote> skipped;                // failures removed from this batch
+  std::vector<SampleNote> warnings;               // decoded, but the decoder complained
 
   uint8_t* fixed_data(size_t field) const { return block.get() + layout->fixed[field].offset; }
 };

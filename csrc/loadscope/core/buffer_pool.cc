@@ -6,9 +6,10 @@
 
 namespace loadscope {
 
-std::shared_ptr<BufferPool> BufferPool::create(size_t block_bytes, size_t keep_free,
-                                               PinHooks hooks, PoolGauges gauges) {
-  return std::shared_ptr<BufferPool>(new BufferPool(block_bytes, keep_free, hooks, std::move(gauges)));
+std::shared_ptr<BufferPool> BufferPool::create(size_t block_bytes, size_t keep_free, PinHooks hooks,
+                                               PoolGauges gauges) {
+  return std::shared_ptr<BufferPool>(
+      new BufferPool(block_bytes, keep_free, hooks, std::move(gauges)));
 }
 
 BufferPool::~BufferPool() {

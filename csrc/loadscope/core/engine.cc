@@ -33,8 +33,8 @@ class WorkerBudget {
     requested_ += delta;
     control_.reset();
     if (requested_ > 0) {
-      control_ = std::make_unique<tbb::global_control>(
-          tbb::global_control::max_allowed_parallelism, static_cast<size_t>(requested_ + 1));
+      control_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                       static_cast<size_t>(requested_ + 1));
     }
   }
   std::mutex mutex_;
@@ -87,8 +87,8 @@ struct EpochRun::Job {
   std::vector<Sample> samples;
   std::vector<SampleNote> source_failures;  // shard-level failures met while filling this job
   std::unique_ptr<Batch> batch;
-  std::vector<SampleNote> failures;         // per slot; kind empty = ok
-  std::vector<std::string> warnings;        // per slot
+  std::vector<SampleNote> failures;   // per slot; kind empty = ok
+  std::vector<std::string> warnings;  // per slot
   std::atomic<int> pending{0};
   bool done = false;
 };
@@ -119,7 +119,9 @@ EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcess
   pool_ = BufferPool::create(layout_.bytes_per_batch, options_.prefetch + 2, options_.pin, gauges);
 }
 
-EpochRun::~EpochRun() { stop(); }
+EpochRun::~EpochRun() {
+  stop();
+}
 
 void EpochRun::start() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -143,8 +145,9 @@ EpochGeometry::EpochGeometry(int64_t n, int64_t batch, int64_t row, bool drop_la
   if (batch < 1 || row < 1) throw ConfigError("batch size and ranks must be >= 1");
   if (n < 0) {
     if (row > 1) {
-      throw ConfigError("splitting an epoch between ranks needs its size: index tar shards "
-                        "(`loadscope index`) or use a folder or file list");
+      throw ConfigError(
+          "splitting an epoch between ranks needs its size: index tar shards "
+          "(`loadscope index`) or use a folder or file list");
     }
     return;
   }
@@ -338,8 +341,8 @@ void EpochRun::run_sample(Job* job, int slot) {
     } catch (const SampleError& e) {
       job->failures[slot] = note_from(e, sample.position);
     } catch (const std::bad_alloc&) {
-      job->failures[slot] =
-          SampleNote{sample.key, "out of memory while processing the sample", "decode", sample.position};
+      job->failures[slot] = SampleNote{sample.key, "out of memory while processing the sample",
+                                       "decode", sample.position};
     } catch (const std::exception& e) {
       job->failures[slot] = SampleNote{sample.key, e.what(), "decode", sample.position};
     }
@@ -348,10 +351,10 @@ void EpochRun::run_sample(Job* job, int slot) {
       ctx.slot->cpu_ns.fetch_add(telemetry::thread_cpu_ns() - cpu0, std::memory_order_relaxed);
       t_->span(*ctx.slot, "sample", start_ns, telemetry::now_ns(), sample.position);
     }
-    process_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                              std::chrono::steady_clock::now() - t0)
-                              .count(),
-                          std::memory_order_relaxed);
+    process_ns_.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+            .count(),
+        std::memory_order_relaxed);
   }
   sample = Sample{};  // the encoded bytes are no longer needed
   bool last = job->pending.fetch_sub(1) == 1;
@@ -461,9 +464,10 @@ bool EpochRun::finish(Job& job, std::unique_ptr<Batch>& out) {
       if (stats_.skipped.size() < kMaxNotes) stats_.skipped.push_back(f);
     }
     // Samples of the epoch handled so far: delivered ones, this batch's good ones, failures.
-    const int64_t seen = stats_.samples + (n - static_cast<int64_t>(std::count(
-                                                  failed.begin(), failed.end(), true))) +
-                         stats_.failures;
+    const int64_t seen =
+        stats_.samples +
+        (n - static_cast<int64_t>(std::count(failed.begin(), failed.end(), true))) +
+        stats_.failures;
     const bool over_count = options_.max_errors >= 0 && stats_.failures > options_.max_errors;
     const bool over_rate =
         options_.max_error_rate >= 0 &&

@@ -57,7 +57,8 @@ class SampleProcessor {
   // `stride`: this run takes every stride-th batch of the stream (ranks x DataLoader workers);
   // 1 means every sample near these ones will be wanted soon, so reading ahead in large blocks
   // wastes nothing.
-  virtual void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop, int64_t stride) {}
+  virtual void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop,
+                       int64_t stride) {}
   // The epoch is stopping: reads started by prepare() may be abandoned (their samples fail
   // with a read error nobody will see). Called before waiting for the workers.
   virtual void cancel() {}
@@ -81,8 +82,8 @@ struct EpochGeometry {
   int64_t batches() const { return batches_; }  // all ranks together; -1 when n is unknown
   int64_t length() const { return length_; }    // samples drawn, padding included; -1 unknown
   int64_t padding() const { return n_ < 0 ? 0 : std::max<int64_t>(0, length_ - n_); }
-  int64_t start(int64_t k) const;               // first sample position of batch k
-  int64_t size(int64_t k) const;                // its size (0 past the end)
+  int64_t start(int64_t k) const;  // first sample position of batch k
+  int64_t size(int64_t k) const;   // its size (0 past the end)
 
  private:
   int64_t n_, batch_, row_;
@@ -94,7 +95,7 @@ struct EpochGeometry {
 struct EngineOptions {
   int threads = 1;
   int batch_size = 1;
-  int prefetch = 2;            // jobs in flight or ready, >= 1
+  int prefetch = 2;  // jobs in flight or ready, >= 1
   bool drop_last = false;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   int64_t max_errors = -1;     // under kSkip: more failures than this raise BudgetError; -1 = none
@@ -104,18 +105,18 @@ struct EngineOptions {
   int64_t row = 1;             // ranks sharing the epoch: see EpochGeometry
   int64_t start_batch = 0;     // resume: batches before this one are skipped, never read
   EpochOrder order;
-  PinHooks pin;                // page-lock batch blocks (CUDA transfer); none by default
+  PinHooks pin;  // page-lock batch blocks (CUDA transfer); none by default
 };
 
 struct EpochStats {
   int64_t batches = 0;
-  int64_t samples = 0;          // delivered
-  int64_t failures = 0;         // skipped samples and source failures
+  int64_t samples = 0;   // delivered
+  int64_t failures = 0;  // skipped samples and source failures
   int64_t warnings = 0;
-  uint64_t bytes_read = 0;      // file bytes read by workers (tar bytes are counted by the source)
-  double process_seconds = 0;   // summed over threads
-  std::vector<SampleNote> skipped;       // first kMaxNotes
-  std::vector<SampleNote> warning_notes; // first kMaxNotes
+  uint64_t bytes_read = 0;     // file bytes read by workers (tar bytes are counted by the source)
+  double process_seconds = 0;  // summed over threads
+  std::vector<SampleNote> skipped;        // first kMaxNotes
+  std::vector<SampleNote> warning_notes;  // first kMaxNotes
 };
 
 // Set in a process forked while an epoch was running: see Note [fork during an epoch].
@@ -181,7 +182,7 @@ class EpochRun {
   std::exception_ptr planner_error_;
   bool started_ = false;
   bool stopped_ = false;
-  bool failed_ = false;  // an error was raised to the consumer: the run is over
+  bool failed_ = false;                    // an error was raised to the consumer: the run is over
   std::vector<SampleNote> carried_skips_;  // from batches that lost every sample
   std::atomic<bool> stop_flag_{false};
 

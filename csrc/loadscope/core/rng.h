@@ -27,8 +27,8 @@ enum class RngStream : uint64_t {
   kShardOrder = 2,
   kShuffleBuffer = 3,
   kMix = 4,
-  kAugment = 16,  // + field index: crop and flip
-  kPixels = 4096,  // + field index: colour, grayscale, erasing
+  kAugment = 16,        // + field index: crop and flip
+  kPixels = 4096,       // + field index: colour, grayscale, erasing
   kRandAugment = 8192,  // + field index
 };
 

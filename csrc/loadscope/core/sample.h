@@ -31,9 +31,9 @@ struct Member {
 };
 
 struct Sample {
-  std::string key;               // names the sample in errors: a path, or "shard.tar:key"
-  std::vector<Member> members;   // in source order
-  int64_t position = -1;         // index in the epoch's stream, set by the engine
+  std::string key;              // names the sample in errors: a path, or "shard.tar:key"
+  std::vector<Member> members;  // in source order
+  int64_t position = -1;        // index in the epoch's stream, set by the engine
 
   const Member* find(const std::string& name) const {
     for (const auto& m : members) {

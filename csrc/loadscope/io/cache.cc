@@ -14,8 +14,8 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
-#include <thread>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -29,8 +29,9 @@ namespace {
 
 std::mutex g_mutex;
 std::unique_ptr<Settings> g_settings;
-std::unordered_map<std::string, std::string> g_checked;  // url -> its file, verified by this process
-std::unordered_set<std::string> g_fetched;               // cache files this process fetched
+std::unordered_map<std::string, std::string>
+    g_checked;                              // url -> its file, verified by this process
+std::unordered_set<std::string> g_fetched;  // cache files this process fetched
 std::atomic<uint64_t> g_hits{0}, g_misses{0}, g_evictions{0}, g_bytes{0};
 
 Settings from_environment() {
@@ -39,7 +40,9 @@ Settings from_environment() {
   if (const char* l = std::getenv("LOADSCOPE_CACHE_LIMIT"); l && *l) {
     char* end = nullptr;
     s.limit = std::strtoull(l, &end, 10);
-    if (*end != '\0') throw ConfigError(std::string("LOADSCOPE_CACHE_LIMIT=") + l + ": expected bytes, a whole number");
+    if (*end != '\0')
+      throw ConfigError(std::string("LOADSCOPE_CACHE_LIMIT=") + l +
+                        ": expected bytes, a whole number");
   }
   return s;
 }
@@ -114,17 +117,21 @@ void make_room(const Settings& s, uint64_t need, const std::string& keep) {
   if (DIR* d = ::opendir(s.dir.c_str())) {
     while (dirent* e = ::readdir(d)) {
       const std::string name = e->d_name;
-      if (name[0] == '.' || ends_with(name, ".etag") || ends_with(name, ".lock") || name.find(".partial") != std::string::npos) continue;
+      if (name[0] == '.' || ends_with(name, ".etag") || ends_with(name, ".lock") ||
+          name.find(".partial") != std::string::npos)
+        continue;
       struct stat st {};
       const std::string path = s.dir + "/" + name;
       if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-      entries.push_back({static_cast<int64_t>(st.st_mtime), static_cast<uint64_t>(st.st_size), path});
+      entries.push_back(
+          {static_cast<int64_t>(st.st_mtime), static_cast<uint64_t>(st.st_size), path});
       total += static_cast<uint64_t>(st.st_size);
     }
     ::closedir(d);
   }
   if (total + need <= s.limit) return;
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.mtime < b.mtime; });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.mtime < b.mtime; });
   for (const Entry& e : entries) {
     if (total + need <= s.limit) return;
     if (e.path == keep) continue;
@@ -137,10 +144,11 @@ void make_room(const Settings& s, uint64_t need, const std::string& keep) {
     }
   }
   if (total + need > s.limit) {
-    throw ReadFailure("cache: " + std::to_string(need) + " more bytes do not fit in cache_limit " +
-                      std::to_string(s.limit) + " (" + s.dir + " holds " + std::to_string(total) +
-                      " bytes that are being fetched): raise cache_limit above what the loaders of this node "
-                      "read at once (the open shards of every rank)");
+    throw ReadFailure(
+        "cache: " + std::to_string(need) + " more bytes do not fit in cache_limit " +
+        std::to_string(s.limit) + " (" + s.dir + " holds " + std::to_string(total) +
+        " bytes that are being fetched): raise cache_limit above what the loaders of this node "
+        "read at once (the open shards of every rank)");
   }
 }
 
@@ -170,11 +178,14 @@ void fetch(const std::string& url, const remote::ObjectInfo& info, const std::st
     std::string chunk;
     constexpr uint64_t kChunk = 8u << 20;
     for (uint64_t at = 0; at < info.size; at += kChunk) {
-      remote::get(url, at, static_cast<int64_t>(std::min(kChunk, info.size - at)), chunk, info.etag);
+      remote::get(url, at, static_cast<int64_t>(std::min(kChunk, info.size - at)), chunk,
+                  info.etag);
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     }
     out.flush();
-    if (!out) throw ReadFailure("cache: writing " + tmp.path + " failed: " + std::strerror(errno) + " (disk full?)");
+    if (!out)
+      throw ReadFailure("cache: writing " + tmp.path + " failed: " + std::strerror(errno) +
+                        " (disk full?)");
   }
   // The data first, then its ETag: a crash between the two leaves an ETag that does not match,
   // so the object is fetched again; the other order could pair old bytes with a new ETag.
@@ -231,7 +242,8 @@ std::string local_copy(const std::string& url) {
   LockFile lock(path + ".lock", /*wait=*/true);  // another process fetching it: wait for that
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
-  const bool present = exists && static_cast<uint64_t>(st.st_size) == info.size && read_small(path + ".etag") == info.etag;
+  const bool present = exists && static_cast<uint64_t>(st.st_size) == info.size &&
+                       read_small(path + ".etag") == info.etag;
   if (present) {
     g_hits.fetch_add(1, std::memory_order_relaxed);
   } else {
@@ -240,12 +252,15 @@ std::string local_copy(const std::string& url) {
       std::lock_guard<std::mutex> guard(g_mutex);
       again = g_fetched.count(path) > 0;
     }
-    if (again && !exists && s.limit > 0) {  // (an object that changed on the server is just fetched again)
+    if (again && !exists &&
+        s.limit > 0) {  // (an object that changed on the server is just fetched again)
       // Fetched by this process, evicted since, needed again: every pass over the data would
       // fetch everything again. Say so instead of running at network speed with a full disk.
-      throw ReadFailure("cache: " + remote::redact(url) + " was fetched before and evicted since: cache_limit " +
+      throw ReadFailure("cache: " + remote::redact(url) +
+                        " was fetched before and evicted since: cache_limit " +
                         std::to_string(s.limit) +
-                        " bytes is below what one pass over the data needs; raise it, or drop cache_dir to stream");
+                        " bytes is below what one pass over the data needs; raise it, or drop "
+                        "cache_dir to stream");
     }
     make_room(s, info.size, path);
     fetch(url, info, path);

@@ -33,10 +33,8 @@ void check_read_fault(const std::string& path) {
     kind = it->kind;
   }
   switch (kind) {
-    case FaultKind::kIoError:
-      throw ReadFailure("read failed: Input/output error (injected)");
-    case FaultKind::kShortRead:
-      throw ReadFailure("short read: the file ended early (injected)");
+    case FaultKind::kIoError: throw ReadFailure("read failed: Input/output error (injected)");
+    case FaultKind::kShortRead: throw ReadFailure("short read: the file ended early (injected)");
     case FaultKind::kVanished:
       throw ReadFailure("cannot open: No such file or directory (injected)");
   }

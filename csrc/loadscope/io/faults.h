@@ -15,9 +15,9 @@ namespace loadscope::io {
 enum class FaultKind { kIoError, kShortRead, kVanished };
 
 struct ReadFault {
-  std::string match;    // the fault applies to reads whose path contains this
+  std::string match;  // the fault applies to reads whose path contains this
   FaultKind kind = FaultKind::kIoError;
-  int64_t times = -1;   // how many reads fail (-1: every one)
+  int64_t times = -1;  // how many reads fail (-1: every one)
 };
 
 // Replaces the active faults (an empty list turns injection off). Thread-safe.

@@ -45,9 +45,10 @@ int open_regular(const std::string& path, struct stat& st) {
 
 void check_member_size(uint64_t bytes) {
   if (bytes > kMaxMemberBytes) {
-    throw ReadFailure(std::to_string(bytes) + " bytes: over the " + std::to_string(kMaxMemberBytes >> 30) +
-                      " GiB a sample member may have (each is read whole into memory; videos named by path "
-                      "are read by FFmpeg as needed instead)");
+    throw ReadFailure(
+        std::to_string(bytes) + " bytes: over the " + std::to_string(kMaxMemberBytes >> 30) +
+        " GiB a sample member may have (each is read whole into memory; videos named by path "
+        "are read by FFmpeg as needed instead)");
   }
 }
 
@@ -59,7 +60,8 @@ void check_regular_file(const std::string& path) {
 uint64_t file_size(const std::string& path) {
   if (remote::is_url(path)) return remote::stat(path).size;
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0)
+    throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
   return static_cast<uint64_t>(st.st_size);
 }
 
@@ -116,8 +118,9 @@ uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, s
     }
     remote::get(path, offset, static_cast<int64_t>(length), out);
     if (out.size() != length) {
-      throw ReadFailure("short read: " + std::to_string(length) + " bytes at byte " + std::to_string(offset) +
-                        " of " + remote::redact(path) + ", got " + std::to_string(out.size()));
+      throw ReadFailure("short read: " + std::to_string(length) + " bytes at byte " +
+                        std::to_string(offset) + " of " + remote::redact(path) + ", got " +
+                        std::to_string(out.size()));
     }
     return length;
   }
@@ -126,7 +129,8 @@ uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, s
   out.resize(static_cast<size_t>(length));
   size_t done = 0;
   while (done < out.size()) {
-    ssize_t n = ::pread(f.fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pread(f.fd, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       throw ReadFailure(std::string("read failed: ") + std::strerror(errno));
@@ -162,10 +166,13 @@ LocalFile::LocalFile(const std::string& path) {
   struct stat st {};
   fd_ = open_regular(path, st);
   size_ = static_cast<uint64_t>(st.st_size);
-  version_ = std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec);
+  version_ = std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." +
+             std::to_string(st.st_mtim.tv_nsec);
 }
 
-LocalFile::~LocalFile() { ::close(fd_); }
+LocalFile::~LocalFile() {
+  ::close(fd_);
+}
 
 size_t LocalFile::read_at(uint64_t offset, uint8_t* dst, size_t n) const {
   size_t done = 0;
@@ -258,7 +265,8 @@ class RemoteStream : public ByteStream {
       }
       std::string bytes;
       try {
-        remote::get(url_, offset, static_cast<int64_t>(std::min<uint64_t>(chunk_, size_ - offset)), bytes, etag_);
+        remote::get(url_, offset, static_cast<int64_t>(std::min<uint64_t>(chunk_, size_ - offset)),
+                    bytes, etag_);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex_);
         error_ = std::current_exception();
@@ -292,14 +300,16 @@ class RemoteStream : public ByteStream {
 // magic; passes anything else through.
 class GunzipStream : public ByteStream {
  public:
-  explicit GunzipStream(std::unique_ptr<ByteStream> raw) : raw_(std::move(raw)), in_(1 << 18, '\0') {
+  explicit GunzipStream(std::unique_ptr<ByteStream> raw)
+      : raw_(std::move(raw)), in_(1 << 18, '\0') {
     fill();
     while (have_ == 1) {  // the magic's two bytes may arrive in two reads
       const size_t got = raw_->read(in_.data() + 1, in_.size() - 1);
       if (got == 0) break;
       have_ += got;
     }
-    gzip_ = have_ >= 2 && static_cast<unsigned char>(in_[0]) == 0x1f && static_cast<unsigned char>(in_[1]) == 0x8b;
+    gzip_ = have_ >= 2 && static_cast<unsigned char>(in_[0]) == 0x1f &&
+            static_cast<unsigned char>(in_[1]) == 0x8b;
     if (gzip_) {
       if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) throw ReadFailure("inflateInit2 failed");
       z_.next_in = reinterpret_cast<Bytef*>(in_.data());

@@ -34,7 +34,7 @@ class RandomAccess {
  public:
   explicit RandomAccess(const std::string& path);  // throws ReadFailure
   uint64_t size() const { return size_; }
-  const std::string& version() const { return version_; }  // ETag, or size + mtime
+  const std::string& version() const { return version_; }               // ETag, or size + mtime
   void read(uint64_t offset, uint64_t length, std::string& out) const;  // throws ReadFailure
 
  private:
@@ -73,6 +73,7 @@ class ByteStream {
 // `chunk_bytes`, the next fetched while the current one is consumed (so at most two chunks
 // are held), each retried and resumed on its own. gzip data is inflated when `gunzip` and the
 // first bytes say gzip.
-std::unique_ptr<ByteStream> open_stream(const std::string& path, bool gunzip, size_t chunk_bytes = 8u << 20);
+std::unique_ptr<ByteStream> open_stream(const std::string& path, bool gunzip,
+                                        size_t chunk_bytes = 8u << 20);
 
 }  // namespace loadscope::io

@@ -25,7 +25,8 @@ std::string join(const std::string& a, const std::string& b) {  // os.path.join 
 }
 
 struct Listing {
-  std::vector<std::string> dirs, files;  // os.walk's split: dirs are what is_dir() says (links followed)
+  std::vector<std::string> dirs,
+      files;  // os.walk's split: dirs are what is_dir() says (links followed)
 };
 
 // One directory, as os.scandir + DirEntry.is_dir() see it; false when it cannot be read (os.walk
@@ -94,10 +95,12 @@ class Scanner {
       }
       group.wait();
       // sorted(os.walk(top)) orders by path; then the files of each directory by name.
-      std::sort(walked_.begin(), walked_.end(),
-                [](const Walked& x, const Walked& y) { return x.top != y.top ? x.top < y.top : x.dir < y.dir; });
-      tbb::parallel_for(size_t{0}, walked_.size(),
-                        [this](size_t i) { std::sort(walked_[i].files.begin(), walked_[i].files.end()); });
+      std::sort(walked_.begin(), walked_.end(), [](const Walked& x, const Walked& y) {
+        return x.top != y.top ? x.top < y.top : x.dir < y.dir;
+      });
+      tbb::parallel_for(size_t{0}, walked_.size(), [this](size_t i) {
+        std::sort(walked_[i].files.begin(), walked_[i].files.end());
+      });
     });
     for (auto& w : walked_) add_dir(w.dir, w.files, labels[w.top]);
   }
@@ -113,15 +116,16 @@ class Scanner {
 
   // os.walk(top, followlinks=True), except that a directory that is its own ancestor (a link
   // back up the tree) is not entered again: os.walk would recurse until the path is too long.
-  void walk(tbb::task_group& group, const std::string& dir, std::vector<std::pair<dev_t, ino_t>> ancestors,
-            size_t top) {
+  void walk(tbb::task_group& group, const std::string& dir,
+            std::vector<std::pair<dev_t, ino_t>> ancestors, size_t top) {
     Listing l;
     std::pair<dev_t, ino_t> id{0, 0};
     if (!list_dir(dir, l, &id)) return;
     if (std::find(ancestors.begin(), ancestors.end(), id) != ancestors.end()) return;
     ancestors.push_back(id);
     for (const auto& d : l.dirs) {
-      group.run([this, &group, sub = join(dir, d), ancestors, top] { walk(group, sub, ancestors, top); });
+      group.run(
+          [this, &group, sub = join(dir, d), ancestors, top] { walk(group, sub, ancestors, top); });
     }
     std::lock_guard<std::mutex> lock(mu_);
     walked_.push_back(Walked{top, dir, std::move(l.files)});
@@ -153,8 +157,9 @@ class Scanner {
       if (it != sidecars.end()) {
         for (const std::string* s : it->second) {
           if (label >= 0 && member_name(s->data(), s->size()) == "cls") {
-            throw ConfigError("Folder: " + join(dir, stem(*img)) +
-                              ".cls clashes with the class label taken from the subfolder; use labels='none'");
+            throw ConfigError(
+                "Folder: " + join(dir, stem(*img)) +
+                ".cls clashes with the class label taken from the subfolder; use labels='none'");
           }
           attached.insert(s);
           b_.extra_rows.push_back(row);
@@ -220,9 +225,11 @@ FolderScan scan_folder(const std::string& root, const std::vector<std::string>& 
   if (b.path_ends.empty()) {
     std::string exts;
     for (const auto& e : extensions) exts += (exts.empty() ? "" : ", ") + e;
-    throw ConfigError("Folder: no samples under '" + root + "' (looked for files ending in " + exts + ")");
+    throw ConfigError("Folder: no samples under '" + root + "' (looked for files ending in " +
+                      exts + ")");
   }
-  if (b.path_ends.size() > UINT32_MAX) throw ConfigError("Folder: more than 2^32 files under '" + root + "'");
+  if (b.path_ends.size() > UINT32_MAX)
+    throw ConfigError("Folder: more than 2^32 files under '" + root + "'");
   if (b.prefixes.size() == 1) b.prefix.clear();  // one directory: no per-row index
   if (!label_of.empty()) {
     TableBuilder::Col cls;

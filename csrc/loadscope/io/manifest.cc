@@ -8,11 +8,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -36,7 +36,9 @@ struct BadRow {
   std::string reason;
 };
 
-[[noreturn]] void bad(std::string reason) { throw BadRow{std::move(reason)}; }
+[[noreturn]] void bad(std::string reason) {
+  throw BadRow{std::move(reason)};
+}
 
 // ---- UTF-8 ------------------------------------------------------------------------------
 
@@ -113,8 +115,11 @@ bool canonical_int(const char* p, size_t n, int64_t* value) {
     if (p[i] < '0' || p[i] > '9') return false;
     v = v * 10 + static_cast<unsigned>(p[i] - '0');
   }
-  if (neg ? v > (static_cast<unsigned __int128>(1) << 63) : v > static_cast<unsigned __int128>(INT64_MAX)) return false;
-  if (value) *value = neg ? static_cast<int64_t>(-static_cast<__int128>(v)) : static_cast<int64_t>(v);
+  if (neg ? v > (static_cast<unsigned __int128>(1) << 63)
+          : v > static_cast<unsigned __int128>(INT64_MAX))
+    return false;
+  if (value)
+    *value = neg ? static_cast<int64_t>(-static_cast<__int128>(v)) : static_cast<int64_t>(v);
   return true;
 }
 
@@ -161,7 +166,8 @@ class RowWriter {
   // Column index for a name (new columns get absent marks for the part's earlier rows).
   size_t column(const char* name, size_t n, size_t guess) {
     auto& cols = part_.cols;
-    if (guess < cols.size() && cols[guess].name.size() == n && std::memcmp(cols[guess].name.data(), name, n) == 0) {
+    if (guess < cols.size() && cols[guess].name.size() == n &&
+        std::memcmp(cols[guess].name.data(), name, n) == 0) {
       return guess;
     }
     for (size_t i = 0; i < cols.size(); ++i) {
@@ -179,13 +185,14 @@ class RowWriter {
   }
 
   // vals[i]/have[i]: this row's value of column i. Throws BadRow.
-  void write(const char* path, size_t path_n, const std::vector<Val>& vals, const std::vector<char>& have,
-             const char* input, const std::string& scratch) {
+  void write(const char* path, size_t path_n, const std::vector<Val>& vals,
+             const std::vector<char>& have, const char* input, const std::string& scratch) {
     const std::string ext = check_path(path, path_n);
     auto bytes = [&](const Val& v) { return (v.scratch ? scratch.data() : input) + v.off; };
     for (size_t i = 0; i < part_.cols.size(); ++i) {
       if (i < have.size() && have[i] && part_.cols[i].member == ext) {
-        bad("column '" + part_.cols[i].name + "' has the name of the file's own member ('" + ext + "')");
+        bad("column '" + part_.cols[i].name + "' has the name of the file's own member ('" + ext +
+            "')");
       }
     }
     const size_t row = part_.rows();
@@ -212,20 +219,25 @@ class RowWriter {
     if (std::memchr(p, '\0', n)) bad("the path contains a NUL byte");
     if (is_url(p, n)) {
       const char* host = static_cast<const char*>(std::memchr(p, ':', n)) + 3;
-      const char* host_end = static_cast<const char*>(std::memchr(host, '/', static_cast<size_t>(p + n - host)));
+      const char* host_end =
+          static_cast<const char*>(std::memchr(host, '/', static_cast<size_t>(p + n - host)));
       if (!host_end) host_end = p + n;
       if (std::memchr(p, '?', n) || std::memchr(p, '#', n)) {
-        bad("a URL with a query string or fragment (a presigned URL) is not supported: name objects "
+        bad("a URL with a query string or fragment (a presigned URL) is not supported: name "
+            "objects "
             "s3://bucket/key and give credentials in the environment (docs/remote.md)");
       }
       if (std::memchr(host, '@', static_cast<size_t>(host_end - host))) {
-        bad("credentials in a URL are refused (they would appear in errors and logs); use the environment");
+        bad("credentials in a URL are refused (they would appear in errors and logs); use the "
+            "environment");
       }
     } else if (std::search(p, p + n, "://", "://" + 3) != p + n) {
-      bad("'" + std::string(p, std::min<size_t>(n, 200)) + "': only s3://, http://, https:// URLs and local paths are supported");
+      bad("'" + std::string(p, std::min<size_t>(n, 200)) +
+          "': only s3://, http://, https:// URLs and local paths are supported");
     }
     std::string ext = member_name(p, n);
-    if (ext.empty()) bad("'" + std::string(p, std::min<size_t>(n, 200)) + "' has no extension to name its member");
+    if (ext.empty())
+      bad("'" + std::string(p, std::min<size_t>(n, 200)) + "' has no extension to name its member");
     return ext;
   }
 
@@ -235,11 +247,14 @@ class RowWriter {
 
 // ---- JSON lines ---------------------------------------------------------------------------
 
-bool json_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+bool json_space(char c) {
+  return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
 
 class JsonRow {
  public:
-  JsonRow(const char* line, const char* end, std::string& scratch) : p_(line), end_(end), scratch_(scratch) {}
+  JsonRow(const char* line, const char* end, std::string& scratch)
+      : p_(line), end_(end), scratch_(scratch) {}
 
   void skip_space() {
     while (p_ < end_ && json_space(*p_)) ++p_;
@@ -316,10 +331,12 @@ class JsonRow {
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair gives one code point
-            if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u') bad("not JSON: a lone surrogate (\\u escape)" + where());
+            if (end_ - p_ < 6 || p_[0] != '\\' || p_[1] != 'u')
+              bad("not JSON: a lone surrogate (\\u escape)" + where());
             p_ += 2;
             const uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) bad("not JSON: a lone surrogate (\\u escape)" + where());
+            if (lo < 0xDC00 || lo > 0xDFFF)
+              bad("not JSON: a lone surrogate (\\u escape)" + where());
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             bad("not JSON: a lone surrogate (\\u escape)" + where());
@@ -397,16 +414,21 @@ class JsonRow {
     for (int i = 0; i < 4; ++i) {
       const char c = *p_++;
       v <<= 4;
-      if (c >= '0' && c <= '9') v |= static_cast<uint32_t>(c - '0');
-      else if (c >= 'a' && c <= 'f') v |= static_cast<uint32_t>(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F') v |= static_cast<uint32_t>(c - 'A' + 10);
-      else bad("not JSON: invalid \\u escape" + where());
+      if (c >= '0' && c <= '9')
+        v |= static_cast<uint32_t>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        v |= static_cast<uint32_t>(c - 'a' + 10);
+      else if (c >= 'A' && c <= 'F')
+        v |= static_cast<uint32_t>(c - 'A' + 10);
+      else
+        bad("not JSON: invalid \\u escape" + where());
     }
     return v;
   }
   void literal(const char* word) {
     const size_t n = std::strlen(word);
-    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, word, n) != 0) bad("not JSON: unexpected token" + where());
+    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, word, n) != 0)
+      bad("not JSON: unexpected token" + where());
     p_ += n;
   }
   void number() {
@@ -463,11 +485,12 @@ bool blank(const char* b, const char* e) {
       ++p;
     } else if (c == 0xC2 && end - p >= 2 && (p[1] == 0x85 || p[1] == 0xA0)) {  // NEL, NBSP
       p += 2;
-    } else if (end - p >= 3 && ((c == 0xE1 && p[1] == 0x9A && p[2] == 0x80) ||          // U+1680
-                                (c == 0xE2 && p[1] == 0x80 && (p[2] <= 0x8A || p[2] == 0xA8 ||
-                                                               p[2] == 0xA9 || p[2] == 0xAF)) ||  // U+2000-200A, 2028, 2029, 202F
-                                (c == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) ||           // U+205F
-                                (c == 0xE3 && p[1] == 0x80 && p[2] == 0x80))) {          // U+3000
+    } else if (end - p >= 3 && ((c == 0xE1 && p[1] == 0x9A && p[2] == 0x80) ||  // U+1680
+                                (c == 0xE2 && p[1] == 0x80 &&
+                                 (p[2] <= 0x8A || p[2] == 0xA8 || p[2] == 0xA9 ||
+                                  p[2] == 0xAF)) ||  // U+2000-200A, 2028, 2029, 202F
+                                (c == 0xE2 && p[1] == 0x81 && p[2] == 0x9F) ||   // U+205F
+                                (c == 0xE3 && p[1] == 0x80 && p[2] == 0x80))) {  // U+3000
       p += 3;
     } else {
       return false;
@@ -477,7 +500,8 @@ bool blank(const char* b, const char* e) {
 }
 
 // Parses the JSON lines in [b, e) (whole lines) into `part`.
-void parse_jsonl(const char* input, const char* b, const char* e, const ManifestOptions& o, Part& part) {
+void parse_jsonl(const char* input, const char* b, const char* e, const ManifestOptions& o,
+                 Part& part) {
   RowWriter writer(part, o);
   // Room for what the chunk can hold, so that the arrays never move while growing (reserved
   // pages that stay unused are never touched).
@@ -494,7 +518,8 @@ void parse_jsonl(const char* input, const char* b, const char* e, const Manifest
     const char* line_start = b;
     b = nl ? nl + 1 : e;
     // A lone \r ends a line too, as Python reads text with newline="" (a \r\n is one end).
-    const char* cr = static_cast<const char*>(std::memchr(line_start, '\r', static_cast<size_t>(line_end - line_start)));
+    const char* cr = static_cast<const char*>(
+        std::memchr(line_start, '\r', static_cast<size_t>(line_end - line_start)));
     if (cr && cr + 1 < line_end) {
       line_end = cr;
       b = cr + 1;
@@ -503,8 +528,8 @@ void parse_jsonl(const char* input, const char* b, const char* e, const Manifest
     try {
       const size_t len = static_cast<size_t>(line_end - line_start);
       if (len > kMaxRowBytes) {
-        bad("the row is " + std::to_string(len) + " bytes, over the " + std::to_string(kMaxRowBytes >> 20) +
-            " MiB a manifest row may have");
+        bad("the row is " + std::to_string(len) + " bytes, over the " +
+            std::to_string(kMaxRowBytes >> 20) + " MiB a manifest row may have");
       }
       if (!valid_utf8(reinterpret_cast<const unsigned char*>(line_start),
                       reinterpret_cast<const unsigned char*>(line_end))) {
@@ -516,7 +541,8 @@ void parse_jsonl(const char* input, const char* b, const char* e, const Manifest
       row.set_begin(line_start);
       row.skip_space();
       if (row.peek() != '{') {
-        row.value(0, input, nullptr, nullptr);  // a valid non-object is "not an object", not "not JSON"
+        row.value(0, input, nullptr,
+                  nullptr);  // a valid non-object is "not an object", not "not JSON"
         if (!row.at_end()) bad("not JSON: extra data after the value" + row.where());
         bad("the row is not a JSON object");
       }
@@ -551,7 +577,9 @@ void parse_jsonl(const char* input, const char* b, const char* e, const Manifest
               vals.resize(part.cols.size());
             }
             have[c] = 1;
-            vals[c] = is_string ? str : Val{false, static_cast<size_t>(start - input), static_cast<size_t>(row.pos() - start)};
+            vals[c] = is_string ? str
+                                : Val{false, static_cast<size_t>(start - input),
+                                      static_cast<size_t>(row.pos() - start)};
           }
           ++k;
           row.skip_space();
@@ -569,10 +597,12 @@ void parse_jsonl(const char* input, const char* b, const char* e, const Manifest
         for (size_t c = 0; c < have.size(); ++c) {
           if (have[c]) found += (found.empty() ? "'" : ", '") + part.cols[c].name + "'";
         }
-        bad("the row has no '" + key + "' field (found: " + (found.empty() ? "nothing" : found) + ")");
+        bad("the row has no '" + key + "' field (found: " + (found.empty() ? "nothing" : found) +
+            ")");
       }
       if (path_not_string) bad("'" + key + "' must be a string");
-      writer.write((path.scratch ? scratch.data() : input) + path.off, path.n, vals, have, input, scratch);
+      writer.write((path.scratch ? scratch.data() : input) + path.off, path.n, vals, have, input,
+                   scratch);
     } catch (const BadRow& r) {
       note(part, line, r.reason, o.skip_bad_rows);
       if (part.failed) return;
@@ -606,7 +636,9 @@ struct CsvReader {
     // it should) but no longer kept: a 1 GB line costs a scan, not a gigabyte.
     auto keep = [&] { return static_cast<uint64_t>(p - record_start) <= kMaxRowBytes; };
     auto finish = [&] {
-      if (!keep()) bad("the row is over the " + std::to_string(kMaxRowBytes >> 20) + " MiB a manifest row may have");
+      if (!keep())
+        bad("the row is over the " + std::to_string(kMaxRowBytes >> 20) +
+            " MiB a manifest row may have");
       fields.push_back(std::move(field));
       return true;
     };
@@ -690,21 +722,23 @@ void parse_csv(const char* b, const char* e, const ManifestOptions& o, Part& par
         if (it == header.end()) {
           std::string found;
           for (const auto& h : header) found += (found.empty() ? "'" : ", '") + h + "'";
-          throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) + ": the header has no '" +
-                            o.path_key + "' column (found: " + found + ")");
+          throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) +
+                            ": the header has no '" + o.path_key + "' column (found: " + found +
+                            ")");
         }
         for (size_t i = 0; i < header.size(); ++i) {
           for (size_t j = 0; j < i; ++j) {
             if (header[i] == header[j]) {
-              throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) + ": column '" + header[i] +
-                                "' appears twice in the header");
+              throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) +
+                                ": column '" + header[i] + "' appears twice in the header");
             }
           }
         }
         path_col = static_cast<size_t>(it - header.begin());
         col_of.assign(header.size(), 0);
         for (size_t i = 0; i < header.size(); ++i) {
-          if (i != path_col) col_of[i] = writer.column(header[i].data(), header[i].size(), part.cols.size());
+          if (i != path_col)
+            col_of[i] = writer.column(header[i].data(), header[i].size(), part.cols.size());
         }
         vals.assign(part.cols.size(), Val{});
         have.assign(part.cols.size(), 1);
@@ -720,10 +754,12 @@ void parse_csv(const char* b, const char* e, const ManifestOptions& o, Part& par
         vals[col_of[i]] = Val{true, scratch.size(), r.fields[i].size()};
         scratch += r.fields[i];
       }
-      writer.write(r.fields[path_col].data(), r.fields[path_col].size(), vals, have, nullptr, scratch);
+      writer.write(r.fields[path_col].data(), r.fields[path_col].size(), vals, have, nullptr,
+                   scratch);
     } catch (const BadRow& bad_row) {
       if (header.empty()) {  // no row can be read without its header
-        throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) + ": " + bad_row.reason);
+        throw ConfigError("FileList: " + o.manifest + ":" + std::to_string(r.line) + ": " +
+                          bad_row.reason);
       }
       note(part, r.line, bad_row.reason, o.skip_bad_rows);
       if (part.failed) break;
@@ -739,7 +775,8 @@ Manifest merge(std::vector<Part>& parts, const ManifestOptions& o) {
   uint64_t line0 = 0;
   for (const Part& p : parts) {
     for (const auto& n : p.notes) {
-      const std::string where = "FileList: " + o.manifest + ":" + std::to_string(line0 + n.first) + ": ";
+      const std::string where =
+          "FileList: " + o.manifest + ":" + std::to_string(line0 + n.first) + ": ";
       if (p.failed) throw ConfigError(where + n.second);
       if (out.notes.size() < kMaxNotes) out.notes.push_back(where + n.second);
     }
@@ -766,15 +803,17 @@ Manifest merge(std::vector<Part>& parts, const ManifestOptions& o) {
   }
   const size_t rows = row0[n_parts];
   if (rows == 0) {
-    throw ConfigError("FileList: " + o.manifest + " lists no samples" +
-                      (out.skipped ? " (" + std::to_string(out.skipped) + " bad rows skipped)" : std::string()));
+    throw ConfigError(
+        "FileList: " + o.manifest + " lists no samples" +
+        (out.skipped ? " (" + std::to_string(out.skipped) + " bad rows skipped)" : std::string()));
   }
   if (rows > UINT32_MAX) throw ConfigError("FileList: " + o.manifest + ": more than 2^32 rows");
   b.path_ends.resize(rows);
   b.path_text.resize(text0[n_parts]);
   tbb::parallel_for(size_t{0}, n_parts, [&](size_t k) {
     Part& p = parts[k];
-    std::copy(p.path_text.begin(), p.path_text.end(), b.path_text.begin() + static_cast<ptrdiff_t>(text0[k]));
+    std::copy(p.path_text.begin(), p.path_text.end(),
+              b.path_text.begin() + static_cast<ptrdiff_t>(text0[k]));
     for (size_t r = 0; r < p.rows(); ++r) b.path_ends[row0[k] + r] = text0[k] + p.path_ends[r];
     std::string().swap(p.path_text);
   });
@@ -823,7 +862,9 @@ Manifest merge(std::vector<Part>& parts, const ManifestOptions& o) {
           col.ints[row0[k] + r] = v;
         }
       } else {
-        if (c) std::copy(c->text.begin(), c->text.end(), col.text.begin() + static_cast<ptrdiff_t>(byte0[k]));
+        if (c)
+          std::copy(c->text.begin(), c->text.end(),
+                    col.text.begin() + static_cast<ptrdiff_t>(byte0[k]));
         for (size_t r = 0; r < n; ++r) col.ends[row0[k] + r] = byte0[k] + (c ? c->ends[r] : 0);
       }
     });
@@ -861,7 +902,9 @@ class Writer {
   void u64(uint64_t v) { raw(&v, 8); }
   void str(const std::string& s) { bytes(s.data(), s.size()); }
   template <typename T>
-  void array(View<T> v) { bytes(v.data, v.size * sizeof(T)); }
+  void array(View<T> v) {
+    bytes(v.data, v.size * sizeof(T));
+  }
   void bytes(const void* p, size_t n) {
     u64(n);
     raw(p, n);
@@ -924,9 +967,10 @@ struct Mapping {
   }
 };
 
-// Maps a local file read-only; nullptr when it cannot be opened. Throws ReadFailure for other errors.
-// populate: fault every page in now (one batched pass in the kernel instead of a fault per 4 KiB
-// page in the parser's threads) — for a manifest read whole, not for a cache file read lazily.
+// Maps a local file read-only; nullptr when it cannot be opened. Throws ReadFailure for other
+// errors. populate: fault every page in now (one batched pass in the kernel instead of a fault per
+// 4 KiB page in the parser's threads) — for a manifest read whole, not for a cache file read
+// lazily.
 std::shared_ptr<Mapping> map_file(const std::string& path, bool must_exist, bool populate = false) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -1024,7 +1068,8 @@ bool deserialize(const std::shared_ptr<Mapping>& map, const std::string& identit
       c.strings.ends = r.array<uint64_t>();
       c.strings.text = r.array<char>();
       c.absent = r.array<uint64_t>();
-      if (c.is_int ? c.ints.size != rows : (c.strings.ends.size != rows || !monotonic(c.strings))) return false;
+      if (c.is_int ? c.ints.size != rows : (c.strings.ends.size != rows || !monotonic(c.strings)))
+        return false;
       if (!c.absent.empty() && c.absent.size != (rows + 63) / 64) return false;
       t->columns.push_back(std::move(c));
     }
@@ -1055,19 +1100,22 @@ void write_cache(const std::string& path, const Manifest& m, const std::string& 
       const std::string name = e->d_name;
       if (name.compare(0, ours.size(), ours) != 0) continue;
       const long pid = std::strtol(name.c_str() + ours.size(), nullptr, 10);
-      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) ::unlink((dir + "/" + name).c_str());
+      if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        ::unlink((dir + "/" + name).c_str());
     }
     closedir(d);
   }
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = dir + "/" + ours + std::to_string(getpid()) + "." + std::to_string(counter++);
+  const std::string tmp =
+      dir + "/" + ours + std::to_string(getpid()) + "." + std::to_string(counter++);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) throw ReadFailure(tmp + ": " + std::strerror(errno));
   try {
     Writer w(fd);
     serialize(w, m, identity);
     // The magic goes in last: a file cut short by a crash never looks complete.
-    if (::pwrite(fd, kMagic, 8, 0) != 8) throw ReadFailure(std::string("write: ") + std::strerror(errno));
+    if (::pwrite(fd, kMagic, 8, 0) != 8)
+      throw ReadFailure(std::string("write: ") + std::strerror(errno));
   } catch (const ReadFailure& e) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -1123,7 +1171,8 @@ class BackgroundWrites {
   }
   void reap() {  // joins finished writers, so that a long job does not collect them
     for (auto& w : writers_) finish(w, false);
-    writers_.erase(std::remove_if(writers_.begin(), writers_.end(), [](const Writer& w) { return !w.thread.joinable(); }),
+    writers_.erase(std::remove_if(writers_.begin(), writers_.end(),
+                                  [](const Writer& w) { return !w.thread.joinable(); }),
                    writers_.end());
   }
   std::mutex mu_;
@@ -1148,7 +1197,8 @@ ManifestFormat manifest_format(const std::string& manifest) {
 
 namespace {
 
-Manifest parse_in_arena(const char* data, size_t size, ManifestFormat format, const ManifestOptions& o) {
+Manifest parse_in_arena(const char* data, size_t size, ManifestFormat format,
+                        const ManifestOptions& o) {
   std::vector<Part> parts;
   if (format == ManifestFormat::kCsv) {
     parts.resize(1);
@@ -1168,17 +1218,18 @@ Manifest parse_in_arena(const char* data, size_t size, ManifestFormat format, co
     }
     cuts.push_back(e);
     parts.resize(cuts.size() - 1);
-    tbb::parallel_for(size_t{0}, parts.size(), [&](size_t i) { parse_jsonl(data, cuts[i], cuts[i + 1], o, parts[i]); });
+    tbb::parallel_for(size_t{0}, parts.size(),
+                      [&](size_t i) { parse_jsonl(data, cuts[i], cuts[i + 1], o, parts[i]); });
   }
   return merge(parts, o);
 }
 
 }  // namespace
 
-Manifest parse_manifest(const char* data, size_t size, ManifestFormat format, const ManifestOptions& o) {
+Manifest parse_manifest(const char* data, size_t size, ManifestFormat format,
+                        const ManifestOptions& o) {
   return run_parallel([&] { return parse_in_arena(data, size, format, o); });
 }
-
 
 Manifest read_manifest(const ManifestOptions& o) {
   const ManifestFormat format = manifest_format(o.manifest);
@@ -1191,18 +1242,22 @@ Manifest read_manifest(const ManifestOptions& o) {
     size = file.size();
     version = file.version();
   } catch (const ReadFailure& e) {
-    throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " + e.what());
+    throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " +
+                      e.what());
   }
   uint32_t fingerprint = 0;
   try {
     fingerprint = shard_fingerprint(o.manifest, size);
   } catch (const ReadFailure& e) {
-    throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " + e.what());
+    throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " +
+                      e.what());
   }
   // kParser changes whenever what a row becomes changes, so that older cache files are stale.
   constexpr const char* kParser = "parser 1";
-  const std::string options = o.manifest + '\n' + o.root + '\n' + o.path_key + '\n' + (o.skip_bad_rows ? "skip" : "raise");
-  const std::string source = std::to_string(size) + '\n' + version + '\n' + std::to_string(fingerprint);
+  const std::string options =
+      o.manifest + '\n' + o.root + '\n' + o.path_key + '\n' + (o.skip_bad_rows ? "skip" : "raise");
+  const std::string source =
+      std::to_string(size) + '\n' + version + '\n' + std::to_string(fingerprint);
   const std::string identity = std::string(kParser) + '\n' + options + '\n' + source;
   std::string cache_path;
   // A remote object without an ETag has no version to key a cache file by.
@@ -1210,7 +1265,8 @@ Manifest read_manifest(const ManifestOptions& o) {
     const size_t slash = o.manifest.find_last_of('/');
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv1a(options)));
-    cache_path = o.cache_dir + "/" + hex + "-" + o.manifest.substr(slash == std::string::npos ? 0 : slash + 1) + ".table";
+    cache_path = o.cache_dir + "/" + hex + "-" +
+                 o.manifest.substr(slash == std::string::npos ? 0 : slash + 1) + ".table";
     Manifest cached;
     std::shared_ptr<Mapping> map;
     try {
@@ -1242,7 +1298,8 @@ Manifest read_manifest(const ManifestOptions& o) {
       throw ConfigError("FileList: " + std::string(e.what()));
     }
     if (map->size) madvise(map->data, map->size, MADV_SEQUENTIAL);
-    m = parse_manifest(static_cast<const char*>(map->size ? map->data : nullptr), map->size, format, o);
+    m = parse_manifest(static_cast<const char*>(map->size ? map->data : nullptr), map->size, format,
+                       o);
   }
   m.source = source;
   if (!cache_path.empty()) {

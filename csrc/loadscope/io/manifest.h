@@ -33,22 +33,22 @@ namespace loadscope::io {
 constexpr uint64_t kMaxRowBytes = uint64_t{16} << 20;
 
 struct ManifestOptions {
-  std::string manifest;       // a local path or a URL; its extension says the format
-  std::string root;           // relative paths are joined to it (a directory or a URL)
+  std::string manifest;  // a local path or a URL; its extension says the format
+  std::string root;      // relative paths are joined to it (a directory or a URL)
   std::string path_key = "path";
   bool skip_bad_rows = false;
-  std::string cache_dir;      // where the cache file goes; empty: no cache file
+  std::string cache_dir;  // where the cache file goes; empty: no cache file
 };
 
 struct Manifest {
   std::shared_ptr<const SampleTable> table;
-  int64_t skipped = 0;                // bad rows left out (skip_bad_rows)
-  std::vector<std::string> notes;     // the first few of them: "<manifest>:<line>: <reason>"
-  std::string cache_path;             // the cache file read or written; empty: none
+  int64_t skipped = 0;             // bad rows left out (skip_bad_rows)
+  std::vector<std::string> notes;  // the first few of them: "<manifest>:<line>: <reason>"
+  std::string cache_path;          // the cache file read or written; empty: none
   bool from_cache = false;
-  std::string cache_error;            // why the cache file could not be written, if it could not
-  bool cache_pending = false;         // a large table's cache file is being written in the background
-  std::string source;                 // the manifest's size, version and CRC of its ends when read
+  std::string cache_error;     // why the cache file could not be written, if it could not
+  bool cache_pending = false;  // a large table's cache file is being written in the background
+  std::string source;          // the manifest's size, version and CRC of its ends when read
 };
 
 // Tables smaller than this have their cache file written before read_manifest returns; larger
@@ -66,6 +66,7 @@ Manifest read_manifest(const ManifestOptions& options);
 
 // The parser alone over bytes in memory; `options.manifest` only names it in messages. The
 // part that the fuzzer reaches.
-Manifest parse_manifest(const char* data, size_t size, ManifestFormat format, const ManifestOptions& options);
+Manifest parse_manifest(const char* data, size_t size, ManifestFormat format,
+                        const ManifestOptions& options);
 
 }  // namespace loadscope::io

@@ -28,7 +28,8 @@ Prefetcher::~Prefetcher() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
     for (auto& t : queue_) {
-      t.promise.set_exception(std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
+      t.promise.set_exception(
+          std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
     }
     queue_.clear();
   }
@@ -42,7 +43,8 @@ void Prefetcher::cancel() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (auto& t : queue_) {
     held_->fetch_sub(t.length > 0 ? static_cast<uint64_t>(t.length) : 0);
-    t.promise.set_exception(std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
+    t.promise.set_exception(
+        std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
   }
   queue_.clear();
   blocks_.clear();  // an epoch's blocks are not the next one's (nor kept alive by it)
@@ -50,7 +52,8 @@ void Prefetcher::cancel() {
   space_cv_.notify_all();
 }
 
-void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bool>& stop, bool dense) {
+void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bool>& stop,
+                       bool dense) {
   cancelled_.store(false);
   uint64_t own = 0;  // reserved by this batch: not consumable until it is submitted
   // A node-local cache serves from local disk already: blocks would only copy more.
@@ -70,7 +73,8 @@ void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bo
 }
 
 Prefetcher::Future Prefetcher::block(const std::string& url, uint64_t index, uint64_t& own,
-                                     const std::atomic<bool>& stop, std::unordered_set<std::string>& used) {
+                                     const std::atomic<bool>& stop,
+                                     std::unordered_set<std::string>& used) {
   const std::string key = url + "#" + std::to_string(index);
   const bool first_use = used.insert(key).second;
   std::unique_lock<std::mutex> lock(mutex_);  // cancel() clears the blocks from another thread
@@ -106,7 +110,9 @@ void Prefetcher::enqueue(Task task, uint64_t& own, const std::atomic<bool>& stop
   std::unique_lock<std::mutex> lock(mutex_);
   // Spans are released by the workers' samples, outside this lock: the wait polls too.
   auto others = [&] { return held_->load() - std::min(held_->load(), own); };
-  auto room = [&] { return stopping_ || stop.load() || others() == 0 || others() + own + reserve <= budget_; };
+  auto room = [&] {
+    return stopping_ || stop.load() || others() == 0 || others() + own + reserve <= budget_;
+  };
   if (!room()) {
     // Blocks kept for later members are the first to go: kept, they would hold the budget
     // against the very batch that needs it.
@@ -115,7 +121,8 @@ void Prefetcher::enqueue(Task task, uint64_t& own, const std::atomic<bool>& stop
   }
   while (!room()) space_cv_.wait_for(lock, std::chrono::milliseconds(20));
   if (stopping_ || stop.load()) {
-    task.promise.set_exception(std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
+    task.promise.set_exception(
+        std::make_exception_ptr(ReadFailure("the loader stopped before this read")));
     return;
   }
   held_->fetch_add(reserve);
@@ -124,12 +131,14 @@ void Prefetcher::enqueue(Task task, uint64_t& own, const std::atomic<bool>& stop
   work_cv_.notify_one();
 }
 
-void Prefetcher::fetch_spans(std::vector<Member*> members, uint64_t& own, const std::atomic<bool>& stop) {
+void Prefetcher::fetch_spans(std::vector<Member*> members, uint64_t& own,
+                             const std::atomic<bool>& stop) {
   // Per object, in offset order; whole objects are spans of their own.
   std::map<std::string, std::vector<Member*>> by_url;
   for (Member* m : members) by_url[m->path].push_back(m);
   for (auto& [url, list] : by_url) {
-    std::sort(list.begin(), list.end(), [](const Member* a, const Member* b) { return a->offset < b->offset; });
+    std::sort(list.begin(), list.end(),
+              [](const Member* a, const Member* b) { return a->offset < b->offset; });
     size_t i = 0;
     while (i < list.size()) {
       Task task;
@@ -146,7 +155,9 @@ void Prefetcher::fetch_spans(std::vector<Member*> members, uint64_t& own, const 
           const uint64_t gap = list[i]->offset > end ? list[i]->offset - end : 0;
           // Bytes read only to be thrown away stay below the bytes wanted: a shuffled batch's
           // scattered members cost at most twice their size, in shard order nearly nothing.
-          if (gap > kMaxGap || waste + gap > useful || std::max(end, next_end) - task.offset > kMaxSpan) break;
+          if (gap > kMaxGap || waste + gap > useful ||
+              std::max(end, next_end) - task.offset > kMaxSpan)
+            break;
           waste += gap;
           useful += static_cast<uint64_t>(list[i]->length);
           end = std::max(end, next_end);
@@ -188,10 +199,11 @@ void Prefetcher::run() {
       }
       const uint64_t charge = reserved ? reserved : bytes->size();  // a whole object: known now
       if (!reserved) held_->fetch_add(charge);
-      task.promise.set_value(std::shared_ptr<const std::string>(bytes.release(), [held = held_, charge](const std::string* p) {
-        held->fetch_sub(charge);
-        delete p;
-      }));
+      task.promise.set_value(std::shared_ptr<const std::string>(
+          bytes.release(), [held = held_, charge](const std::string* p) {
+            held->fetch_sub(charge);
+            delete p;
+          }));
     } catch (...) {
       held_->fetch_sub(reserved);
       task.promise.set_exception(std::current_exception());

@@ -35,8 +35,8 @@ namespace loadscope::io {
 class Prefetcher {
  public:
   static constexpr uint64_t kMaxSpan = 16u << 20;  // one GET covers at most this
-  static constexpr uint64_t kMaxGap = 64u << 10;  // bytes between members read and thrown away
-  static constexpr uint64_t kBlock = 4u << 20;    // dense reading: aligned blocks of an object
+  static constexpr uint64_t kMaxGap = 64u << 10;   // bytes between members read and thrown away
+  static constexpr uint64_t kBlock = 4u << 20;     // dense reading: aligned blocks of an object
 
   // LOADSCOPE_REMOTE_CONNECTIONS (default 16) and LOADSCOPE_REMOTE_INFLIGHT (bytes, default
   // 256 MiB), as remote::options() read them.
@@ -57,7 +57,8 @@ class Prefetcher {
   // first): a shuffled epoch costs about one request per 4 MiB instead of one per sample.
   // Not dense (several ranks or workers share the stream): spans of this batch's members only,
   // so a rank never fetches what other ranks read.
-  void fetch(const std::vector<Member*>& members, const std::atomic<bool>& stop, bool dense = false);
+  void fetch(const std::vector<Member*>& members, const std::atomic<bool>& stop,
+             bool dense = false);
 
   // Fails what is queued and aborts what is in flight ("the loader stopped"); the next fetch()
   // starts afresh.

@@ -5,14 +5,14 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
-#include <cmath>
-#include <cstring>
-#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -52,16 +52,19 @@ double env_number(const char* name, double fallback) {
 
 Options from_environment() {
   Options o;
-  o.max_attempts = std::max(1, static_cast<int>(env_number("LOADSCOPE_REMOTE_ATTEMPTS", o.max_attempts)));
+  o.max_attempts =
+      std::max(1, static_cast<int>(env_number("LOADSCOPE_REMOTE_ATTEMPTS", o.max_attempts)));
   o.stall_seconds = env_number("LOADSCOPE_REMOTE_STALL", o.stall_seconds);
   const double connections = env_number("LOADSCOPE_REMOTE_CONNECTIONS", o.connections);
-  if (connections < 1 || connections > 256) throw ConfigError("LOADSCOPE_REMOTE_CONNECTIONS: 1 to 256");
+  if (connections < 1 || connections > 256)
+    throw ConfigError("LOADSCOPE_REMOTE_CONNECTIONS: 1 to 256");
   o.connections = static_cast<int>(connections);
   const double inflight = env_number("LOADSCOPE_REMOTE_INFLIGHT", static_cast<double>(o.inflight));
   if (inflight < 1) throw ConfigError("LOADSCOPE_REMOTE_INFLIGHT: bytes, at least 1");
   o.inflight = static_cast<uint64_t>(inflight);
   const double part = env_number("LOADSCOPE_REMOTE_PART_SIZE", static_cast<double>(o.part_size));
-  if (part < kMinPartSize) throw ConfigError("LOADSCOPE_REMOTE_PART_SIZE: bytes, at least 5 MiB (S3's minimum)");
+  if (part < kMinPartSize)
+    throw ConfigError("LOADSCOPE_REMOTE_PART_SIZE: bytes, at least 5 MiB (S3's minimum)");
   o.part_size = static_cast<uint64_t>(part);
   for (const char* name : {"LOADSCOPE_CA_BUNDLE", "CURL_CA_BUNDLE", "AWS_CA_BUNDLE"}) {
     if (!env(name).empty()) {
@@ -95,7 +98,9 @@ uint64_t now_ns() {
 
 // ---- URLs ------------------------------------------------------------------------------------
 
-bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 // RFC 3986 unreserved characters stay, everything else is %XX; '/' too unless keep_slash.
 // SigV4 signs the path exactly as sent, so keys are encoded once, here, and curl sends them as is.
@@ -103,7 +108,8 @@ std::string percent_encode(const std::string& s, bool keep_slash) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~' ||
+        (keep_slash && c == '/')) {
       out += static_cast<char>(c);
     } else {
       out += '%';
@@ -243,9 +249,11 @@ Target target(const std::string& url) {
     t.http_url = env->endpoint + "/" + t.bucket + "/" + percent_encode(t.key, true);
   } else if (t.bucket.find('.') != std::string::npos) {
     // A dotted bucket name would not match AWS's wildcard certificate as a host name.
-    t.http_url = "https://s3." + env->region + ".amazonaws.com/" + t.bucket + "/" + percent_encode(t.key, true);
+    t.http_url = "https://s3." + env->region + ".amazonaws.com/" + t.bucket + "/" +
+                 percent_encode(t.key, true);
   } else {
-    t.http_url = "https://" + t.bucket + ".s3." + env->region + ".amazonaws.com/" + percent_encode(t.key, true);
+    t.http_url = "https://" + t.bucket + ".s3." + env->region + ".amazonaws.com/" +
+                 percent_encode(t.key, true);
   }
   return t;
 }
@@ -254,9 +262,13 @@ Target target(const std::string& url) {
 
 thread_local const std::atomic<bool>* t_cancel = nullptr;
 
-bool cancelled() { return t_cancel != nullptr && t_cancel->load(std::memory_order_relaxed); }
+bool cancelled() {
+  return t_cancel != nullptr && t_cancel->load(std::memory_order_relaxed);
+}
 
-int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) { return cancelled() ? 1 : 0; }
+int on_progress(void*, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return cancelled() ? 1 : 0;
+}
 
 struct Easy {
   CURL* h = nullptr;
@@ -291,15 +303,15 @@ struct Response {
   CURLcode code = CURLE_OK;
   long status = 0;
   std::string etag;
-  std::string error_body;  // a non-2xx answer's body (the S3 error XML), capped
-  uint64_t received = 0;   // body bytes delivered to the sink
-  uint64_t skip = 0;       // leading bytes still to drop
-  bool ranged = false;     // a Range was asked for
-  uint64_t range_from = 0; // its first byte
-  int64_t want = -1;       // bytes wanted, -1: all
+  std::string error_body;   // a non-2xx answer's body (the S3 error XML), capped
+  uint64_t received = 0;    // body bytes delivered to the sink
+  uint64_t skip = 0;        // leading bytes still to drop
+  bool ranged = false;      // a Range was asked for
+  uint64_t range_from = 0;  // its first byte
+  int64_t want = -1;        // bytes wanted, -1: all
   int64_t content_length = -1;
   bool too_large = false;
-  bool complete = false;   // the body was cut by us once `want` bytes had arrived
+  bool complete = false;  // the body was cut by us once `want` bytes had arrived
   std::string* sink = nullptr;
   uint64_t first_byte_ns = 0;
   char curl_error[CURL_ERROR_SIZE] = {0};
@@ -347,7 +359,8 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
   }
   size_t take = bytes - from;
   if (r->want >= 0) {
-    take = static_cast<size_t>(std::min<uint64_t>(take, static_cast<uint64_t>(r->want) - r->received));
+    take =
+        static_cast<size_t>(std::min<uint64_t>(take, static_cast<uint64_t>(r->want) - r->received));
     if (take == 0 && r->skip == 0) {  // all we asked for (from a server that sends more): stop here
       r->complete = true;
       return 0;
@@ -375,8 +388,10 @@ struct Upload {
 // turned out dead, a 417 to Expect): back to `offset` bytes into this upload.
 int on_upload_seek(void* user, curl_off_t offset, int origin) {
   auto* u = static_cast<Upload*>(user);
-  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > u->size) return CURL_SEEKFUNC_FAIL;
-  if (u->file && ::fseeko(u->file, static_cast<off_t>(u->offset + static_cast<uint64_t>(offset)), SEEK_SET) != 0) {
+  if (origin != SEEK_SET || offset < 0 || static_cast<uint64_t>(offset) > u->size)
+    return CURL_SEEKFUNC_FAIL;
+  if (u->file && ::fseeko(u->file, static_cast<off_t>(u->offset + static_cast<uint64_t>(offset)),
+                          SEEK_SET) != 0) {
     return CURL_SEEKFUNC_FAIL;
   }
   u->at = static_cast<size_t>(offset);
@@ -403,7 +418,7 @@ struct Request {
   std::string query;           // already sorted and encoded (SigV4 signs it as sent)
   bool ranged = false;         // with a Range header from `from`
   uint64_t from = 0;
-  int64_t length = -1;         // bytes wanted from `from`, -1: to the end
+  int64_t length = -1;  // bytes wanted from `from`, -1: to the end
   std::string if_match;
   Upload* upload = nullptr;
   std::string body;  // POST
@@ -430,7 +445,8 @@ Response perform(const Request& req, std::string* sink) {
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(opts.connect_timeout * 1000));
   if (opts.stall_seconds > 0) {  // no byte for stall_seconds: the transfer failed, retry it
     curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>(opts.stall_seconds)));
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME,
+                     std::max(1L, static_cast<long>(opts.stall_seconds)));
   }
   curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &on_progress);
   curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
@@ -520,7 +536,8 @@ std::string xml_field(const std::string& xml, const std::string& tag) {
 }
 
 bool retryable_status(long status, const std::string& body) {
-  return status >= 500 || status == 429 || (status == 400 && xml_field(body, "Code") == "RequestTimeout");
+  return status >= 500 || status == 429 ||
+         (status == 400 && xml_field(body, "Code") == "RequestTimeout");
 }
 
 bool retryable_code(CURLcode c) {
@@ -534,23 +551,24 @@ bool retryable_code(CURLcode c) {
     case CURLE_OPERATION_TIMEDOUT:
     case CURLE_SSL_CONNECT_ERROR:
     case CURLE_HTTP2:
-    case CURLE_HTTP2_STREAM:
-      return true;
-    default:
-      return false;
+    case CURLE_HTTP2_STREAM: return true;
+    default: return false;
   }
 }
 
 // "HTTP 404 NoSuchKey: The specified key does not exist." or the curl error.
 std::string describe(const Response& r, const Target& t) {
   if (r.code != CURLE_OK && r.code != CURLE_WRITE_ERROR) {
-    return std::string(curl_easy_strerror(r.code)) + (r.curl_error[0] ? std::string(" (") + r.curl_error + ")" : "");
+    return std::string(curl_easy_strerror(r.code)) +
+           (r.curl_error[0] ? std::string(" (") + r.curl_error + ")" : "");
   }
   std::string s = "HTTP " + std::to_string(r.status);
-  const std::string code = xml_field(r.error_body, "Code"), message = xml_field(r.error_body, "Message");
+  const std::string code = xml_field(r.error_body, "Code"),
+                    message = xml_field(r.error_body, "Message");
   if (!code.empty()) s += " " + code;
   if (!message.empty()) s += ": " + message;
-  if (t.s3 && (r.status == 403 || r.status == 401)) s += " (credentials: " + environment()->cred.source + ")";
+  if (t.s3 && (r.status == 403 || r.status == 401))
+    s += " (credentials: " + environment()->cred.source + ")";
   if (t.s3 && r.status == 404 && code.empty()) s += " (no such bucket or key)";
   return s;
 }
@@ -563,12 +581,15 @@ void backoff(int attempt, const Options& opts) {
   std::this_thread::sleep_for(std::chrono::duration<double>(wait(gen)));
 }
 
-bool succeeded(const Response& r) { return r.code == CURLE_OK && r.status >= 200 && r.status < 300; }
+bool succeeded(const Response& r) {
+  return r.code == CURLE_OK && r.status >= 200 && r.status < 300;
+}
 
 // Performs `req` again while it fails in a way worth retrying and attempts remain (stat, put,
 // list; get resumes bodies and has a loop of its own). `before_attempt` resets what an attempt
 // consumed (an upload's position, a body). Returns the last answer, succeeded or not.
-Response retrying(const Request& req, std::string* sink, const std::function<void()>& before_attempt = nullptr) {
+Response retrying(const Request& req, std::string* sink,
+                  const std::function<void()>& before_attempt = nullptr) {
   const Options opts = current_options();
   for (int attempt = 0;; ++attempt) {
     if (before_attempt) before_attempt();
@@ -589,8 +610,9 @@ Response retrying(const Request& req, std::string* sink, const std::function<voi
 // The error for a failed request: "GET s3://b/k bytes=0-: HTTP 503 SlowDown: ... (after 8
 // attempts)"; an HttpError when the server answered, so that callers can tell 404 from 403.
 [[noreturn]] void fail(const std::string& what, const Response& r, const std::string& url) {
-  const std::string message = what + ": " + describe(r, target(url)) +
-                              (r.attempts > 1 ? " (after " + std::to_string(r.attempts) + " attempts)" : "");
+  const std::string message =
+      what + ": " + describe(r, target(url)) +
+      (r.attempts > 1 ? " (after " + std::to_string(r.attempts) + " attempts)" : "");
   if (r.status >= 300 && (r.code == CURLE_OK || r.code == CURLE_WRITE_ERROR)) {
     throw HttpError(message, r.status, xml_field(r.error_body, "Code"));
   }
@@ -603,7 +625,8 @@ std::map<std::string, std::string> g_pins;  // url -> ETag the epoch's reads mus
 }  // namespace
 
 bool is_url(const std::string& name) {
-  return starts_with(name, "s3://") || starts_with(name, "http://") || starts_with(name, "https://");
+  return starts_with(name, "s3://") || starts_with(name, "http://") ||
+         starts_with(name, "https://");
 }
 
 std::string redact(const std::string& url) {
@@ -613,21 +636,27 @@ std::string redact(const std::string& url) {
   if (scheme != std::string::npos) {
     const auto host_end = out.find('/', scheme + 3);
     const auto at = out.rfind('@', host_end == std::string::npos ? std::string::npos : host_end);
-    if (at != std::string::npos && at > scheme) out = out.substr(0, scheme + 3) + "***@" + out.substr(at + 1);
+    if (at != std::string::npos && at > scheme)
+      out = out.substr(0, scheme + 3) + "***@" + out.substr(at + 1);
   }
   const auto q = out.find('?');
   if (q != std::string::npos) out = out.substr(0, q) + "?...";
   return out;
 }
 
-Options options() { return current_options(); }
+Options options() {
+  return current_options();
+}
 
-void set_thread_cancel_flag(const std::atomic<bool>* flag) { t_cancel = flag; }
+void set_thread_cancel_flag(const std::atomic<bool>* flag) {
+  t_cancel = flag;
+}
 
 void configure(const Options& opts) {
-  if (opts.max_attempts < 1 || !(opts.backoff_base >= 0) || !(opts.backoff_cap >= 0) || !(opts.stall_seconds >= 0) ||
-      !(opts.connect_timeout > 0)) {
-    throw ConfigError("remote options: max_attempts >= 1, backoff and stall seconds >= 0, connect_timeout > 0");
+  if (opts.max_attempts < 1 || !(opts.backoff_base >= 0) || !(opts.backoff_cap >= 0) ||
+      !(opts.stall_seconds >= 0) || !(opts.connect_timeout > 0)) {
+    throw ConfigError(
+        "remote options: max_attempts >= 1, backoff and stall seconds >= 0, connect_timeout > 0");
   }
   std::lock_guard<std::mutex> lock(g_options_mutex);
   g_options = std::make_unique<Options>(opts);
@@ -641,7 +670,8 @@ void reload_environment() {
     g_env = std::move(e);
   }
   std::lock_guard<std::mutex> lock(g_options_mutex);
-  if (g_options) {  // keep what configure() set programmatically; take the environment's attempts etc.
+  if (g_options) {  // keep what configure() set programmatically; take the environment's attempts
+                    // etc.
     o.backoff_base = g_options->backoff_base;
     o.backoff_cap = g_options->backoff_cap;
     o.connect_timeout = g_options->connect_timeout;
@@ -653,11 +683,16 @@ void reload_environment() {
   g_options = std::make_unique<Options>(o);
 }
 
-std::string credentials_source() { return environment()->cred.source; }
-std::string s3_region() { return environment()->region; }
+std::string credentials_source() {
+  return environment()->cred.source;
+}
+std::string s3_region() {
+  return environment()->region;
+}
 std::string s3_endpoint() {
   const auto env = environment();
-  return env->endpoint.empty() ? "https://s3." + env->region + ".amazonaws.com" : redact(env->endpoint);
+  return env->endpoint.empty() ? "https://s3." + env->region + ".amazonaws.com"
+                               : redact(env->endpoint);
 }
 
 ObjectInfo stat(const std::string& url) {
@@ -667,7 +702,8 @@ ObjectInfo stat(const std::string& url) {
   std::string sink;
   Response r = retrying(req, &sink);
   if (succeeded(r)) {
-    if (r.content_length < 0) throw ReadFailure(redact(url) + ": the server did not say the object's size");
+    if (r.content_length < 0)
+      throw ReadFailure(redact(url) + ": the server did not say the object's size");
     return ObjectInfo{static_cast<uint64_t>(r.content_length), r.etag};
   }
   if ((r.status == 404 || r.status == 403) && target(url).s3) {
@@ -684,8 +720,8 @@ ObjectInfo stat(const std::string& url) {
   fail("HEAD " + redact(url), r, url);
 }
 
-uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::string& out, const std::string& etag,
-             bool upto) {
+uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::string& out,
+             const std::string& etag, bool upto) {
   const Options opts = current_options();
   if (length >= 0) check_member_size(static_cast<uint64_t>(length));
   std::string pinned = etag;
@@ -717,23 +753,28 @@ uint64_t get(const std::string& url, uint64_t offset, int64_t length, std::strin
     }
     const bool ok_status = r.status >= 200 && r.status < 300;
     if (ok_status && pinned.empty()) pinned = r.etag;  // a resumed body must be the same object
-    if (r.code == CURLE_OK && ok_status && (length < 0 || received == static_cast<uint64_t>(length) || upto)) {
+    if (r.code == CURLE_OK && ok_status &&
+        (length < 0 || received == static_cast<uint64_t>(length) || upto)) {
       return received;  // (upto: a complete answer may be shorter, at the object's end)
     }
     const std::string range = req.ranged ? " bytes=" + std::to_string(req.from) + "-" : "";
     if (r.status == 412) {
       g_failures.fetch_add(1, std::memory_order_relaxed);
-      throw HttpError(redact(url) + " changed while it was being read (its ETag is no longer " + pinned +
-                      "): re-index it or restart the epoch", 412, "PreconditionFailed");
+      throw HttpError(redact(url) + " changed while it was being read (its ETag is no longer " +
+                          pinned + "): re-index it or restart the epoch",
+                      412, "PreconditionFailed");
     }
     if (r.status == 416) {
       g_failures.fetch_add(1, std::memory_order_relaxed);
-      throw HttpError("GET " + redact(url) + range + ": HTTP 416, the object is shorter than the range "
-                      "(it changed after it was indexed?)", 416, "InvalidRange");
+      throw HttpError("GET " + redact(url) + range +
+                          ": HTTP 416, the object is shorter than the range "
+                          "(it changed after it was indexed?)",
+                      416, "InvalidRange");
     }
     // A 2xx whose body ended early is a cut connection: resumed from the last byte received.
     const bool network = r.code != CURLE_OK || ok_status;
-    const bool retry = network ? (r.code == CURLE_OK || retryable_code(r.code)) : retryable_status(r.status, r.error_body);
+    const bool retry = network ? (r.code == CURLE_OK || retryable_code(r.code))
+                               : retryable_status(r.status, r.error_body);
     if (retry && received > before) {
       // Progress: resume at once, and the attempts start over (a body is finite, so this
       // ends; a connection that is cut every few MB still delivers a large range).
@@ -765,7 +806,8 @@ Response put_upload(const std::string& url, Upload& up, const std::string& query
   const Response r = retrying(req, &sink, [&] {
     up.at = 0;  // every attempt sends from the start
     if (up.file && ::fseeko(up.file, static_cast<off_t>(up.offset), SEEK_SET) != 0) {
-      throw ReadFailure(redact(url) + ": cannot seek in the file being sent: " + std::strerror(errno));
+      throw ReadFailure(redact(url) +
+                        ": cannot seek in the file being sent: " + std::strerror(errno));
     }
   });
   if (!succeeded(r)) fail("PUT " + redact(url) + what, r, url);
@@ -784,7 +826,8 @@ std::string post_xml(const std::string& url, const std::string& query, const std
   const Response r = retrying(req, &answer, [&] { answer.clear(); });
   if (!succeeded(r)) fail("POST " + redact(url), r, url);
   if (answer.find("<Error>") != std::string::npos) {
-    throw HttpError("POST " + redact(url) + ": " + xml_field(answer, "Code") + ": " + xml_field(answer, "Message"),
+    throw HttpError("POST " + redact(url) + ": " + xml_field(answer, "Code") + ": " +
+                        xml_field(answer, "Message"),
                     r.status, xml_field(answer, "Code"));
   }
   return answer;
@@ -805,9 +848,12 @@ void put_parts(const std::string& url, std::FILE* file, uint64_t size, uint64_t 
       up.size = std::min(part_size, size - at);
       // Parameters sorted, as curl 7.88 signs the query as sent: partNumber < uploadId.
       const std::string part = " (part " + std::to_string(number) + ")";
-      const Response r = put_upload(url, up, "partNumber=" + std::to_string(number) + "&" + upload_id, part);
-      if (r.etag.empty()) throw ReadFailure("PUT " + redact(url) + part + ": the answer has no ETag");
-      complete += "<Part><PartNumber>" + std::to_string(number) + "</PartNumber><ETag>" + r.etag + "</ETag></Part>";
+      const Response r =
+          put_upload(url, up, "partNumber=" + std::to_string(number) + "&" + upload_id, part);
+      if (r.etag.empty())
+        throw ReadFailure("PUT " + redact(url) + part + ": the answer has no ETag");
+      complete += "<Part><PartNumber>" + std::to_string(number) + "</PartNumber><ETag>" + r.etag +
+                  "</ETag></Part>";
     }
     try {
       post_xml(url, upload_id, complete + "</CompleteMultipartUpload>");
@@ -842,7 +888,8 @@ void put_file(const std::string& url, const std::string& path) {
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
   if (!f) throw ReadFailure(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
-  if (::fstat(::fileno(f.get()), &st) != 0) throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
+  if (::fstat(::fileno(f.get()), &st) != 0)
+    throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   const uint64_t part_size = current_options().part_size;
   if (target(url).s3 && size > part_size) return put_parts(url, f.get(), size, part_size);
@@ -853,7 +900,8 @@ void put_file(const std::string& url, const std::string& path) {
 }
 
 std::vector<std::string> list(const std::string& s3_prefix) {
-  if (!starts_with(s3_prefix, "s3://")) throw ReadFailure(redact(s3_prefix) + ": listing needs an s3:// prefix");
+  if (!starts_with(s3_prefix, "s3://"))
+    throw ReadFailure(redact(s3_prefix) + ": listing needs an s3:// prefix");
   const std::string rest = s3_prefix.substr(5);
   const auto slash = rest.find('/');
   const std::string bucket = rest.substr(0, slash);
@@ -907,7 +955,8 @@ Stats stats() {
 }
 
 void reset_stats() {
-  for (auto* a : {&g_requests, &g_bytes, &g_failures, &g_retries_server, &g_retries_network, &g_resumed, &g_busy_ns}) {
+  for (auto* a : {&g_requests, &g_bytes, &g_failures, &g_retries_server, &g_retries_network,
+                  &g_resumed, &g_busy_ns}) {
     a->store(0, std::memory_order_relaxed);
   }
   std::lock_guard<std::mutex> lock(g_hist_mutex);

@@ -84,15 +84,15 @@ std::string redact(const std::string& url);
 
 // Settings, read from the environment once (docs/remote.md); tests change them with configure().
 struct Options {
-  int max_attempts = 8;           // LOADSCOPE_REMOTE_ATTEMPTS
-  double backoff_base = 0.1;      // seconds; attempt k waits uniform(0, min(cap, base * 2^k))
+  int max_attempts = 8;       // LOADSCOPE_REMOTE_ATTEMPTS
+  double backoff_base = 0.1;  // seconds; attempt k waits uniform(0, min(cap, base * 2^k))
   double backoff_cap = 5.0;
   double connect_timeout = 10.0;  // seconds
   double stall_seconds = 30.0;    // LOADSCOPE_REMOTE_STALL: no byte for this long = failed
   std::string ca_bundle;          // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE
   bool ca_bundle_set = false;     // given by configure(): reload_environment() keeps it
   bool verify_tls = true;
-  int connections = 16;                 // LOADSCOPE_REMOTE_CONNECTIONS: the fetch pool (prefetch.h)
+  int connections = 16;  // LOADSCOPE_REMOTE_CONNECTIONS: the fetch pool (prefetch.h)
   uint64_t inflight = uint64_t{256} << 20;  // LOADSCOPE_REMOTE_INFLIGHT: bytes fetched ahead
   // LOADSCOPE_REMOTE_PART_SIZE: put_file sends a larger file to S3 in parts of this size (at
   // least 5 MiB, S3's minimum; more when 10000 parts would not hold the file).
@@ -120,10 +120,10 @@ void set_thread_cancel_flag(const std::atomic<bool>* flag);
 // Process-wide counters of the network stage, read by telemetry.
 struct Stats {
   uint64_t requests = 0, bytes = 0, failures = 0;
-  uint64_t retries_server = 0;   // 5xx and 429 answers retried
-  uint64_t retries_network = 0;  // connect/reset/stall retried
-  uint64_t resumed = 0;          // bodies cut short and resumed with Range
-  uint64_t busy_ns = 0;          // summed request time
+  uint64_t retries_server = 0;             // 5xx and 429 answers retried
+  uint64_t retries_network = 0;            // connect/reset/stall retried
+  uint64_t resumed = 0;                    // bodies cut short and resumed with Range
+  uint64_t busy_ns = 0;                    // summed request time
   telemetry::HistogramData first_byte_ns;  // time to first byte, per request
   telemetry::HistogramData request_ns;     // whole request, per request
 };

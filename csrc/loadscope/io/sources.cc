@@ -12,13 +12,14 @@ ListSource::ListSource(std::vector<Sample> samples) : samples_(std::move(samples
 
 void ListSource::start_epoch(const EpochOrder& order) {
   cursor_ = 0;
-  order_ = Permutation(samples_.size(), order.shuffle, order.seed, static_cast<uint64_t>(order.epoch),
-                       RngStream::kOrder);
+  order_ = Permutation(samples_.size(), order.shuffle, order.seed,
+                       static_cast<uint64_t>(order.epoch), RngStream::kOrder);
 }
 
 bool ListSource::next(Sample& out) {
   if (cursor_ >= samples_.size()) return false;
-  out = samples_[order_(cursor_)];  // a copy: members of a list sample are paths or short inline fields
+  out = samples_[order_(
+      cursor_)];  // a copy: members of a list sample are paths or short inline fields
   ++cursor_;
   return true;
 }
@@ -157,7 +158,8 @@ IndexedTarSource::IndexedTarSource(std::vector<std::shared_ptr<const ShardIndex>
     : shards_(std::move(shards)), shuffle_buffer_(std::max<size_t>(shuffle_buffer, 1)) {
   if (shards_.empty()) throw ConfigError("IndexedTarSource needs at least one shard");
   for (const auto& s : shards_) {
-    if (s->samples.size() > UINT32_MAX) throw ConfigError(s->path + ": more than 2^32 samples in one shard");
+    if (s->samples.size() > UINT32_MAX)
+      throw ConfigError(s->path + ": more than 2^32 samples in one shard");
     total_ += static_cast<int64_t>(s->samples.size());
   }
 }
@@ -258,24 +260,25 @@ void MixSource::start_epoch(const EpochOrder& order) {
   passes_.assign(sources_.size(), 0);
   rng_ = Rng(order.seed, static_cast<uint64_t>(order.epoch), RngStream::kMix);
   for (size_t i = 0; i < sources_.size(); ++i) {
-    sources_[i]->start_epoch(EpochOrder{order.seed, static_cast<int64_t>(hash_keys(order.epoch, i, 0) >> 1), order.shuffle});
+    sources_[i]->start_epoch(EpochOrder{
+        order.seed, static_cast<int64_t>(hash_keys(order.epoch, i, 0) >> 1), order.shuffle});
   }
 }
 
 bool MixSource::next(Sample& out) {
   if (produced_ >= samples_per_epoch_) return false;
   const double u = rng_.uniform();
-  const size_t i = static_cast<size_t>(
-      std::upper_bound(cumulative_.begin(), cumulative_.end(), u) - cumulative_.begin());
+  const size_t i = static_cast<size_t>(std::upper_bound(cumulative_.begin(), cumulative_.end(), u) -
+                                       cumulative_.begin());
   const size_t pick = std::min(i, sources_.size() - 1);
   ++produced_;  // counted before reading: a failing source still uses its draw
   Source& src = *sources_[pick];
   if (src.next(out)) return true;
   // Exhausted: start this source over with a fresh order of its own.
   ++passes_[pick];
-  src.start_epoch(EpochOrder{order_.seed,
-                             static_cast<int64_t>(hash_keys(order_.epoch, pick, passes_[pick]) >> 1),
-                             order_.shuffle});
+  src.start_epoch(EpochOrder{
+      order_.seed, static_cast<int64_t>(hash_keys(order_.epoch, pick, passes_[pick]) >> 1),
+      order_.shuffle});
   if (src.next(out)) return true;
   throw ConfigError("Mix: source " + std::to_string(pick) + " has no samples");
 }

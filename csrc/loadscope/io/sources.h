@@ -120,7 +120,7 @@ class MixSource : public Source {
   std::vector<double> cumulative_;  // normalised cumulative weights
   int64_t samples_per_epoch_;
   EpochOrder order_;
-  std::vector<int64_t> passes_;     // restarts of each source in this epoch
+  std::vector<int64_t> passes_;  // restarts of each source in this epoch
   int64_t produced_ = 0;
   Rng rng_{0};
 };

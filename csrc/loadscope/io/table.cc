@@ -115,7 +115,8 @@ std::shared_ptr<const SampleTable> TableBuilder::finish(TableBuilder&& b) {
   t->prefixes = held->prefixes;
   t->prefix = View<uint32_t>(held->prefix);
   t->join = held->join;
-  t->paths = Strings{View<uint64_t>(held->path_ends), View<char>(held->path_text.data(), held->path_text.size())};
+  t->paths = Strings{View<uint64_t>(held->path_ends),
+                     View<char>(held->path_text.data(), held->path_text.size())};
   t->extras.rows = View<uint32_t>(held->extra_rows);
   t->extras.names = Strings{View<uint64_t>(held->extra_ends),
                             View<char>(held->extra_text.data(), held->extra_text.size())};

@@ -70,11 +70,12 @@ struct Strings {
 };
 
 struct Column {
-  std::string member;      // the member's name (the manifest's column name, lower-case)
-  bool is_int = false;     // every present value was an integer written as Python writes it
-  View<int64_t> ints;      // is_int
-  Strings strings;         // !is_int
-  View<uint64_t> absent;   // bit i set: row i has no value (a JSON line without the key); may be empty
+  std::string member;   // the member's name (the manifest's column name, lower-case)
+  bool is_int = false;  // every present value was an integer written as Python writes it
+  View<int64_t> ints;   // is_int
+  Strings strings;      // !is_int
+  View<uint64_t>
+      absent;  // bit i set: row i has no value (a JSON line without the key); may be empty
   bool present(size_t i) const { return absent.empty() || !((absent[i >> 6] >> (i & 63)) & 1); }
 };
 

@@ -94,8 +94,12 @@ void pread_exact(int fd, char* dst, size_t n, uint64_t offset, const char* what)
   while (done < n) {
     ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw ReadFailure(std::string("read error in ") + what + " at byte " + std::to_string(offset) + ": " + std::strerror(errno));
-    if (got == 0) throw ReadFailure(std::string("truncated archive: ") + what + " at byte " + std::to_string(offset));
+    if (got < 0)
+      throw ReadFailure(std::string("read error in ") + what + " at byte " +
+                        std::to_string(offset) + ": " + std::strerror(errno));
+    if (got == 0)
+      throw ReadFailure(std::string("truncated archive: ") + what + " at byte " +
+                        std::to_string(offset));
     done += static_cast<size_t>(got);
   }
 }
@@ -104,13 +108,15 @@ void pread_exact(int fd, char* dst, size_t n, uint64_t offset, const char* what)
 
 namespace {
 const char* const kGzipRefused =
-    "gzip-compressed: an index needs an uncompressed tar (its offsets would need the whole stream decompressed)";
+    "gzip-compressed: an index needs an uncompressed tar (its offsets would need the whole stream "
+    "decompressed)";
 
 // A remote shard is read once, front to back, instead of one ranged GET per header.
 std::vector<TarMemberInfo> scan_remote_tar(const std::string& url) {
   std::string magic;
   read_range(url, 0, std::min<uint64_t>(2, file_size(url)), magic);
-  if (magic.size() == 2 && static_cast<unsigned char>(magic[0]) == 0x1f && static_cast<unsigned char>(magic[1]) == 0x8b) {
+  if (magic.size() == 2 && static_cast<unsigned char>(magic[0]) == 0x1f &&
+      static_cast<unsigned char>(magic[1]) == 0x8b) {
     throw ReadFailure(kGzipRefused);
   }
   std::vector<TarMemberInfo> out;
@@ -126,14 +132,16 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (::fstat(f.fd, &st) != 0) throw ReadFailure(std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0)
+    throw ReadFailure(std::string("cannot stat: ") + std::strerror(errno));
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   std::vector<TarMemberInfo> out;
   std::string long_name;
   char header[kBlock];
   if (file_size >= 2) {
     pread_exact(f.fd, header, 2, 0, "header");
-    if (static_cast<unsigned char>(header[0]) == 0x1f && static_cast<unsigned char>(header[1]) == 0x8b) {
+    if (static_cast<unsigned char>(header[0]) == 0x1f &&
+        static_cast<unsigned char>(header[1]) == 0x8b) {
       throw ReadFailure(kGzipRefused);
     }
   }
@@ -149,17 +157,20 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
     }
     if (zero) return out;
     if (!checksum_ok(header)) {
-      throw ReadFailure("corrupt tar header at byte " + std::to_string(offset) + " (checksum mismatch)");
+      throw ReadFailure("corrupt tar header at byte " + std::to_string(offset) +
+                        " (checksum mismatch)");
     }
     uint64_t size = 0;
     if (!parse_number(header + 124, 12, size)) {
-      throw ReadFailure("corrupt tar header at byte " + std::to_string(offset) + " (bad size field)");
+      throw ReadFailure("corrupt tar header at byte " + std::to_string(offset) +
+                        " (bad size field)");
     }
     const uint64_t data = offset + kBlock;
     const uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
     if (data + size > file_size) {
-      throw ReadFailure("truncated archive: member data at byte " + std::to_string(data) + " needs " +
-                        std::to_string(size) + " bytes, the file ends at " + std::to_string(file_size));
+      throw ReadFailure("truncated archive: member data at byte " + std::to_string(data) +
+                        " needs " + std::to_string(size) + " bytes, the file ends at " +
+                        std::to_string(file_size));
     }
     const char type = header[156];
     if (type == 'L' || type == 'x') {
@@ -205,11 +216,13 @@ void TarReader::read_exact(char* dst, size_t n, const char* what) {
   try {
     done = read_upto(dst, n);
   } catch (const ReadFailure& e) {
-    throw ReadFailure(std::string("read error in ") + what + " at byte " + std::to_string(position_) + ": " + e.what());
+    throw ReadFailure(std::string("read error in ") + what + " at byte " +
+                      std::to_string(position_) + ": " + e.what());
   }
   if (done != n) {
-    throw ReadFailure(std::string("truncated archive: ") + what + " at byte " + std::to_string(position_) +
-                      " needs " + std::to_string(n) + " bytes, only " + std::to_string(done) + " left");
+    throw ReadFailure(std::string("truncated archive: ") + what + " at byte " +
+                      std::to_string(position_) + " needs " + std::to_string(n) + " bytes, only " +
+                      std::to_string(done) + " left");
   }
   position_ += n;
 }
@@ -232,13 +245,14 @@ bool TarReader::next(TarEntry& entry) {
     try {
       got = read_upto(header, kBlock);
     } catch (const ReadFailure& e) {
-      throw ReadFailure("unreadable tar header at byte " + std::to_string(header_offset) + ": " + e.what());
+      throw ReadFailure("unreadable tar header at byte " + std::to_string(header_offset) + ": " +
+                        e.what());
     }
     if (got == 0) return false;  // archives without the two zero blocks end here
     if (got != kBlock) {
       position_ += got;
-      throw ReadFailure("truncated or unreadable tar header at byte " + std::to_string(header_offset) +
-                        ": partial header block");
+      throw ReadFailure("truncated or unreadable tar header at byte " +
+                        std::to_string(header_offset) + ": partial header block");
     }
     position_ += kBlock;
     bool zero = true;
@@ -262,8 +276,8 @@ bool TarReader::next(TarEntry& entry) {
     const uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
     if (type == 'L' || type == 'x') {
       if (size > (1 << 20)) {  // a long name or pax record; real ones are bytes to kilobytes
-        throw ReadFailure("corrupt tar header at byte " + std::to_string(header_offset) + " (an extended header of " +
-                          std::to_string(size) + " bytes)");
+        throw ReadFailure("corrupt tar header at byte " + std::to_string(header_offset) +
+                          " (an extended header of " + std::to_string(size) + " bytes)");
       }
       std::string meta(static_cast<size_t>(size), '\0');
       read_exact(meta.data(), meta.size(), "extended header");

@@ -1,7 +1,7 @@
 #pragma once
 // Sequential reader of tar archives (POSIX ustar, GNU long names, pax path records), plain or
-// gzip-compressed, local or remote (file.h). Regular files only; directories, links and pax globals are passed over.
-// Not thread-safe: one reader per thread.
+// gzip-compressed, local or remote (file.h). Regular files only; directories, links and pax globals
+// are passed over. Not thread-safe: one reader per thread.
 
 #include <cstdint>
 #include <memory>

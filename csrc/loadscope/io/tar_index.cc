@@ -24,7 +24,6 @@ namespace {
 
 constexpr const char* kMagic = "loadscope-tar-index 1";
 
-
 bool parse_u64(const std::string& s, uint64_t& out) {
   if (s.empty() || s.size() > 20) return false;
   uint64_t v = 0;
@@ -50,14 +49,17 @@ bool parse_hex32(const std::string& s, uint32_t& out) {
 
 }  // namespace
 
-uint32_t shard_fingerprint(const std::string& tar_path) { return shard_fingerprint(tar_path, file_size(tar_path)); }
+uint32_t shard_fingerprint(const std::string& tar_path) {
+  return shard_fingerprint(tar_path, file_size(tar_path));
+}
 
 uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size) {
   constexpr uint64_t kEdge = 8192;
   std::string head, tail;
   if (remote::is_url(tar_path)) {  // two small ranges, never through the cache (a whole shard)
     remote::get(tar_path, 0, static_cast<int64_t>(std::min(size, kEdge)), head);
-    remote::get(tar_path, size - std::min(size, kEdge), static_cast<int64_t>(std::min(size, kEdge)), tail);
+    remote::get(tar_path, size - std::min(size, kEdge), static_cast<int64_t>(std::min(size, kEdge)),
+                tail);
   } else {
     read_range(tar_path, 0, std::min(size, kEdge), head);
     read_range(tar_path, size - std::min(size, kEdge), std::min(size, kEdge), tail);
@@ -95,8 +97,10 @@ ShardIndex index_shard(const std::string& tar_path) {
   index.fingerprint = shard_fingerprint(tar_path, index.tar_bytes);
   std::string key, ext;
   for (auto& m : scan_tar(tar_path)) {
-    if (!split_member_name(m.name, key, ext)) continue;  // no extension: in no sample (as WebDataset)
-    if (key.find_first_of("\t\n\r") != std::string::npos || ext.find_first_of("\t\n\r") != std::string::npos) {
+    if (!split_member_name(m.name, key, ext))
+      continue;  // no extension: in no sample (as WebDataset)
+    if (key.find_first_of("\t\n\r") != std::string::npos ||
+        ext.find_first_of("\t\n\r") != std::string::npos) {
       throw ReadFailure("member '" + m.name + "': names with tabs or newlines cannot be indexed");
     }
     if (index.samples.empty() || index.samples.back().key != key) {
@@ -141,7 +145,8 @@ void write_index(const ShardIndex& index, const std::string& idx_path) {
   }
 }
 
-ShardIndex parse_index(const std::string& text, const std::string& idx_path, const std::string& tar_path) {
+ShardIndex parse_index(const std::string& text, const std::string& idx_path,
+                       const std::string& tar_path) {
   std::istringstream in(text);
   // Malformed content is a bad data layout (ConfigError) naming the file and line.
   auto bad = [&](size_t line, const std::string& why) {
@@ -155,15 +160,19 @@ ShardIndex parse_index(const std::string& text, const std::string& idx_path, con
     throw bad(1, "not a loadscope tar index (expected '" + std::string(kMagic) + "')");
   }
   if (line != kMagic) {
-    throw bad(1, "unsupported index version '" + line.substr(20) + "' (this loadscope reads version 1; re-run `loadscope index`)");
+    throw bad(1, "unsupported index version '" + line.substr(20) +
+                     "' (this loadscope reads version 1; re-run `loadscope index`)");
   }
-  if (!std::getline(in, line) || line.rfind("tar_bytes ", 0) != 0 || !parse_u64(line.substr(10), index.tar_bytes)) {
+  if (!std::getline(in, line) || line.rfind("tar_bytes ", 0) != 0 ||
+      !parse_u64(line.substr(10), index.tar_bytes)) {
     throw bad(2, "expected 'tar_bytes N'");
   }
-  if (!std::getline(in, line) || line.rfind("fingerprint ", 0) != 0 || !parse_hex32(line.substr(12), index.fingerprint)) {
+  if (!std::getline(in, line) || line.rfind("fingerprint ", 0) != 0 ||
+      !parse_hex32(line.substr(12), index.fingerprint)) {
     throw bad(3, "expected 'fingerprint HEX'");
   }
-  if (!std::getline(in, line) || line.rfind("samples ", 0) != 0 || !parse_u64(line.substr(8), count)) {
+  if (!std::getline(in, line) || line.rfind("samples ", 0) != 0 ||
+      !parse_u64(line.substr(8), count)) {
     throw bad(4, "expected 'samples N'");
   }
   // `count` is checked at the end; reserving for it up front would trust the file (a damaged
@@ -178,17 +187,20 @@ ShardIndex parse_index(const std::string& text, const std::string& idx_path, con
     size_t start = 0;
     while (true) {
       size_t tab = line.find('\t', start);
-      cols.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      cols.push_back(
+          line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
       if (tab == std::string::npos) break;
       start = tab + 1;
     }
-    if (cols.size() < 4 || (cols.size() - 1) % 3 != 0) throw bad(lineno, "expected key, then member, offset, size triples");
+    if (cols.size() < 4 || (cols.size() - 1) % 3 != 0)
+      throw bad(lineno, "expected key, then member, offset, size triples");
     IndexedSample smp;
     smp.key = cols[0];
     for (size_t i = 1; i < cols.size(); i += 3) {
       IndexedMember m;
       m.name = cols[i];
-      if (!parse_u64(cols[i + 1], m.offset) || !parse_u64(cols[i + 2], m.size)) throw bad(lineno, "bad offset or size");
+      if (!parse_u64(cols[i + 1], m.offset) || !parse_u64(cols[i + 2], m.size))
+        throw bad(lineno, "bad offset or size");
       if (m.size > total || m.offset > total - m.size) {  // no overflow for sizes near 2^64
         throw bad(lineno, "member '" + m.name + "' lies past the end of " + tar_path);
       }
@@ -197,7 +209,8 @@ ShardIndex parse_index(const std::string& text, const std::string& idx_path, con
     index.samples.push_back(std::move(smp));
   }
   if (index.samples.size() != count) {
-    throw bad(lineno, "says " + std::to_string(count) + " samples, holds " + std::to_string(index.samples.size()) + " (truncated?)");
+    throw bad(lineno, "says " + std::to_string(count) + " samples, holds " +
+                          std::to_string(index.samples.size()) + " (truncated?)");
   }
   return index;
 }
@@ -220,7 +233,8 @@ ShardIndex read_index(const std::string& idx_path, const std::string& tar_path) 
   }
   if (actual != index.tar_bytes || fingerprint != index.fingerprint) {
     throw ConfigError(idx_path + " is stale: " + tar_path + " changed after it was indexed (" +
-                      (actual != index.tar_bytes ? "size " + std::to_string(index.tar_bytes) + " then, " + std::to_string(actual) + " now"
+                      (actual != index.tar_bytes ? "size " + std::to_string(index.tar_bytes) +
+                                                       " then, " + std::to_string(actual) + " now"
                                                  : "same size, other contents") +
                       "); re-run `loadscope index`");
   }

@@ -33,7 +33,7 @@ struct IndexedSample {
 };
 
 struct ShardIndex {
-  std::string path;        // the tar shard
+  std::string path;          // the tar shard
   uint64_t tar_bytes = 0;    // its size when indexed
   uint32_t fingerprint = 0;  // shard_fingerprint() when indexed
   // A different size or fingerprint means a stale index: the shard changed after indexing (an
@@ -57,7 +57,8 @@ void write_index(const ShardIndex& index, const std::string& idx_path);
 
 // Parses an index's text (member ranges checked against its own tar_bytes). Throws
 // ConfigError naming `idx_path` and the line. The part of read_index that the fuzzer reaches.
-ShardIndex parse_index(const std::string& text, const std::string& idx_path, const std::string& tar_path);
+ShardIndex parse_index(const std::string& text, const std::string& idx_path,
+                       const std::string& tar_path);
 
 // Reads an index and checks it against its shard's current size and fingerprint. Throws
 // ConfigError for a malformed, unknown-version or stale index, ReadFailure when reading fails.

@@ -24,9 +24,7 @@ std::vector<double> starts(double max_start, const ClipSpec& spec, Rng& rng, boo
         s = spec.clips == 1 ? max_start / 2 : max_start * k / (spec.clips - 1);
         break;
       case ClipPosition::kCenter:
-      default:
-        s = max_start / 2;
-        break;
+      default: s = max_start / 2; break;
     }
     out.push_back(integral ? std::floor(s + 0.5) : s);  // random draws are integral already
   }
@@ -51,23 +49,25 @@ std::vector<int64_t> plan_clips(const std::vector<int64_t>& pts, double time_bas
     return it == pts.begin() ? int64_t{0} : static_cast<int64_t>(it - pts.begin()) - 1;
   };
   if (start != nullptr && *start >= end - first) {
-    throw DecodeFailure("the clip's start, " + std::to_string(*start) + " s, is at or past the video's end (" +
-                        std::to_string(end - first) + " s)");
+    throw DecodeFailure("the clip's start, " + std::to_string(*start) +
+                        " s, is at or past the video's end (" + std::to_string(end - first) +
+                        " s)");
   }
   if (spec.fps <= 0) {
     // By frame index: frames s, s + stride, ..., s + (T-1) * stride.
     const int64_t span = static_cast<int64_t>(spec.frames - 1) * spec.stride + 1;
     const int64_t max_start = start != nullptr ? n - span - shown_at(first + *start) : n - span;
     if (max_start < 0 && spec.short_video == ShortVideo::kFail) {
-      throw DecodeFailure(start != nullptr
-                              ? "a clip from " + std::to_string(*start) + " s spans " + std::to_string(span) +
-                                    " frames, past the video's " + std::to_string(n)
-                              : "video too short: " + std::to_string(n) + " frames, a clip spans " +
-                                    std::to_string(span));
+      throw DecodeFailure(start != nullptr ? "a clip from " + std::to_string(*start) + " s spans " +
+                                                 std::to_string(span) +
+                                                 " frames, past the video's " + std::to_string(n)
+                                           : "video too short: " + std::to_string(n) +
+                                                 " frames, a clip spans " + std::to_string(span));
     }
     const std::vector<double> chosen =
-        start != nullptr ? std::vector<double>{static_cast<double>(shown_at(first + *start))}
-                         : starts(static_cast<double>(std::max<int64_t>(max_start, 0)), spec, rng, true);
+        start != nullptr
+            ? std::vector<double>{static_cast<double>(shown_at(first + *start))}
+            : starts(static_cast<double>(std::max<int64_t>(max_start, 0)), spec, rng, true);
     for (double s : chosen) {
       for (int j = 0; j < spec.frames; ++j) {
         const int64_t i = static_cast<int64_t>(s) + static_cast<int64_t>(j) * spec.stride;
@@ -80,15 +80,17 @@ std::vector<int64_t> plan_clips(const std::vector<int64_t>& pts, double time_bas
   const double span = (spec.frames - 1) / spec.fps;
   // The last clip frame is sampled strictly before the end (at most 1 us short of it).
   const double max_start = end - first - span - (step > 0 ? 1e-6 : 0.0);
-  if ((start != nullptr ? *start > max_start : max_start < 0) && spec.short_video == ShortVideo::kFail) {
-    throw DecodeFailure(start != nullptr
-                            ? "a clip from " + std::to_string(*start) + " s spans " + std::to_string(span) +
-                                  " s, past the video's end (" + std::to_string(end - first) + " s)"
-                            : "video too short: " + std::to_string(end - first) + " s, a clip spans " +
-                                  std::to_string(span) + " s");
+  if ((start != nullptr ? *start > max_start : max_start < 0) &&
+      spec.short_video == ShortVideo::kFail) {
+    throw DecodeFailure(start != nullptr ? "a clip from " + std::to_string(*start) + " s spans " +
+                                               std::to_string(span) + " s, past the video's end (" +
+                                               std::to_string(end - first) + " s)"
+                                         : "video too short: " + std::to_string(end - first) +
+                                               " s, a clip spans " + std::to_string(span) + " s");
   }
-  const std::vector<double> chosen =
-      start != nullptr ? std::vector<double>{*start} : starts(std::max(max_start, 0.0), spec, rng, false);
+  const std::vector<double> chosen = start != nullptr
+                                         ? std::vector<double>{*start}
+                                         : starts(std::max(max_start, 0.0), spec, rng, false);
   for (double s : chosen) {
     for (int j = 0; j < spec.frames; ++j) {
       // A time past the end shows the last frame: the clip is padded with it.

@@ -13,11 +13,11 @@ enum class ClipPosition { kRandom, kUniform, kCenter };
 enum class ShortVideo { kPad, kFail };
 
 struct ClipSpec {
-  int frames = 16;        // T: frames per clip
-  int stride = 1;         // frames between clip frames (when fps == 0)
-  double fps = 0;         // > 0: sample by presentation time at this rate instead
+  int frames = 16;  // T: frames per clip
+  int stride = 1;   // frames between clip frames (when fps == 0)
+  double fps = 0;   // > 0: sample by presentation time at this rate instead
   ClipPosition position = ClipPosition::kRandom;
-  int clips = 1;          // K clips per video
+  int clips = 1;  // K clips per video
   ShortVideo short_video = ShortVideo::kPad;
 };
 

@@ -3,12 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "loadscope/augment/resample.h"
@@ -53,17 +53,15 @@ CropPlan make_plan(const ImageSpec& spec, int w, int h, Rng& rng) {
   CropPlan plan;
   switch (spec.crop) {
     case CropMode::kRandomResized:
-      plan = augment::plan_random_resized_crop(w, h, spec.scale_min, spec.scale_max,
-                                               spec.ratio_min, spec.ratio_max, rng);
+      plan = augment::plan_random_resized_crop(w, h, spec.scale_min, spec.scale_max, spec.ratio_min,
+                                               spec.ratio_max, rng);
       break;
     case CropMode::kCenter:
       plan = augment::plan_resize_center_crop(
           w, h, spec.resize > 0 ? spec.resize : std::max(spec.width, spec.height), spec.width,
           spec.height);
       break;
-    case CropMode::kResize:
-      plan = augment::plan_resize(w, h);
-      break;
+    case CropMode::kResize: plan = augment::plan_resize(w, h); break;
   }
   plan.flip = spec.flip > 0 && rng.uniform() < spec.flip;
   return plan;
@@ -97,10 +95,9 @@ void resample_region(Scratch& s, const decode::RgbView& img, const Rect& region,
                        static_cast<size_t>(region.x0 - img.x0) * 3;
   Box box{plan.box.x0 - region.x0, plan.box.y0 - region.y0, plan.box.x1 - region.x0,
           plan.box.y1 - region.y0};
-  s.resampler.resample(src, region.width(), region.height(), img.stride, box, dst, spec.width,
-                       spec.height,
-                       spec.channels_last ? augment::Layout::kHWC : augment::Layout::kCHW,
-                       plan.flip);
+  s.resampler.resample(
+      src, region.width(), region.height(), img.stride, box, dst, spec.width, spec.height,
+      spec.channels_last ? augment::Layout::kHWC : augment::Layout::kCHW, plan.flip);
 }
 
 // Note [DCT scaling]
@@ -132,7 +129,8 @@ void check_pixels(int64_t w, int64_t h, const ImageSpec& spec) {
 void check_png_size(const uint8_t* d, size_t n, const ImageSpec& spec) {
   if (n < 24) return;  // the decoder reports it
   auto be32 = [&](size_t at) {
-    return (int64_t(d[at]) << 24) | (int64_t(d[at + 1]) << 16) | (int64_t(d[at + 2]) << 8) | d[at + 3];
+    return (int64_t(d[at]) << 24) | (int64_t(d[at + 1]) << 16) | (int64_t(d[at + 2]) << 8) |
+           d[at + 3];
   };
   check_pixels(be32(16), be32(20), spec);
 }
@@ -191,7 +189,8 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
                          uint8_t* dst, DecodeSplit* split) {
   Scratch& s = scratch();
   const decode::ImageFormat format = decode::sniff(data, size);
-  if (format == decode::ImageFormat::kJpeg) return decode_jpeg(s, data, size, spec, rng, dst, split);
+  if (format == decode::ImageFormat::kJpeg)
+    return decode_jpeg(s, data, size, spec, rng, dst, split);
   if (format == decode::ImageFormat::kPng) {
     const uint64_t t0 = split ? telemetry::now_ns() : 0;
     check_png_size(data, size, spec);
@@ -260,13 +259,16 @@ void validate(const std::vector<FieldSpec>& fields) {
     const bool pixel_ops = c.p > 0 || s.grayscale > 0 || e.p > 0 || ra.num_ops > 0;
     if (ra.num_ops < 0 || ra.num_ops > 16 || ra.bins < 2 || ra.bins > 1000 || ra.magnitude < 0 ||
         ra.magnitude >= ra.bins) {
-      throw ConfigError("field '" + f.name + "': RandAugment needs 0 <= num_ops <= 16, bins in 2..1000 "
+      throw ConfigError("field '" + f.name +
+                        "': RandAugment needs 0 <= num_ops <= 16, bins in 2..1000 "
                         "and 0 <= magnitude < bins");
     }
     if (pixel_ops && f.kind == FieldKind::kVideo) {
-      throw ConfigError("field '" + f.name + "': RandAugment, colour jitter, grayscale and erasing are for images only");
+      throw ConfigError("field '" + f.name +
+                        "': RandAugment, colour jitter, grayscale and erasing are for images only");
     }
-    if (!(c.p >= 0 && c.p <= 1) || !(s.grayscale >= 0 && s.grayscale <= 1) || !(e.p >= 0 && e.p <= 1)) {
+    if (!(c.p >= 0 && c.p <= 1) || !(s.grayscale >= 0 && s.grayscale <= 1) ||
+        !(e.p >= 0 && e.p <= 1)) {
       throw ConfigError("field '" + f.name + "': probabilities must be in [0, 1]");
     }
     for (int k = 0; k < 4; ++k) {
@@ -279,7 +281,8 @@ void validate(const std::vector<FieldSpec>& fields) {
     }
     if (e.p > 0 && !(e.scale_min > 0 && e.scale_min <= e.scale_max && e.scale_max <= 1 &&
                      e.ratio_min > 0 && e.ratio_min <= e.ratio_max && std::isfinite(e.ratio_max))) {
-      throw ConfigError("field '" + f.name + "': erasing needs 0 < scale min <= max <= 1 and 0 < ratio min <= max");
+      throw ConfigError("field '" + f.name +
+                        "': erasing needs 0 < scale min <= max <= 1 and 0 < ratio min <= max");
     }
     if (s.dtype != augment::PixelType::kUint8) {
       if (f.kind == FieldKind::kVideo) {
@@ -287,7 +290,8 @@ void validate(const std::vector<FieldSpec>& fields) {
       }
       for (int c = 0; c < 3; ++c) {
         if (!std::isfinite(s.mean[c]) || !std::isfinite(s.std[c]) || s.std[c] == 0.0) {
-          throw ConfigError("field '" + f.name + "': mean must be finite and std finite and non-zero");
+          throw ConfigError("field '" + f.name +
+                            "': mean must be finite and std finite and non-zero");
         }
       }
     }
@@ -319,9 +323,7 @@ FieldProcessor::FieldProcessor(std::vector<FieldSpec> fields) : fields_(std::mov
           converters_.back() = augment::PixelConverter(f.image.dtype, f.image.mean, f.image.std);
         }
         break;
-      case FieldKind::kInt:
-        fixed(slots, sizeof(int64_t));
-        break;
+      case FieldKind::kInt: fixed(slots, sizeof(int64_t)); break;
       case FieldKind::kVideo: {
         const size_t frames = static_cast<size_t>(f.video.clip.clips) * f.video.clip.frames;
         fixed(slots, frames * pixels);
@@ -331,9 +333,7 @@ FieldProcessor::FieldProcessor(std::vector<FieldSpec> fields) : fields_(std::mov
       }
       case FieldKind::kText:
       case FieldKind::kJson:
-      case FieldKind::kBytes:
-        slots.strings.push_back(strings++);
-        break;
+      case FieldKind::kBytes: slots.strings.push_back(strings++); break;
     }
     if (f.optional) fixed(slots, 1);
     slots_.push_back(std::move(slots));
@@ -341,7 +341,9 @@ FieldProcessor::FieldProcessor(std::vector<FieldSpec> fields) : fields_(std::mov
   num_strings_ = static_cast<size_t>(strings);
 }
 
-std::vector<size_t> FieldProcessor::fixed_bytes_per_sample() const { return fixed_bytes_; }
+std::vector<size_t> FieldProcessor::fixed_bytes_per_sample() const {
+  return fixed_bytes_;
+}
 
 namespace {
 
@@ -409,7 +411,8 @@ std::string json_number(double v) {
 
 uint8_t* slot_ptr(Batch& batch, int fixed, int slot) {
   return batch.fixed_data(static_cast<size_t>(fixed)) +
-         static_cast<size_t>(slot) * batch.layout->fixed[static_cast<size_t>(fixed)].bytes_per_sample;
+         static_cast<size_t>(slot) *
+             batch.layout->fixed[static_cast<size_t>(fixed)].bytes_per_sample;
 }
 
 }  // namespace
@@ -441,7 +444,8 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
 
 FieldProcessor::~FieldProcessor() = default;
 
-void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop, int64_t stride) {
+void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop,
+                             int64_t stride) {
   std::vector<Member*> remote_members;
   for (Sample& sample : samples) {
     for (const FieldSpec& f : fields_) {
@@ -456,8 +460,10 @@ void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<boo
         if (m == nullptr) continue;
         // Whole remote videos are read by the decoder, a range at a time, as it seeks.
         const bool decoder_reads = f.kind == FieldKind::kVideo && m->whole_file();
-        const bool listed = std::find(remote_members.begin(), remote_members.end(), m) != remote_members.end();
-        if (m->is_path && !decoder_reads && !listed && io::remote::is_url(m->path)) remote_members.push_back(m);
+        const bool listed =
+            std::find(remote_members.begin(), remote_members.end(), m) != remote_members.end();
+        if (m->is_path && !decoder_reads && !listed && io::remote::is_url(m->path))
+          remote_members.push_back(m);
         break;
       }
     }
@@ -524,7 +530,8 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
         ctx.bytes_read += n;
         timer.add_bytes(n);
       } catch (const ReadFailure& e) {
-        throw SampleError(m->whole_file() ? io::remote::redact(m->path) : sample.key, e.what(), FailureKind::kRead);
+        throw SampleError(m->whole_file() ? io::remote::redact(m->path) : sample.key, e.what(),
+                          FailureKind::kRead);
       }
       bytes = &s.file;
     }
@@ -542,8 +549,8 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
           uint8_t* dst = slot_ptr(batch, out.fixed[0], slot);
           if (convert) s.pixels.resize(pixels * 3);
           std::string warning =
-              decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(),
-                           f.image, rng, convert ? s.pixels.data() : dst, t ? &split : nullptr);
+              decode_image(reinterpret_cast<const uint8_t*>(bytes->data()), bytes->size(), f.image,
+                           rng, convert ? s.pixels.data() : dst, t ? &split : nullptr);
           const ImageSpec& spec = f.image;
           if (convert || spec.color.p > 0 || spec.grayscale > 0 || spec.erase.p > 0 ||
               spec.randaugment.num_ops > 0) {
@@ -553,14 +560,18 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
                      static_cast<RngStream>(static_cast<uint64_t>(RngStream::kPixels) + i),
                      static_cast<uint64_t>(sample.position));
             const augment::ColorDraw color = augment::draw_color(spec.color, prng);
-            const bool gray = spec.grayscale > 0 && (spec.grayscale >= 1 || prng.uniform() < spec.grayscale);
-            const augment::EraseBox box = augment::draw_erase(spec.erase, spec.height, spec.width, prng);
+            const bool gray =
+                spec.grayscale > 0 && (spec.grayscale >= 1 || prng.uniform() < spec.grayscale);
+            const augment::EraseBox box =
+                augment::draw_erase(spec.erase, spec.height, spec.width, prng);
             uint8_t* u8 = convert ? s.pixels.data() : dst;
-            if (spec.randaugment.num_ops > 0) {  // its own stream: the other draws stay as they were
+            if (spec.randaugment.num_ops >
+                0) {  // its own stream: the other draws stay as they were
               Rng rrng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
                        static_cast<RngStream>(static_cast<uint64_t>(RngStream::kRandAugment) + i),
                        static_cast<uint64_t>(sample.position));
-              for (const auto& op : augment::draw_randaugment(spec.randaugment, spec.height, spec.width, rrng)) {
+              for (const auto& op :
+                   augment::draw_randaugment(spec.randaugment, spec.height, spec.width, rrng)) {
                 augment::apply_op(u8, spec.height, spec.width, chw, op, s.oriented);
               }
             }
@@ -582,9 +593,7 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
         }
         break;
       }
-      case FieldKind::kVideo:
-        process_video(f, i, *m, *bytes, sample, batch, slot, ctx);
-        break;
+      case FieldKind::kVideo: process_video(f, i, *m, *bytes, sample, batch, slot, ctx); break;
       case FieldKind::kInt: {
         telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kDecode, kind);
         int64_t v = 0;
@@ -612,9 +621,7 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
         batch.strings[out.strings[0]][slot] = *bytes;
         break;
       }
-      case FieldKind::kBytes:
-        batch.strings[out.strings[0]][slot] = *bytes;
-        break;
+      case FieldKind::kBytes: batch.strings[out.strings[0]][slot] = *bytes; break;
     }
   }
 }
@@ -627,8 +634,8 @@ double clip_start(const Sample& sample, const std::string& key, const std::strin
   const Member* m = sample.find(key);
   if (m == nullptr) {
     throw SampleError(sample.key,
-                      "no member '" + key + "' for the start of field '" + field + "' (sample has: " +
-                          member_list(sample) + ")",
+                      "no member '" + key + "' for the start of field '" + field +
+                          "' (sample has: " + member_list(sample) + ")",
                       FailureKind::kField);
   }
   std::string text = m->data;
@@ -648,7 +655,8 @@ double clip_start(const Sample& sample, const std::string& key, const std::strin
   const auto [end, ec] = std::from_chars(first, last, v);
   if (ec != std::errc() || end != last || first == last || !(v >= 0) || !std::isfinite(v)) {
     throw SampleError(sample.key,
-                      key + ": the start of field '" + field + "' must be seconds >= 0, got '" + preview(text) + "'",
+                      key + ": the start of field '" + field + "' must be seconds >= 0, got '" +
+                          preview(text) + "'",
                       FailureKind::kField);
   }
   return v;
@@ -656,8 +664,8 @@ double clip_start(const Sample& sample, const std::string& key, const std::strin
 }  // namespace
 
 void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Member& m,
-                                   const std::string& bytes, Sample& sample, Batch& batch,
-                                   int slot, SampleContext& ctx) {
+                                   const std::string& bytes, Sample& sample, Batch& batch, int slot,
+                                   SampleContext& ctx) {
   Scratch& s = scratch();
   if (!s.video) s.video = std::make_unique<decode::VideoDecoder>();
   decode::VideoDecoder& dec = *s.video;
@@ -677,8 +685,8 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
   try {
     const decode::VideoInfo& info =
         m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
-                  : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                                    v.stream, v.rotate, v.decoder_threads);
+                       : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                         bytes.size(), v.stream, v.rotate, v.decoder_threads);
     const uint64_t opened = ctx.telemetry ? telemetry::now_ns() : 0;
     check_pixels(info.width, info.height, f.image);  // a frame size no real video has
     Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
@@ -715,17 +723,21 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
       const uint64_t convert = std::min(dec.convert_ns(), total);
       ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kVideo,
                             total - convert, read);
-      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, telemetry::Kind::kVideo, convert);
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, telemetry::Kind::kVideo,
+                            convert);
       const decode::VideoDecoder::Work& w = dec.work();
-      ctx.telemetry->record_video(*ctx.slot, telemetry::VideoTotals{1, requests.size(), w.frames_decoded, w.packets,
-                                                                    w.seeks, opened - t0});
+      ctx.telemetry->record_video(
+          *ctx.slot, telemetry::VideoTotals{1, requests.size(), w.frames_decoded, w.packets,
+                                            w.seeks, opened - t0});
     }
-    batch.strings[out.strings[0]][slot] =
-        "{\"duration\": " + json_number(info.duration) + ", \"fps\": " + json_number(info.fps) +
-        ", \"frames\": " + std::to_string(dec.pts().size()) + ", \"width\": " +
-        std::to_string(info.width) + ", \"height\": " + std::to_string(info.height) +
-        ", \"rotation\": " + std::to_string(info.rotation) + ", \"codec\": " +
-        json_string(info.codec) + ", \"stream\": " + std::to_string(info.stream) + "}";
+    batch.strings[out.strings[0]][slot] = "{\"duration\": " + json_number(info.duration) +
+                                          ", \"fps\": " + json_number(info.fps) +
+                                          ", \"frames\": " + std::to_string(dec.pts().size()) +
+                                          ", \"width\": " + std::to_string(info.width) +
+                                          ", \"height\": " + std::to_string(info.height) +
+                                          ", \"rotation\": " + std::to_string(info.rotation) +
+                                          ", \"codec\": " + json_string(info.codec) +
+                                          ", \"stream\": " + std::to_string(info.stream) + "}";
   } catch (const DecodeFailure& e) {
     // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
     if (!dec.input_error().empty()) throw SampleError(where, dec.input_error(), FailureKind::kRead);
@@ -906,14 +918,10 @@ class JsonChecker {
           return fail("',' or ']' expected");
         }
       }
-      case '"':
-        return string();
-      case 't':
-        return literal("true");
-      case 'f':
-        return literal("false");
-      case 'n':
-        return literal("null");
+      case '"': return string();
+      case 't': return literal("true");
+      case 'f': return literal("false");
+      case 'n': return literal("null");
       default:
         if (*p_ == '-' || std::isdigit(static_cast<unsigned char>(*p_))) return number();
         return fail("value expected");

@@ -26,13 +26,13 @@ enum class FieldKind { kImage, kInt, kText, kJson, kBytes, kVideo };
 struct ImageSpec {
   int height = 224, width = 224;  // output size
   CropMode crop = CropMode::kRandomResized;
-  double scale_min = 0.08, scale_max = 1.0;           // RandomResizedCrop
+  double scale_min = 0.08, scale_max = 1.0;  // RandomResizedCrop
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
-  int resize = 0;               // kCenter: shorter side before the crop (0 = max(height, width))
-  double flip = 0.0;            // probability of a horizontal flip
-  bool channels_last = false;   // [H, W, 3] instead of [3, H, W]
-  bool exif = true;             // apply EXIF orientation
-  bool dct_scaling = true;      // decode JPEGs at 1/8, 1/4 or 1/2 when the crop allows
+  int resize = 0;              // kCenter: shorter side before the crop (0 = max(height, width))
+  double flip = 0.0;           // probability of a horizontal flip
+  bool channels_last = false;  // [H, W, 3] instead of [3, H, W]
+  bool exif = true;            // apply EXIF orientation
+  bool dct_scaling = true;     // decode JPEGs at 1/8, 1/4 or 1/2 when the crop allows
   // Images with more pixels fail before any decoding (a 600-byte JPEG can claim 20000x20000):
   // Pillow's decompression-bomb limit by default.
   int64_t max_pixels = 178956970;
@@ -53,10 +53,10 @@ struct ImageSpec {
 // flip and layout; dct_scaling and exif do not apply).
 struct VideoSpec {
   ClipSpec clip;
-  int stream = -1;           // container stream index, -1: FFmpeg's best video stream
-  int decoder_threads = 1;   // FFmpeg's own threads per decode (the engine parallelises videos)
-  bool rotate = true;        // apply the display-matrix rotation: frames come out upright
-  bool color_tags = true;    // honour colour-matrix and range tags, as the ffmpeg CLI does
+  int stream = -1;          // container stream index, -1: FFmpeg's best video stream
+  int decoder_threads = 1;  // FFmpeg's own threads per decode (the engine parallelises videos)
+  bool rotate = true;       // apply the display-matrix rotation: frames come out upright
+  bool color_tags = true;   // honour colour-matrix and range tags, as the ffmpeg CLI does
   // A member (a manifest column, a tar member) holding the clip's start in seconds from the
   // first frame, instead of a drawn one (VideoClip(start=)): a plan given from outside.
   std::string start_key;
@@ -66,9 +66,9 @@ struct FieldSpec {
   std::string name;               // output name
   std::vector<std::string> keys;  // member names to try, in order
   FieldKind kind = FieldKind::kImage;
-  ImageSpec image;                // kImage, and the frame geometry of kVideo
+  ImageSpec image;  // kImage, and the frame geometry of kVideo
   VideoSpec video;
-  bool optional = false;          // a missing member gives zeros and presence 0, not an error
+  bool optional = false;  // a missing member gives zeros and presence 0, not an error
 };
 
 // Where a field's outputs live in a batch: indices into the batch's fixed-size and string
@@ -92,7 +92,8 @@ class FieldProcessor : public SampleProcessor {
   size_t num_string_fields() const override { return num_strings_; }
   void process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) override;
   // Remote members the fields will read are fetched ahead (io/prefetch.h).
-  void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop, int64_t stride) override;
+  void prepare(std::vector<Sample>& samples, const std::atomic<bool>& stop,
+               int64_t stride) override;
   void cancel() override;
   ~FieldProcessor() override;
 

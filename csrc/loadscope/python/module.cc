@@ -19,12 +19,12 @@
 #include "loadscope/core/engine.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
-#include "loadscope/io/folder.h"
-#include "loadscope/io/manifest.h"
-#include "loadscope/io/sources.h"
 #include "loadscope/io/cache.h"
 #include "loadscope/io/faults.h"
+#include "loadscope/io/folder.h"
+#include "loadscope/io/manifest.h"
 #include "loadscope/io/remote.h"
+#include "loadscope/io/sources.h"
 #include "loadscope/io/tar_index.h"
 #include "loadscope/pipeline/fields.h"
 
@@ -94,7 +94,7 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
   queue["prefetch"] = s.prefetch;
   queue["mean_ready"] = s.active_seconds > 0 ? s.ready_integral / s.active_seconds : 0.0;
   queue["mean_in_flight"] = s.active_seconds > 0 ? s.inflight_integral / s.active_seconds : 0.0;
-  queue["ready_batch_seconds"] = s.ready_integral;       // integrals: interval means from deltas
+  queue["ready_batch_seconds"] = s.ready_integral;  // integrals: interval means from deltas
   queue["in_flight_batch_seconds"] = s.inflight_integral;
   py::list depth;
   for (const auto& row : s.depth) depth.append(py::make_tuple(row[0], row[1], row[2]));
@@ -133,7 +133,8 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
 // Keys and reasons may hold file names that are not UTF-8: decode them the way os.fsdecode
 // does (undecodable bytes become surrogates), so a key can always be used to open its file.
 py::str fs_str(const std::string& s) {
-  PyObject* o = PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
+  PyObject* o =
+      PyUnicode_DecodeUTF8(s.data(), static_cast<Py_ssize_t>(s.size()), "surrogateescape");
   if (o == nullptr) throw py::error_already_set();
   return py::reinterpret_steal<py::str>(o);
 }
@@ -245,18 +246,18 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "image_field",
       [](std::string name, std::vector<std::string> keys, int height, int width,
-         const std::string& crop, std::pair<double, double> scale,
-         std::pair<double, double> ratio, int resize, double flip, bool channels_last, bool exif,
-         bool dct_scaling, int64_t max_pixels, bool optional, const std::string& dtype,
-         std::array<double, 3> mean, std::array<double, 3> std, double color_p,
-         std::array<double, 8> color_ranges, double grayscale, double erase_p,
-         std::array<double, 4> erase_geometry, std::array<double, 3> erase_value,
-         std::array<int, 3> randaugment) {
+         const std::string& crop, std::pair<double, double> scale, std::pair<double, double> ratio,
+         int resize, double flip, bool channels_last, bool exif, bool dct_scaling,
+         int64_t max_pixels, bool optional, const std::string& dtype, std::array<double, 3> mean,
+         std::array<double, 3> std, double color_p, std::array<double, 8> color_ranges,
+         double grayscale, double erase_p, std::array<double, 4> erase_geometry,
+         std::array<double, 3> erase_value, std::array<int, 3> randaugment) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
         f.kind = pipeline::FieldKind::kImage;
-        f.image = geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
+        f.image =
+            geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
         f.image.exif = exif;
         f.image.dct_scaling = dct_scaling;
         f.image.dtype = pixel_type(dtype);
@@ -284,7 +285,8 @@ PYBIND11_MODULE(_native, m) {
       py::arg("name"), py::arg("keys"), py::arg("height"), py::arg("width"), py::arg("crop"),
       py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
       py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"),
-      py::arg("optional"), py::arg("dtype") = "uint8", py::arg("mean") = std::array<double, 3>{0, 0, 0},
+      py::arg("optional"), py::arg("dtype") = "uint8",
+      py::arg("mean") = std::array<double, 3>{0, 0, 0},
       py::arg("std") = std::array<double, 3>{1, 1, 1}, py::arg("color_p") = 0.0,
       py::arg("color_ranges") = std::array<double, 8>{1, 1, 1, 1, 1, 1, 0, 0},
       py::arg("grayscale") = 0.0, py::arg("erase_p") = 0.0,
@@ -298,36 +300,44 @@ PYBIND11_MODULE(_native, m) {
   m.def("_randaugment_magnitude", [](int op, int magnitude, int bins, int height, int width) {
     return augment::magnitude_of(static_cast<augment::RandOp>(op), magnitude, bins, height, width);
   });
-  m.def("_color_ops", [](py::buffer image, bool chw, std::vector<std::pair<std::string, double>> ops) {
-    py::buffer_info info = image.request(true);
-    if (info.itemsize != 1 || info.ndim != 3) throw ConfigError("_color_ops: a uint8 [3, H, W] or [H, W, 3] buffer");
-    const size_t pixels = static_cast<size_t>(info.size / 3);
-    const auto rgb = augment::RgbView::of(static_cast<uint8_t*>(info.ptr), pixels, chw);
-    for (const auto& [name, factor] : ops) {
-      if (name == "brightness") augment::adjust_brightness(rgb, factor);
-      else if (name == "contrast") augment::adjust_contrast(rgb, factor);
-      else if (name == "saturation") augment::adjust_saturation(rgb, factor);
-      else if (name == "hue") augment::adjust_hue(rgb, factor);
-      else if (name == "grayscale") augment::to_grayscale(rgb);
-      else if (name.rfind("ra:", 0) == 0) {  // a RandAugment op by index, with its magnitude
-        static std::vector<uint8_t> scratch;
-        const int h = chw ? static_cast<int>(info.shape[1]) : static_cast<int>(info.shape[0]);
-        const int w = chw ? static_cast<int>(info.shape[2]) : static_cast<int>(info.shape[1]);
-        augment::apply_op(static_cast<uint8_t*>(info.ptr), h, w, chw,
-                          {static_cast<augment::RandOp>(std::stoi(name.substr(3))), factor}, scratch);
-      }
-      else throw ConfigError("_color_ops: unknown op '" + name + "'");
-    }
-  });
+  m.def("_color_ops",
+        [](py::buffer image, bool chw, std::vector<std::pair<std::string, double>> ops) {
+          py::buffer_info info = image.request(true);
+          if (info.itemsize != 1 || info.ndim != 3)
+            throw ConfigError("_color_ops: a uint8 [3, H, W] or [H, W, 3] buffer");
+          const size_t pixels = static_cast<size_t>(info.size / 3);
+          const auto rgb = augment::RgbView::of(static_cast<uint8_t*>(info.ptr), pixels, chw);
+          for (const auto& [name, factor] : ops) {
+            if (name == "brightness")
+              augment::adjust_brightness(rgb, factor);
+            else if (name == "contrast")
+              augment::adjust_contrast(rgb, factor);
+            else if (name == "saturation")
+              augment::adjust_saturation(rgb, factor);
+            else if (name == "hue")
+              augment::adjust_hue(rgb, factor);
+            else if (name == "grayscale")
+              augment::to_grayscale(rgb);
+            else if (name.rfind("ra:", 0) == 0) {  // a RandAugment op by index, with its magnitude
+              static std::vector<uint8_t> scratch;
+              const int h = chw ? static_cast<int>(info.shape[1]) : static_cast<int>(info.shape[0]);
+              const int w = chw ? static_cast<int>(info.shape[2]) : static_cast<int>(info.shape[1]);
+              augment::apply_op(static_cast<uint8_t*>(info.ptr), h, w, chw,
+                                {static_cast<augment::RandOp>(std::stoi(name.substr(3))), factor},
+                                scratch);
+            } else
+              throw ConfigError("_color_ops: unknown op '" + name + "'");
+          }
+        });
 
   m.def(
       "video_field",
       [](std::string name, std::vector<std::string> keys, int frames, int stride, double fps,
          const std::string& position, int clips, const std::string& short_video, int height,
          int width, const std::string& crop, std::pair<double, double> scale,
-         std::pair<double, double> ratio, int resize, double flip, bool channels_last,
-         int stream, int decoder_threads, bool rotate, bool color_tags, bool optional,
-         int64_t max_pixels, std::string start) {
+         std::pair<double, double> ratio, int resize, double flip, bool channels_last, int stream,
+         int decoder_threads, bool rotate, bool color_tags, bool optional, int64_t max_pixels,
+         std::string start) {
         pipeline::FieldSpec f;
         f.name = std::move(name);
         f.keys = std::move(keys);
@@ -344,7 +354,8 @@ PYBIND11_MODULE(_native, m) {
         } else if (position == "center") {
           c.position = pipeline::ClipPosition::kCenter;
         } else {
-          throw ConfigError("unknown clip position '" + position + "' (allowed: random, uniform, center)");
+          throw ConfigError("unknown clip position '" + position +
+                            "' (allowed: random, uniform, center)");
         }
         c.clips = clips;
         if (short_video == "pad") {
@@ -352,14 +363,16 @@ PYBIND11_MODULE(_native, m) {
         } else if (short_video == "fail") {
           c.short_video = pipeline::ShortVideo::kFail;
         } else {
-          throw ConfigError("unknown short-video policy '" + short_video + "' (allowed: pad, fail)");
+          throw ConfigError("unknown short-video policy '" + short_video +
+                            "' (allowed: pad, fail)");
         }
         f.video.stream = stream;
         f.video.decoder_threads = decoder_threads;
         f.video.rotate = rotate;
         f.video.color_tags = color_tags;
         f.video.start_key = std::move(start);
-        f.image = geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
+        f.image =
+            geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
         f.image.dct_scaling = false;
         pipeline::validate({f});
         return f;
@@ -424,10 +437,10 @@ PYBIND11_MODULE(_native, m) {
         {
           py::gil_scoped_release release;
           try {
-            const auto& info =
-                in_memory ? dec.open_memory(reinterpret_cast<const uint8_t*>(data.data()),
-                                            data.size(), stream, rotate, threads)
-                          : dec.open_file(path, stream, rotate, threads);
+            const auto& info = in_memory
+                                   ? dec.open_memory(reinterpret_cast<const uint8_t*>(data.data()),
+                                                     data.size(), stream, rotate, threads)
+                                   : dec.open_file(path, stream, rotate, threads);
             decode::FrameOutput o;
             o.x1 = info.width;
             o.y1 = info.height;
@@ -492,24 +505,29 @@ PYBIND11_MODULE(_native, m) {
   py::class_<io::SampleTable, std::shared_ptr<io::SampleTable>>(m, "SampleTable")
       .def_property_readonly("rows", &io::SampleTable::rows)
       .def_property_readonly("nbytes", &io::SampleTable::bytes)
-      .def("digest", [](const io::SampleTable& t) {
-        py::gil_scoped_release release;
-        return t.digest();
-      })
-      .def("sample", [](const io::SampleTable& t, int64_t row) {
-        if (row < 0 || row >= t.rows()) throw py::index_error("row out of range");
-        Sample s;
-        t.sample(static_cast<size_t>(row), s);
-        py::list members;
-        for (const auto& mm : s.members) {
-          members.append(py::make_tuple(fs_str(mm.name), mm.is_path, py::bytes(mm.is_path ? mm.path : mm.data)));
-        }
-        return py::make_tuple(py::bytes(s.key), members);
-      }, "Row `row` as (key, [(member, is_path, path or value), ...]), all bytes but the names.");
+      .def("digest",
+           [](const io::SampleTable& t) {
+             py::gil_scoped_release release;
+             return t.digest();
+           })
+      .def(
+          "sample",
+          [](const io::SampleTable& t, int64_t row) {
+            if (row < 0 || row >= t.rows()) throw py::index_error("row out of range");
+            Sample s;
+            t.sample(static_cast<size_t>(row), s);
+            py::list members;
+            for (const auto& mm : s.members) {
+              members.append(py::make_tuple(fs_str(mm.name), mm.is_path,
+                                            py::bytes(mm.is_path ? mm.path : mm.data)));
+            }
+            return py::make_tuple(py::bytes(s.key), members);
+          },
+          "Row `row` as (key, [(member, is_path, path or value), ...]), all bytes but the names.");
   m.def(
       "read_manifest",
-      [](const std::string& manifest, const std::string& root, const std::string& path_key, bool skip_bad_rows,
-         const std::string& cache_dir) {
+      [](const std::string& manifest, const std::string& root, const std::string& path_key,
+         bool skip_bad_rows, const std::string& cache_dir) {
         io::ManifestOptions o{manifest, root, path_key, skip_bad_rows, cache_dir};
         io::Manifest r;
         {
@@ -527,11 +545,14 @@ PYBIND11_MODULE(_native, m) {
         d["source"] = py::bytes(r.source);
         return d;
       },
-      py::arg("manifest"), py::arg("root"), py::arg("path_key"), py::arg("skip_bad_rows"), py::arg("cache_dir"),
-      "Parses a JSONL/CSV manifest into a SampleTable, or maps its current cache file (io/manifest.h).");
+      py::arg("manifest"), py::arg("root"), py::arg("path_key"), py::arg("skip_bad_rows"),
+      py::arg("cache_dir"),
+      "Parses a JSONL/CSV manifest into a SampleTable, or maps its current cache file "
+      "(io/manifest.h).");
   m.def(
       "scan_folder",
-      [](const std::string& root, const std::vector<std::string>& extensions, const std::string& labels) {
+      [](const std::string& root, const std::vector<std::string>& extensions,
+         const std::string& labels) {
         io::FolderScan r;
         {
           py::gil_scoped_release release;
@@ -547,7 +568,9 @@ PYBIND11_MODULE(_native, m) {
       py::arg("root"), py::arg("extensions"), py::arg("labels"),
       "Scans a folder like torchvision's ImageFolder into a SampleTable (io/folder.h).");
   py::class_<io::TableSource, Source, std::shared_ptr<io::TableSource>>(m, "TableSource")
-      .def(py::init([](const std::shared_ptr<io::SampleTable>& t) { return std::make_shared<io::TableSource>(t); }),
+      .def(py::init([](const std::shared_ptr<io::SampleTable>& t) {
+             return std::make_shared<io::TableSource>(t);
+           }),
            py::arg("table"));
 
   py::class_<io::TarSource, Source, std::shared_ptr<io::TarSource>>(m, "TarSource")
@@ -561,25 +584,29 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("tar_bytes", &io::ShardIndex::tar_bytes)
       .def_property_readonly("samples", [](const io::ShardIndex& i) { return i.samples.size(); })
       .def_property_readonly("member_bytes", &io::ShardIndex::member_bytes)
-      .def("keys", [](const io::ShardIndex& i) {
-        std::vector<std::string> keys;
-        for (const auto& s : i.samples) keys.push_back(s.key);
-        return fs_list(keys);
-      })
-      .def("members", [](const io::ShardIndex& i, size_t k) {
-        py::list out;
-        for (const auto& mm : i.samples.at(k).members) out.append(py::make_tuple(mm.name, mm.offset, mm.size));
-        return out;
-      })
-      .def("write",
-           [](const io::ShardIndex& i, const std::string& path) {
-             try {
-               io::write_index(i, path);
-             } catch (const ReadFailure& e) {
-               throw SampleError(path, e.what(), FailureKind::kRead);
-             }
-           },
-           py::call_guard<py::gil_scoped_release>());
+      .def("keys",
+           [](const io::ShardIndex& i) {
+             std::vector<std::string> keys;
+             for (const auto& s : i.samples) keys.push_back(s.key);
+             return fs_list(keys);
+           })
+      .def("members",
+           [](const io::ShardIndex& i, size_t k) {
+             py::list out;
+             for (const auto& mm : i.samples.at(k).members)
+               out.append(py::make_tuple(mm.name, mm.offset, mm.size));
+             return out;
+           })
+      .def(
+          "write",
+          [](const io::ShardIndex& i, const std::string& path) {
+            try {
+              io::write_index(i, path);
+            } catch (const ReadFailure& e) {
+              throw SampleError(path, e.what(), FailureKind::kRead);
+            }
+          },
+          py::call_guard<py::gil_scoped_release>());
   // A shard that cannot be indexed is a ReadError naming it.
   m.def(
       "index_shard",
@@ -602,17 +629,23 @@ PYBIND11_MODULE(_native, m) {
         }
       },
       py::arg("idx_path"), py::arg("tar_path"), py::call_guard<py::gil_scoped_release>(),
-      "Reads `<shard>.idx`, checked against the shard's size and fingerprint (ConfigError if stale or damaged).");
+      "Reads `<shard>.idx`, checked against the shard's size and fingerprint (ConfigError if stale "
+      "or damaged).");
 
-  py::class_<io::IndexedTarSource, Source, std::shared_ptr<io::IndexedTarSource>>(m, "IndexedTarSource")
-      .def(py::init([](const std::vector<std::shared_ptr<io::ShardIndex>>& shards, size_t shuffle_buffer) {
+  py::class_<io::IndexedTarSource, Source, std::shared_ptr<io::IndexedTarSource>>(
+      m, "IndexedTarSource")
+      .def(py::init([](const std::vector<std::shared_ptr<io::ShardIndex>>& shards,
+                       size_t shuffle_buffer) {
              return std::make_shared<io::IndexedTarSource>(
-                 std::vector<std::shared_ptr<const io::ShardIndex>>(shards.begin(), shards.end()), shuffle_buffer);
+                 std::vector<std::shared_ptr<const io::ShardIndex>>(shards.begin(), shards.end()),
+                 shuffle_buffer);
            }),
            py::arg("shards"), py::arg("shuffle_buffer"));
 
-  m.def("_forked_during_epoch", [](bool value) { forked_during_epoch().store(value); }, py::arg("value") = true,
-        "Marks this process as forked while an epoch ran: samples run on the planner thread.");
+  m.def(
+      "_forked_during_epoch", [](bool value) { forked_during_epoch().store(value); },
+      py::arg("value") = true,
+      "Marks this process as forked while an epoch ran: samples run on the planner thread.");
   m.def("_is_forked_during_epoch", [] { return forked_during_epoch().load(); });
 
   // Test hook (tests/python/test_faults.py): [(path substring, "eio"|"short"|"vanished", times)].
@@ -646,7 +679,8 @@ PYBIND11_MODULE(_native, m) {
         return py::make_tuple(g.batches(), g.length(), g.padding());
       },
       py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"),
-      "(batches of all ranks, samples drawn, padded samples) of an epoch of n samples (see EpochGeometry).");
+      "(batches of all ranks, samples drawn, padded samples) of an epoch of n samples (see "
+      "EpochGeometry).");
 
   py::class_<io::MixSource, Source, std::shared_ptr<io::MixSource>>(m, "MixSource")
       .def(py::init<std::vector<std::shared_ptr<Source>>, std::vector<double>, int64_t>(),
@@ -665,35 +699,37 @@ PYBIND11_MODULE(_native, m) {
              return BlockView{b.block, b.fixed_data(slot),
                               b.layout->fixed[slot].bytes_per_sample * b.size};
            })
-      .def("strings",
-           [](const Batch& b, size_t slot, bool as_bytes) {
-             if (slot >= b.strings.size()) throw py::index_error("no such string field");
-             py::list out;
-             for (const auto& s : b.strings[slot]) {
-               if (as_bytes) {
-                 out.append(py::bytes(s));
-               } else {
-                 out.append(py::str(s));  // validated UTF-8 by the engine
-               }
-             }
-             return out;
-           },
-           py::arg("slot"), py::arg("as_bytes"));
+      .def(
+          "strings",
+          [](const Batch& b, size_t slot, bool as_bytes) {
+            if (slot >= b.strings.size()) throw py::index_error("no such string field");
+            py::list out;
+            for (const auto& s : b.strings[slot]) {
+              if (as_bytes) {
+                out.append(py::bytes(s));
+              } else {
+                out.append(py::str(s));  // validated UTF-8 by the engine
+              }
+            }
+            return out;
+          },
+          py::arg("slot"), py::arg("as_bytes"));
 
   py::class_<EpochRun, std::shared_ptr<EpochRun>>(m, "EpochRun")
-      .def("next",
-           [](EpochRun& run, int timeout_ms) -> py::object {
-             std::unique_ptr<Batch> batch;
-             EpochRun::Status status;
-             {
-               py::gil_scoped_release release;
-               status = run.next(batch, std::chrono::milliseconds(timeout_ms));
-             }
-             if (status == EpochRun::Status::kTimeout) return py::str("timeout");
-             if (status == EpochRun::Status::kEnd) return py::none();
-             return py::cast(std::move(batch));
-           },
-           py::arg("timeout_ms"))
+      .def(
+          "next",
+          [](EpochRun& run, int timeout_ms) -> py::object {
+            std::unique_ptr<Batch> batch;
+            EpochRun::Status status;
+            {
+              py::gil_scoped_release release;
+              status = run.next(batch, std::chrono::milliseconds(timeout_ms));
+            }
+            if (status == EpochRun::Status::kTimeout) return py::str("timeout");
+            if (status == EpochRun::Status::kEnd) return py::none();
+            return py::cast(std::move(batch));
+          },
+          py::arg("timeout_ms"))
       .def("stop", &EpochRun::stop, py::call_guard<py::gil_scoped_release>())
       .def("stats", [](const EpochRun& run) {
         EpochStats s = run.stats();
@@ -711,32 +747,41 @@ PYBIND11_MODULE(_native, m) {
 
   py::class_<telemetry::Histogram>(m, "Histogram")
       .def(py::init<>())
-      .def("record", [](telemetry::Histogram& h, int64_t v) { h.record(v < 0 ? 0 : static_cast<uint64_t>(v)); },
-           py::arg("value"))
-      .def("summary", [](const telemetry::Histogram& h, double unit) { return histogram_dict(h.data(), unit); },
-           py::arg("unit") = 1e-9);
+      .def(
+          "record",
+          [](telemetry::Histogram& h, int64_t v) {
+            h.record(v < 0 ? 0 : static_cast<uint64_t>(v));
+          },
+          py::arg("value"))
+      .def(
+          "summary",
+          [](const telemetry::Histogram& h, double unit) { return histogram_dict(h.data(), unit); },
+          py::arg("unit") = 1e-9);
 
-  m.def("process_stats", [](bool pss) {
-    const telemetry::ProcessStats p = telemetry::read_process_stats(pss);
-    py::dict d;
-    auto opt = [](int64_t v) -> py::object {
-      if (v < 0) return py::none();
-      return py::int_(v);
-    };
-    d["rss"] = opt(p.rss);
-    d["pss"] = opt(p.pss);
-    d["rss_peak"] = opt(p.rss_peak);
-    d["cgroup_current"] = opt(p.cgroup_current);
-    d["cgroup_peak"] = opt(p.cgroup_peak);
-    d["mem_available"] = opt(p.mem_available);
-    d["cpu_user"] = p.cpu_user;
-    d["cpu_system"] = p.cpu_system;
-    d["io_rchar"] = opt(p.io_rchar);
-    d["io_read_bytes"] = opt(p.io_read_bytes);
-    d["io_syscr"] = opt(p.io_syscr);
-    d["threads"] = p.threads;
-    return d;
-  }, py::arg("pss") = true);
+  m.def(
+      "process_stats",
+      [](bool pss) {
+        const telemetry::ProcessStats p = telemetry::read_process_stats(pss);
+        py::dict d;
+        auto opt = [](int64_t v) -> py::object {
+          if (v < 0) return py::none();
+          return py::int_(v);
+        };
+        d["rss"] = opt(p.rss);
+        d["pss"] = opt(p.pss);
+        d["rss_peak"] = opt(p.rss_peak);
+        d["cgroup_current"] = opt(p.cgroup_current);
+        d["cgroup_peak"] = opt(p.cgroup_peak);
+        d["mem_available"] = opt(p.mem_available);
+        d["cpu_user"] = p.cpu_user;
+        d["cpu_system"] = p.cpu_system;
+        d["io_rchar"] = opt(p.io_rchar);
+        d["io_read_bytes"] = opt(p.io_read_bytes);
+        d["io_syscr"] = opt(p.io_syscr);
+        d["threads"] = p.threads;
+        return d;
+      },
+      py::arg("pss") = true);
   // Object storage (io/remote.h). A failure is a ReadError naming the URL (redacted).
   auto remote_call = [](const std::string& url, auto&& fn) {
     try {
@@ -779,16 +824,20 @@ PYBIND11_MODULE(_native, m) {
         return py::make_tuple(info.size, info.etag);
       },
       py::arg("url"), py::arg("absent_if_denied") = false,
-      "HEAD: (size, etag), or None when the object does not exist; other failures are a ReadError.");
+      "HEAD: (size, etag), or None when the object does not exist; other failures are a "
+      "ReadError.");
   m.def(
       "read_bytes",
-      [remote_call](const std::string& path, uint64_t offset, int64_t length, const std::string& etag) {
+      [remote_call](const std::string& path, uint64_t offset, int64_t length,
+                    const std::string& etag) {
         if (length < 0 && offset != 0) throw ConfigError("read_bytes: an offset needs a length");
         std::string out;
         remote_call(path, [&] {
           py::gil_scoped_release release;
-          if (!etag.empty()) return io::remote::get(path, offset, length, out, etag);  // pinned to that version
-          return length < 0 ? io::read_file(path, out) : io::read_range(path, offset, static_cast<uint64_t>(length), out);
+          if (!etag.empty())
+            return io::remote::get(path, offset, length, out, etag);  // pinned to that version
+          return length < 0 ? io::read_file(path, out)
+                            : io::read_range(path, offset, static_cast<uint64_t>(length), out);
         });
         return py::bytes(out);
       },
@@ -829,7 +878,8 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def(
       "remote_configure",
-      [](int max_attempts, double backoff_base, double backoff_cap, double stall_seconds, double connect_timeout) {
+      [](int max_attempts, double backoff_base, double backoff_cap, double stall_seconds,
+         double connect_timeout) {
         io::remote::Options o = io::remote::options();
         o.max_attempts = max_attempts;
         o.backoff_base = backoff_base;
@@ -838,8 +888,8 @@ PYBIND11_MODULE(_native, m) {
         o.connect_timeout = connect_timeout;
         io::remote::configure(o);
       },
-      py::arg("max_attempts"), py::arg("backoff_base"), py::arg("backoff_cap"), py::arg("stall_seconds"),
-      py::arg("connect_timeout"));
+      py::arg("max_attempts"), py::arg("backoff_base"), py::arg("backoff_cap"),
+      py::arg("stall_seconds"), py::arg("connect_timeout"));
   m.def(
       "remote_configure_ca",
       [](const std::string& ca_bundle) {
@@ -874,7 +924,9 @@ PYBIND11_MODULE(_native, m) {
   });
   m.def(
       "remote_cache",
-      [](const std::string& dir, uint64_t limit) { io::cache::configure(io::cache::Settings{dir, limit}); },
+      [](const std::string& dir, uint64_t limit) {
+        io::cache::configure(io::cache::Settings{dir, limit});
+      },
       py::arg("dir"), py::arg("limit") = 0,
       "The node-local cache of remote objects (io/cache.h); dir='' turns it off. Process-wide.");
   m.def("remote_cache_settings", [] {
@@ -897,26 +949,33 @@ PYBIND11_MODULE(_native, m) {
                              std::make_shared<telemetry::Telemetry>(telemetry)};
            }),
            py::arg("source"), py::arg("fields"), py::arg("telemetry") = true)
-      .def("telemetry_snapshot",
-           [](const Pipeline& p, bool depth) { return snapshot_dict(p.telemetry->snapshot(depth)); },
-           py::arg("depth") = false)
-      .def("take_trace_depth", [](Pipeline& p) {
-        py::list out;
-        for (const auto& row : p.telemetry->take_trace_depth()) out.append(py::make_tuple(row[0], row[1], row[2]));
-        return out;
-      })
+      .def(
+          "telemetry_snapshot",
+          [](const Pipeline& p, bool depth) { return snapshot_dict(p.telemetry->snapshot(depth)); },
+          py::arg("depth") = false)
+      .def("take_trace_depth",
+           [](Pipeline& p) {
+             py::list out;
+             for (const auto& row : p.telemetry->take_trace_depth())
+               out.append(py::make_tuple(row[0], row[1], row[2]));
+             return out;
+           })
       .def("telemetry_created_ns", [](const Pipeline& p) { return p.telemetry->created_ns(); })
-      .def("set_tracing", [](Pipeline& p, bool on, size_t max_spans) { p.telemetry->set_tracing(on, max_spans); },
-           py::arg("on"), py::arg("max_spans") = 500000)
-      .def("take_spans", [](Pipeline& p) {
-        py::list out;
-        for (auto& [role, spans] : p.telemetry->take_spans()) {
-          py::list items;
-          for (const auto& sp : spans) items.append(py::make_tuple(sp.name, sp.start_ns, sp.dur_ns, sp.arg));
-          out.append(py::make_tuple(role, items));
-        }
-        return out;
-      })
+      .def(
+          "set_tracing",
+          [](Pipeline& p, bool on, size_t max_spans) { p.telemetry->set_tracing(on, max_spans); },
+          py::arg("on"), py::arg("max_spans") = 500000)
+      .def("take_spans",
+           [](Pipeline& p) {
+             py::list out;
+             for (auto& [role, spans] : p.telemetry->take_spans()) {
+               py::list items;
+               for (const auto& sp : spans)
+                 items.append(py::make_tuple(sp.name, sp.start_ns, sp.dur_ns, sp.arg));
+               out.append(py::make_tuple(role, items));
+             }
+             return out;
+           })
       .def("slots",
            [](const Pipeline& p, size_t i) {
              const auto& sl = p.processor->slots(i);
@@ -925,9 +984,9 @@ PYBIND11_MODULE(_native, m) {
       .def(
           "start",
           [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,
-             const std::string& on_error, int64_t max_errors, double max_error_rate,
-             uint64_t seed, int64_t epoch, bool shuffle, int64_t batch_offset,
-             int64_t batch_stride, int64_t row, int64_t start_batch, uintptr_t pin, uintptr_t unpin) {
+             const std::string& on_error, int64_t max_errors, double max_error_rate, uint64_t seed,
+             int64_t epoch, bool shuffle, int64_t batch_offset, int64_t batch_stride, int64_t row,
+             int64_t start_batch, uintptr_t pin, uintptr_t unpin) {
             EngineOptions o;
             o.threads = threads;
             o.batch_size = batch_size;
@@ -974,9 +1033,9 @@ PYBIND11_MODULE(_native, m) {
           Rng rng(seed, static_cast<uint64_t>(epoch), RngStream::kAugment,
                   static_cast<uint64_t>(position));
           try {
-            warning = pipeline::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                             bytes.size(), spec, rng,
-                                             reinterpret_cast<uint8_t*>(out.data()));
+            warning =
+                pipeline::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                       spec, rng, reinterpret_cast<uint8_t*>(out.data()));
           } catch (const DecodeFailure& e) {
             throw SampleError("<bytes>", e.what(), FailureKind::kDecode);
           }
@@ -1006,10 +1065,11 @@ PYBIND11_MODULE(_native, m) {
         bench::DecodeOnlyResult r;
         {
           py::gil_scoped_release release;
-          r = bench::ffmpeg_decode_only(paths, starts, frames, stride, threads, decoder_threads, least);
+          r = bench::ffmpeg_decode_only(paths, starts, frames, stride, threads, decoder_threads,
+                                        least);
         }
         return py::make_tuple(r.seconds, r.images, r.failures, r.frames, r.shown);
       },
-      py::arg("paths"), py::arg("starts"), py::arg("frames"), py::arg("stride"),
-      py::arg("threads"), py::arg("decoder_threads") = 1, py::arg("least") = false);
+      py::arg("paths"), py::arg("starts"), py::arg("frames"), py::arg("stride"), py::arg("threads"),
+      py::arg("decoder_threads") = 1, py::arg("least") = false);
 }

@@ -55,7 +55,8 @@ Slot& Telemetry::slot(int index, const char* role, int number) {
   if (!slots_[index]) {
     slots_[index] = std::make_unique<Slot>();
     // Workers are numbered in the order they first appear (their arena index may start at 1).
-    slots_[index]->role = number >= 0 ? std::string(role) + " " + std::to_string(worker_slots_++) : role;
+    slots_[index]->role =
+        number >= 0 ? std::string(role) + " " + std::to_string(worker_slots_++) : role;
   }
   return *slots_[index];
 }
@@ -97,7 +98,8 @@ void Telemetry::record_video(Slot& s, const VideoTotals& clip) {
 
 void Telemetry::span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg) {
   if (!tracing()) return;
-  if (span_count_.fetch_add(1, std::memory_order_relaxed) >= max_spans_.load(std::memory_order_relaxed)) {
+  if (span_count_.fetch_add(1, std::memory_order_relaxed) >=
+      max_spans_.load(std::memory_order_relaxed)) {
     spans_dropped_.fetch_add(1, std::memory_order_relaxed);
     return;
   }
@@ -218,7 +220,8 @@ Snapshot Telemetry::snapshot(bool with_depth) const {
       out.video.packets += v.packets.load(std::memory_order_relaxed);
       out.video.seeks += v.seeks.load(std::memory_order_relaxed);
       out.video.open_ns += v.open_ns.load(std::memory_order_relaxed);
-      out.slots.push_back(Snapshot::SlotView{s->role, s->cpu_ns.load() * 1e-9, s->scratch_bytes.load()});
+      out.slots.push_back(
+          Snapshot::SlotView{s->role, s->cpu_ns.load() * 1e-9, s->scratch_bytes.load()});
     }
   }
   out.prefetch = prefetch_.load();
@@ -233,7 +236,8 @@ Snapshot Telemetry::snapshot(bool with_depth) const {
   const bool full = out.prefetch > 0 && ready_.load() >= out.prefetch;
   out.back_pressure_seconds = back_pressure_.load() + (running && full ? tail : 0.0);
   const uint64_t start = epoch_start_ns_.load(std::memory_order_relaxed);
-  out.active_seconds = static_cast<double>(active_ns_.load() + (start && now > start ? now - start : 0)) * 1e-9;
+  out.active_seconds =
+      static_cast<double>(active_ns_.load() + (start && now > start ? now - start : 0)) * 1e-9;
   out.batches = batches.load();
   out.samples = samples.load();
   out.failures = failures.load();
@@ -247,7 +251,8 @@ Snapshot Telemetry::snapshot(bool with_depth) const {
   if (with_depth) {
     std::lock_guard<std::mutex> lock(depth_mutex_);
     out.depth.reserve(depth_.size());
-    for (size_t i = 0; i < depth_.size(); ++i) out.depth.push_back(depth_[(depth_next_ + i) % depth_.size()]);
+    for (size_t i = 0; i < depth_.size(); ++i)
+      out.depth.push_back(depth_[(depth_next_ + i) % depth_.size()]);
   }
   return out;
 }

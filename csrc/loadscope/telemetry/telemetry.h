@@ -59,20 +59,21 @@ struct VideoTotals {
   uint64_t frames_decoded = 0;  // frames the decoder produced for them
   uint64_t packets = 0;         // packets read to decode them (non-reference ones skipped included)
   uint64_t seeks = 0;
-  uint64_t open_ns = 0;         // opening and indexing
+  uint64_t open_ns = 0;  // opening and indexing
 };
 
 struct VideoCell {
-  std::atomic<uint64_t> clips{0}, frames_shown{0}, frames_decoded{0}, packets{0}, seeks{0}, open_ns{0};
+  std::atomic<uint64_t> clips{0}, frames_shown{0}, frames_decoded{0}, packets{0}, seeks{0},
+      open_ns{0};
 };
 
 struct Slot {
   std::string role;  // "planner", "consumer", "worker 0", ...
   StageCell cells[kStages][kKinds];
   VideoCell video;
-  std::atomic<uint64_t> cpu_ns{0};        // CPU time spent in the engine's work
-  std::atomic<uint64_t> scratch_bytes{0}; // decoder and resampler buffers held
-  std::mutex spans_mutex;                 // taken only while tracing
+  std::atomic<uint64_t> cpu_ns{0};         // CPU time spent in the engine's work
+  std::atomic<uint64_t> scratch_bytes{0};  // decoder and resampler buffers held
+  std::mutex spans_mutex;                  // taken only while tracing
   std::vector<Span> spans;
   ~Slot();
 };
@@ -83,10 +84,10 @@ struct StageTotals {
 };
 
 struct ProcessStats {
-  int64_t rss = -1, pss = -1, rss_peak = -1;            // bytes (VmRSS, smaps_rollup Pss, VmHWM)
-  int64_t cgroup_current = -1, cgroup_peak = -1;        // bytes, when the cgroup tells
-  int64_t mem_available = -1;                            // bytes (MemAvailable)
-  double cpu_user = 0, cpu_system = 0;                   // seconds, whole process
+  int64_t rss = -1, pss = -1, rss_peak = -1;      // bytes (VmRSS, smaps_rollup Pss, VmHWM)
+  int64_t cgroup_current = -1, cgroup_peak = -1;  // bytes, when the cgroup tells
+  int64_t mem_available = -1;                     // bytes (MemAvailable)
+  double cpu_user = 0, cpu_system = 0;            // seconds, whole process
   int64_t io_rchar = -1, io_read_bytes = -1, io_syscr = -1;  // /proc/self/io
   int threads = 0;
 };
@@ -104,10 +105,10 @@ struct Snapshot {
   };
   std::vector<SlotView> slots;
   VideoTotals video;
-  HistogramData consumer_wait, producer_block;  // ns
+  HistogramData consumer_wait, producer_block;       // ns
   double ready_integral = 0, inflight_integral = 0;  // batch-seconds (occupancy x time)
   double back_pressure_seconds = 0;  // every prefetch slot held a ready batch: workers idle
-  double active_seconds = 0;                          // time with an epoch running
+  double active_seconds = 0;         // time with an epoch running
   uint64_t batches = 0, samples = 0, failures = 0, warnings = 0;
   uint64_t pool_bytes = 0, pinned_bytes = 0, source_buffer_bytes = 0;
   int prefetch = 0;
@@ -121,7 +122,7 @@ struct Snapshot {
 class Telemetry {
  public:
   // enabled=false: no timing at all (the engine checks enabled() before reading clocks).
-// Histograms are ~7.8 KiB each (976 buckets); a slot creates only those it uses.
+  // Histograms are ~7.8 KiB each (976 buckets); a slot creates only those it uses.
   explicit Telemetry(bool enabled);
   ~Telemetry();
   bool enabled() const { return enabled_; }
@@ -192,7 +193,10 @@ class Telemetry {
 class StageTimer {
  public:
   StageTimer(Telemetry* t, Slot* s, Stage stage, Kind kind)
-      : t_(t && t->enabled() ? t : nullptr), s_(s), stage_(stage), kind_(kind),
+      : t_(t && t->enabled() ? t : nullptr),
+        s_(s),
+        stage_(stage),
+        kind_(kind),
         start_(t_ ? now_ns() : 0) {}
   ~StageTimer() { stop(); }
   void add_bytes(uint64_t b) { bytes_ += b; }

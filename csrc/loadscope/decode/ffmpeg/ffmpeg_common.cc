@@ -38,7 +38,9 @@ LogCapture::LogCapture() : previous_(g_capture) {
   g_capture = this;
 }
 
-LogCapture::~LogCapture() { g_capture = previous_; }
+LogCapture::~LogCapture() {
+  g_capture = previous_;
+}
 
 void LogCapture::append(const char* line) {
   std::string s(line);

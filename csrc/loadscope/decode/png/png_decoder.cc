@@ -21,7 +21,9 @@ PngDecoder::PngDecoder() {
   if (!packet_ || !frame_) throw std::bad_alloc();
 }
 
-PngDecoder::~PngDecoder() { sws_freeContext(sws_); }
+PngDecoder::~PngDecoder() {
+  sws_freeContext(sws_);
+}
 
 RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
   ffmpeg::LogCapture log;
@@ -60,9 +62,7 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
     const uint8_t* s = f.data[0] + static_cast<ptrdiff_t>(y) * f.linesize[0];
     uint8_t* d = pixels_.data() + y * stride;
     switch (fmt) {
-      case AV_PIX_FMT_RGB24:
-        std::memcpy(d, s, stride);
-        break;
+      case AV_PIX_FMT_RGB24: std::memcpy(d, s, stride); break;
       case AV_PIX_FMT_RGBA:
         for (int x = 0; x < w; ++x) std::memcpy(d + 3 * x, s + 4 * x, 3);
         break;
@@ -104,8 +104,7 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
                                     nullptr, nullptr);
         if (sws_ == nullptr) {
           const char* name = av_get_pix_fmt_name(fmt);
-          throw DecodeFailure(std::string("PNG: unsupported pixel format ") +
-                              (name ? name : "?"));
+          throw DecodeFailure(std::string("PNG: unsupported pixel format ") + (name ? name : "?"));
         }
         uint8_t* dst[4] = {pixels_.data(), nullptr, nullptr, nullptr};
         int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};

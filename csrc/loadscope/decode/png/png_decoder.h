@@ -33,9 +33,9 @@ class PngDecoder {
   ffmpeg::CodecContextPtr context_;
   ffmpeg::PacketPtr packet_;
   ffmpeg::FramePtr frame_;
-  std::vector<uint8_t> input_;   // padded copy of the input, as libavcodec requires
+  std::vector<uint8_t> input_;  // padded copy of the input, as libavcodec requires
   std::vector<uint8_t> pixels_;
-  SwsContext* sws_ = nullptr;    // only for uncommon pixel formats (e.g. 1-bit)
+  SwsContext* sws_ = nullptr;  // only for uncommon pixel formats (e.g. 1-bit)
 };
 
 }  // namespace loadscope::decode

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <list>
-#include <mutex>
-#include <unordered_map>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <list>
+#include <mutex>
 #include <numeric>
+#include <unordered_map>
 
 extern "C" {
 #include <libavutil/display.h>
@@ -16,9 +16,9 @@ extern "C" {
 }
 
 #include "loadscope/core/error.h"
+#include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
-#include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 
 namespace loadscope::decode {
 
@@ -204,8 +204,9 @@ struct VideoDecoder::State {
   VideoInfo info;
   std::vector<Key> keys;  // keyframe packets, ascending pts
   int64_t max_gap = 1;    // largest step between consecutive frame timestamps
-  bool decoder_times = false;  // indexed from decoded frames; see Note [timestamps from the decoder]
-  bool mov = false;            // MP4/MOV (FFmpeg's mov demuxer)
+  bool decoder_times =
+      false;         // indexed from decoded frames; see Note [timestamps from the decoder]
+  bool mov = false;  // MP4/MOV (FFmpeg's mov demuxer)
   ffmpeg::PacketPtr packet{av_packet_alloc()};
   ffmpeg::FramePtr frame{av_frame_alloc()};
   ffmpeg::FramePtr last{av_frame_alloc()};
@@ -270,7 +271,8 @@ const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bo
   return open_custom(path.c_str(), stream, rotate, threads);
 }
 
-const VideoInfo& VideoDecoder::open_remote(const std::string& url, int stream, bool rotate, int threads) {
+const VideoInfo& VideoDecoder::open_remote(const std::string& url, int stream, bool rotate,
+                                           int threads) {
   s_->close();
   s_->input.remote = std::make_unique<io::RandomAccess>(url);  // throws ReadFailure
   s_->input.size = s_->input.remote->size();
@@ -307,8 +309,8 @@ const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rot
   if (rc < 0) {
     s_->fmt = nullptr;  // freed by avformat_open_input on failure
     if (!s_->input.error.empty()) throw ReadFailure(s_->input.error);
-    throw DecodeFailure(with_log("video: cannot open (not a video container loadscope reads?): " +
-                                     error_string(rc), log));
+    throw DecodeFailure(with_log(
+        "video: cannot open (not a video container loadscope reads?): " + error_string(rc), log));
   }
   s_->mov = std::strstr(s_->fmt->iformat->name, "mov") != nullptr;
   open_common(stream, rotate, threads);
@@ -324,7 +326,8 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   // already state codec, size and extradata, and probing cost 3.5 ms of a 45 ms clip. Other
   // containers (AVI, MPEG-TS, ...) are probed: their headers may say too little.
   const std::string format = s.fmt->iformat->name;
-  bool complete = format.find("mov") != std::string::npos || format.find("matroska") != std::string::npos;
+  bool complete =
+      format.find("mov") != std::string::npos || format.find("matroska") != std::string::npos;
   for (unsigned i = 0; i < s.fmt->nb_streams && complete; ++i) {
     const AVCodecParameters* par = s.fmt->streams[i]->codecpar;
     if (par->codec_type == AVMEDIA_TYPE_VIDEO) {
@@ -332,13 +335,14 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
     }
   }
   int rc = complete ? 0 : avformat_find_stream_info(s.fmt, nullptr);
-  if (rc < 0) throw DecodeFailure(with_log("video: cannot read stream info: " + error_string(rc), log));
+  if (rc < 0)
+    throw DecodeFailure(with_log("video: cannot read stream info: " + error_string(rc), log));
   const AVCodec* codec = nullptr;
   rc = av_find_best_stream(s.fmt, AVMEDIA_TYPE_VIDEO, stream, -1, &codec, 0);
   if (rc < 0) {
-    throw DecodeFailure(stream >= 0 ? "video: stream " + std::to_string(stream) +
-                                          " is not a decodable video stream"
-                                    : "video: no decodable video stream (" + error_string(rc) + ")");
+    throw DecodeFailure(
+        stream >= 0 ? "video: stream " + std::to_string(stream) + " is not a decodable video stream"
+                    : "video: no decodable video stream (" + error_string(rc) + ")");
   }
   s.stream = s.fmt->streams[rc];
   for (unsigned i = 0; i < s.fmt->nb_streams; ++i) {
@@ -354,9 +358,10 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   s.codec->err_recognition |= AV_EF_EXPLODE;
   s.codec->pkt_timebase = s.stream->time_base;
   rc = avcodec_open2(s.codec.get(), codec, nullptr);
-  if (rc < 0) throw DecodeFailure(with_log("video: cannot open the " + std::string(codec->name) +
-                                               " decoder: " + error_string(rc),
-                                           log));
+  if (rc < 0)
+    throw DecodeFailure(with_log(
+        "video: cannot open the " + std::string(codec->name) + " decoder: " + error_string(rc),
+        log));
 
   CachedIndex cached;
   if (!cache_key_.empty() && IndexCache::instance().get(cache_key_, cached)) {
@@ -413,9 +418,9 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
                               : s.stream->r_frame_rate;
   // Without probing, Matroska may state no rate: frames per second of the index's span then.
   const double span = (pts_.back() - pts_.front()) * info.time_base;
-  info.fps = rate.num > 0 && rate.den > 0 ? av_q2d(rate)
+  info.fps = rate.num > 0 && rate.den > 0  ? av_q2d(rate)
              : pts_.size() > 1 && span > 0 ? (pts_.size() - 1) / span
-                                          : 0;
+                                           : 0;
 }
 
 namespace {
@@ -445,17 +450,16 @@ bool index_from_tables(bool mov, const AVStream* st) {
     case AV_CODEC_ID_H264:
     case AV_CODEC_ID_HEVC:
     case AV_CODEC_ID_MPEG4:
-    case AV_CODEC_ID_AV1:
-      break;
-    default:
-      return false;
+    case AV_CODEC_ID_AV1: break;
+    default: return false;
   }
   const int entries = avformat_index_get_entries_count(st);
   if (st->nb_frames <= 0 || entries != st->nb_frames) return false;
   // A table without sync samples (no `stss` where not every frame is one) leaves keyframes to
   // the parser, which the walk turns off.
   for (int i = 0; i < entries; ++i) {
-    if (avformat_index_get_entry(const_cast<AVStream*>(st), i)->flags & AVINDEX_KEYFRAME) return true;
+    if (avformat_index_get_entry(const_cast<AVStream*>(st), i)->flags & AVINDEX_KEYFRAME)
+      return true;
   }
   return false;
 }
@@ -498,7 +502,8 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
   while (true) {
     rc = av_read_frame(s.fmt, pkt);
     if (rc == AVERROR_EOF) break;
-    if (rc < 0) throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
+    if (rc < 0)
+      throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
     packets += pkt->stream_index == s.stream->index;
     if (pkt->stream_index == s.stream->index) {
       const int64_t ts = pkt->pts != AV_NOPTS_VALUE ? pkt->pts : pkt->dts;
@@ -518,7 +523,8 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
   }
   // The demuxer reports damage (a file cut short, broken packets) only in its log; such a file
   // is not indexed completely, so it fails here rather than serving clips from what is left.
-  if (!log.text().empty()) throw DecodeFailure("video: damaged or truncated file (" + log.text() + ")");
+  if (!log.text().empty())
+    throw DecodeFailure("video: damaged or truncated file (" + log.text() + ")");
   if (pts_.empty()) throw DecodeFailure(with_log("video: the stream has no frames", log));
   if (s.keys.empty()) throw DecodeFailure("video: the stream has no keyframe");
   if (s.stream->nb_frames > packets) {
@@ -563,7 +569,8 @@ void VideoDecoder::index_by_decoding() {
       rc = avcodec_send_packet(s.codec.get(), pkt);
       if (rc < 0 && rc != AVERROR(EAGAIN)) {
         av_packet_unref(pkt);
-        throw DecodeFailure(with_log("video: decoding failed while indexing: " + error_string(rc), log));
+        throw DecodeFailure(
+            with_log("video: decoding failed while indexing: " + error_string(rc), log));
       }
       receive();
     }
@@ -614,17 +621,21 @@ void place(const Pixels& src, int rotation, bool flip, bool chw, uint8_t* dst) {
     } else if (rotation == 270) {
       first = static_cast<ptrdiff_t>(src.w - 1 - y) * src.step, next = src.stride;
     } else if (rotation == 180) {
-      first = static_cast<ptrdiff_t>(src.h - 1 - y) * src.stride + (src.w - 1) * src.step, next = -src.step;
+      first = static_cast<ptrdiff_t>(src.h - 1 - y) * src.stride + (src.w - 1) * src.step,
+      next = -src.step;
     } else {
       first = static_cast<ptrdiff_t>(y) * src.stride, next = src.step;
     }
     if (flip) first += (ow - 1) * next, next = -next;
-    if (!chw && src.step == 3 && next == 3 && src.ch[1] == src.ch[0] + 1 && src.ch[2] == src.ch[0] + 2) {
-      std::memcpy(dst + static_cast<size_t>(y) * ow * 3, src.ch[0] + first, static_cast<size_t>(ow) * 3);
+    if (!chw && src.step == 3 && next == 3 && src.ch[1] == src.ch[0] + 1 &&
+        src.ch[2] == src.ch[0] + 2) {
+      std::memcpy(dst + static_cast<size_t>(y) * ow * 3, src.ch[0] + first,
+                  static_cast<size_t>(ow) * 3);
       continue;  // packed RGB to [H, W, 3] as it is: whole rows
     }
     for (int c = 0; c < 3; ++c) {
-      uint8_t* out = chw ? dst + c * plane + static_cast<size_t>(y) * ow : dst + static_cast<size_t>(y) * ow * 3 + c;
+      uint8_t* out = chw ? dst + c * plane + static_cast<size_t>(y) * ow
+                         : dst + static_cast<size_t>(y) * ow * 3 + c;
       const uint8_t* in = src.ch[c] + first;
       if (ostep == 1 && next == 1) {
         std::memcpy(out, in, static_cast<size_t>(ow));
@@ -716,30 +727,42 @@ void convert(SwsContext*& sws, std::vector<uint8_t>& scratch, const AVFrame* f, 
   const size_t plane_bytes = stride * oh + 64;
   scratch.resize(planar ? 3 * plane_bytes : plane_bytes);
   uint8_t* base = scratch.data();
-  uint8_t* dst_planes[4] = {base, planar ? base + plane_bytes : nullptr, planar ? base + 2 * plane_bytes : nullptr,
-                            nullptr};
+  uint8_t* dst_planes[4] = {base, planar ? base + plane_bytes : nullptr,
+                            planar ? base + 2 * plane_bytes : nullptr, nullptr};
   int dst_stride[4] = {static_cast<int>(stride), planar ? static_cast<int>(stride) : 0,
                        planar ? static_cast<int>(stride) : 0, 0};
   const int rows = sws_scale(sws, src, src_stride, 0, ch, dst_planes, dst_stride);
-  if (rows != oh) throw DecodeFailure("video: conversion from " + std::string(desc->name) + " failed");
+  if (rows != oh)
+    throw DecodeFailure("video: conversion from " + std::string(desc->name) + " failed");
   // GBRP's planes are G, B, R.
-  const Pixels px = planar ? Pixels{{dst_planes[2], dst_planes[0], dst_planes[1]}, 1,
-                                    static_cast<ptrdiff_t>(stride), ow, oh}
-                           : Pixels{{base, base + 1, base + 2}, 3, static_cast<ptrdiff_t>(stride), ow, oh};
+  const Pixels px =
+      planar ? Pixels{{dst_planes[2], dst_planes[0], dst_planes[1]},
+                      1,
+                      static_cast<ptrdiff_t>(stride),
+                      ow,
+                      oh}
+             : Pixels{{base, base + 1, base + 2}, 3, static_cast<ptrdiff_t>(stride), ow, oh};
   place(px, rotation, out.flip, out.chw, dst);
 }
 
 }  // namespace
 
-size_t VideoDecoder::buffer_bytes() const { return s_->rgb.capacity(); }
+size_t VideoDecoder::buffer_bytes() const {
+  return s_->rgb.capacity();
+}
 
-const std::string& VideoDecoder::input_error() const { return s_->input.error; }
+const std::string& VideoDecoder::input_error() const {
+  return s_->input.error;
+}
 
-uint64_t VideoDecoder::bytes_read() const { return s_->input.fetched; }
+uint64_t VideoDecoder::bytes_read() const {
+  return s_->input.fetched;
+}
 
 void VideoDecoder::decode(const std::vector<Request>& requests) {
   State& s = *s_;
-  if (!s.fmt || s.keys.empty() || pts_.empty()) throw DecodeFailure("video: decode() without a successful open()");
+  if (!s.fmt || s.keys.empty() || pts_.empty())
+    throw DecodeFailure("video: decode() without a successful open()");
   if (requests.empty()) return;
   ffmpeg::LogCapture log;
   std::vector<int64_t> targets(requests.size());
@@ -756,14 +779,14 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   AVFrame* last = s.last.get();
   bool have_last = false;
   size_t cur = 0;
-  int64_t read_up_to = INT64_MIN;  // largest packet timestamp read since the last seek
+  int64_t read_up_to = INT64_MIN;   // largest packet timestamp read since the last seek
   int64_t key_reached = INT64_MIN;  // the keyframe sought last, or the latest one read
   // Note [leading pictures]: after a seek to keyframe K, frames timed before K belong to the
   // previous GOP; in an open GOP they reference pictures that were never decoded and fail.
   // They are never shown (every target is at or after K), so their errors are ignored and the
   // frames dropped; an error on any later frame still fails the clip.
-  int64_t sought = INT64_MIN;       // pts of the keyframe sought last
-  bool check_landing = false;       // the next packet tells where the seek landed
+  int64_t sought = INT64_MIN;  // pts of the keyframe sought last
+  bool check_landing = false;  // the next packet tells where the seek landed
   // Note [draining early]: a decoder that reorders frames holds each one back until it has
   // seen a few packets more (the P-frame after a run of B-frames), so decoding up to the last
   // target's output costs frames after it that are never shown. The index says which frames
@@ -776,17 +799,19 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   // decoded again from a seek, as without the drain.
   const int64_t last_target = sorted_targets.back();
   bool drain_early = !s.decoder_times;
-  size_t first_needed = 0;         // index position of the first frame in [sought, last_target]
-  std::vector<char> needed_sent;   // per frame of that range: a packet of it was sent
-  size_t sent = 0;                 // how many of them
+  size_t first_needed = 0;        // index position of the first frame in [sought, last_target]
+  std::vector<char> needed_sent;  // per frame of that range: a packet of it was sent
+  size_t sent = 0;                // how many of them
   // After a seek (or the rewind to the start): nothing decoded, nothing of the range sent.
   auto restart = [&](int64_t from) {
     avcodec_flush_buffers(ctx);
     have_last = false;
     read_up_to = INT64_MIN;
     sought = from;
-    first_needed = static_cast<size_t>(std::lower_bound(pts_.begin(), pts_.end(), from) - pts_.begin());
-    const size_t end = static_cast<size_t>(std::upper_bound(pts_.begin(), pts_.end(), last_target) - pts_.begin());
+    first_needed =
+        static_cast<size_t>(std::lower_bound(pts_.begin(), pts_.end(), from) - pts_.begin());
+    const size_t end =
+        static_cast<size_t>(std::upper_bound(pts_.begin(), pts_.end(), last_target) - pts_.begin());
     needed_sent.assign(end > first_needed ? end - first_needed : 0, 0);
     sent = 0;
   };
@@ -796,7 +821,8 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     auto it = std::lower_bound(pts_.begin(), pts_.end(), ts);
     if (it == pts_.end() || *it != ts) return;
     const size_t k = static_cast<size_t>(it - pts_.begin());
-    if (k < first_needed || k - first_needed >= needed_sent.size() || needed_sent[k - first_needed]) return;
+    if (k < first_needed || k - first_needed >= needed_sent.size() || needed_sent[k - first_needed])
+      return;
     needed_sent[k - first_needed] = 1;
     ++sent;
   };
@@ -869,9 +895,9 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     const Request& r = requests[order[cur]];
     const auto c0 = std::chrono::steady_clock::now();
     convert(s.sws, s.rgb, f, s.info.rotation, *r.out, r.dst);
-    convert_ns_ += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                             std::chrono::steady_clock::now() - c0)
-                                             .count());
+    convert_ns_ += static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c0)
+            .count());
     if (r.time) *r.time = f->best_effort_timestamp * tb;
     ++cur;
   };
@@ -963,8 +989,8 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     // stride-2 clip's frames, everything non-reference before the clip). Not when frame times
     // come from the decoder: packets then say too little about them.
     const bool shown = std::binary_search(sorted_targets.begin(), sorted_targets.end(), ts);
-    ctx->skip_frame = !s.decoder_times && ts != AV_NOPTS_VALUE && !shown ? AVDISCARD_NONREF
-                                                                       : AVDISCARD_DEFAULT;
+    ctx->skip_frame =
+        !s.decoder_times && ts != AV_NOPTS_VALUE && !shown ? AVDISCARD_NONREF : AVDISCARD_DEFAULT;
     ++work_.packets;
     count_sent(pkt, ts);
     rc = avcodec_send_packet(ctx, pkt);
@@ -982,7 +1008,8 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
       while (cur < order.size() && have_last) {
         const int64_t t = targets[order[cur]];
         auto at_or_before = std::upper_bound(pts_.begin(), pts_.end(), t);
-        if (at_or_before == pts_.begin() || *(at_or_before - 1) != last->best_effort_timestamp) break;
+        if (at_or_before == pts_.begin() || *(at_or_before - 1) != last->best_effort_timestamp)
+          break;
         emit(last);
       }
       if (cur < order.size()) {  // the packets disagreed with the index: undo, decode as without

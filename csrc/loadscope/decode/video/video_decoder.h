@@ -19,23 +19,23 @@ class LogCapture;
 }
 
 struct VideoInfo {
-  int stream = -1;              // index of the decoded stream in the container
-  int width = 0, height = 0;    // upright (after rotation) frame size
-  int rotation = 0;             // clockwise degrees applied to stored frames: 0, 90, 180, 270
-  double time_base = 0;         // seconds per pts tick
-  double duration = -1;         // seconds: the stream's, else the container's, else the index's
-  double fps = 0;               // average frame rate (container's, else frames / duration)
-  int64_t header_frames = -1;   // frame count the container states, -1 if none
-  std::string codec;            // e.g. "h264"
+  int stream = -1;             // index of the decoded stream in the container
+  int width = 0, height = 0;   // upright (after rotation) frame size
+  int rotation = 0;            // clockwise degrees applied to stored frames: 0, 90, 180, 270
+  double time_base = 0;        // seconds per pts tick
+  double duration = -1;        // seconds: the stream's, else the container's, else the index's
+  double fps = 0;              // average frame rate (container's, else frames / duration)
+  int64_t header_frames = -1;  // frame count the container states, -1 if none
+  std::string codec;           // e.g. "h264"
 };
 
 // How decoded frames become output: a crop of the upright frame resized to out_w x out_h.
 struct FrameOutput {
   double x0 = 0, y0 = 0, x1 = 0, y1 = 0;  // crop box, upright coordinates
   int out_w = 0, out_h = 0;
-  bool chw = true;                        // [3, H, W] planes, else [H, W, 3]
-  bool flip = false;                      // mirror left-right (after rotation)
-  bool color_tags = true;                 // honour the stream's colour matrix and range tags
+  bool chw = true;         // [3, H, W] planes, else [H, W, 3]
+  bool flip = false;       // mirror left-right (after rotation)
+  bool color_tags = true;  // honour the stream's colour matrix and range tags
 };
 
 class VideoDecoder {
@@ -86,7 +86,7 @@ class VideoDecoder {
   uint64_t bytes_read() const;
   // What decode() calls did since open().
   struct Work {
-    uint64_t packets = 0;         // packets of the stream read (skipped non-reference ones included)
+    uint64_t packets = 0;  // packets of the stream read (skipped non-reference ones included)
     uint64_t frames_decoded = 0;  // frames the decoder produced
     uint64_t seeks = 0;
   };
