@@ -362,3 +362,17 @@ TEST_CASE("epoch geometry: equal batch counts per rank, padding as DistributedSa
   CHECK(stream.batches() == -1);
   CHECK(stream.size(1000) == 4);
 }
+
+TEST_CASE("a read or decode Failure is an Error, and names its sample as a SampleError",
+          "[engine]") {
+  try {
+    throw DecodeFailure("bad huffman table");
+  } catch (const Error& e) {  // one hierarchy: a catch of Error sees it
+    const auto& f = dynamic_cast<const Failure&>(e);
+    const SampleError named = f.named("a/b.jpg");
+    CHECK(named.key() == "a/b.jpg");
+    CHECK(named.reason() == "bad huffman table");
+    CHECK(named.kind() == FailureKind::kDecode);
+  }
+  CHECK(ReadFailure("EIO").named("x").kind() == FailureKind::kRead);
+}

@@ -5,8 +5,10 @@
 //   Error                  anything loadscope reports
 //   ├── ConfigError        bad arguments or data layout, raised before any thread starts
 //   ├── SampleError        one sample (or a shard) could not be used; carries its key
-//   └── BudgetError        under on_error="skip", more samples failed than the budget allows
-
+//   ├── BudgetError        under on_error="skip", more samples failed than the budget allows
+//   └── Failure            a read or decode by code that does not know the sample's key;
+//       ├── ReadFailure    whoever knows the key rethrows it as the SampleError naming it
+//       └── DecodeFailure  (`named`), so Python sees ReadError / DecodeError with the key
 #include <stdexcept>
 #include <string>
 
@@ -50,16 +52,27 @@ class BudgetError : public Error {
   using Error::Error;
 };
 
-// Thrown by decoders and readers that do not know the sample's key; the pipeline catches it
-// and rethrows a SampleError naming the sample.
-class DecodeFailure : public std::runtime_error {
+// Thrown by decoders and readers that do not know the sample's key; the pipeline (or the
+// binding) catches it and rethrows the SampleError naming the sample.
+class Failure : public Error {
  public:
-  using std::runtime_error::runtime_error;
+  Failure(const std::string& what, FailureKind kind) : Error(what), kind_(kind) {}
+  FailureKind kind() const { return kind_; }
+  // The same failure, of the sample `key`.
+  SampleError named(std::string key) const { return SampleError(std::move(key), what(), kind_); }
+
+ private:
+  FailureKind kind_;
 };
 
-class ReadFailure : public std::runtime_error {
+class DecodeFailure : public Failure {
  public:
-  using std::runtime_error::runtime_error;
+  explicit DecodeFailure(const std::string& what) : Failure(what, FailureKind::kDecode) {}
+};
+
+class ReadFailure : public Failure {
+ public:
+  explicit ReadFailure(const std::string& what) : Failure(what, FailureKind::kRead) {}
 };
 
 }  // namespace loadscope

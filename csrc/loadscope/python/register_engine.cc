@@ -1,0 +1,183 @@
+// The engine: a pipeline (source, fields, telemetry), its epochs and their batches.
+#include "loadscope/python/binding.h"
+
+#include <chrono>
+#include "loadscope/core/engine.h"
+#include "loadscope/pipeline/fields.h"
+
+namespace loadscope::binding {
+
+namespace {
+
+// One loader configuration: a source, what to make of each sample, and its telemetry.
+struct Pipeline {
+  std::shared_ptr<Source> source;
+  std::shared_ptr<pipeline::FieldProcessor> processor;
+  std::shared_ptr<telemetry::Telemetry> telemetry;
+};
+
+}  // namespace
+
+void register_engine(py::module_& m) {
+  py::class_<BlockView>(m, "BlockView", py::buffer_protocol())
+      .def_buffer([](BlockView& v) {
+        return py::buffer_info(v.data, 1, py::format_descriptor<uint8_t>::format(), 1,
+                               {static_cast<py::ssize_t>(v.bytes)}, {1});
+      })
+      .def_property_readonly("nbytes", [](const BlockView& v) { return v.bytes; });
+
+  m.def(
+      "_forked_during_epoch", [](bool value) { forked_during_epoch().store(value); },
+      py::arg("value") = true,
+      "Marks this process as forked while an epoch ran: samples run on the planner thread.");
+  m.def("_is_forked_during_epoch", [] { return forked_during_epoch().load(); });
+
+  m.def(
+      "epoch_geometry",
+      [](int64_t n, int64_t batch, int64_t row, bool drop_last) {
+        EpochGeometry g(n, batch, row, drop_last);
+        return py::make_tuple(g.batches(), g.length(), g.padding());
+      },
+      py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"),
+      "(batches of all ranks, samples drawn, padded samples) of an epoch of n samples (see "
+      "EpochGeometry).");
+
+  py::class_<Batch>(m, "Batch")
+      .def_readonly("index", &Batch::index)
+      .def_readonly("size", &Batch::size)
+      .def_property_readonly("keys", [](const Batch& b) { return fs_list(b.keys); })
+      .def_readonly("positions", &Batch::positions)
+      .def_property_readonly("skipped", [](const Batch& b) { return notes_to_list(b.skipped); })
+      .def_property_readonly("warnings", [](const Batch& b) { return notes_to_list(b.warnings); })
+      .def("fixed",
+           [](const Batch& b, size_t slot) {
+             if (slot >= b.layout->fixed.size()) throw py::index_error("no such fixed field");
+             return BlockView{b.block, b.fixed_data(slot),
+                              b.layout->fixed[slot].bytes_per_sample * b.size};
+           })
+      .def(
+          "strings",
+          [](const Batch& b, size_t slot, bool as_bytes) {
+            if (slot >= b.strings.size()) throw py::index_error("no such string field");
+            py::list out;
+            for (const auto& s : b.strings[slot]) {
+              if (as_bytes) {
+                out.append(py::bytes(s));
+              } else {
+                out.append(py::str(s));  // validated UTF-8 by the engine
+              }
+            }
+            return out;
+          },
+          py::arg("slot"), py::arg("as_bytes"));
+
+  py::class_<EpochRun, std::shared_ptr<EpochRun>>(m, "EpochRun")
+      .def(
+          "next",
+          [](EpochRun& run, int timeout_ms) -> py::object {
+            std::unique_ptr<Batch> batch;
+            EpochRun::Status status;
+            {
+              py::gil_scoped_release release;
+              status = run.next(batch, std::chrono::milliseconds(timeout_ms));
+            }
+            if (status == EpochRun::Status::kTimeout) return py::str("timeout");
+            if (status == EpochRun::Status::kEnd) return py::none();
+            return py::cast(std::move(batch));
+          },
+          py::arg("timeout_ms"))
+      .def("stop", &EpochRun::stop, py::call_guard<py::gil_scoped_release>())
+      .def("stats", [](const EpochRun& run) {
+        EpochStats s = run.stats();
+        py::dict d;
+        d["batches"] = s.batches;
+        d["samples"] = s.samples;
+        d["failures"] = s.failures;
+        d["warnings"] = s.warnings;
+        d["bytes_read"] = s.bytes_read;
+        d["process_seconds"] = s.process_seconds;
+        d["skipped"] = notes_to_list(s.skipped);
+        d["warning_notes"] = notes_to_list(s.warning_notes);
+        return d;
+      });
+
+  py::class_<Pipeline>(m, "Pipeline")
+      .def(py::init([](std::shared_ptr<Source> source, std::vector<pipeline::FieldSpec> fields,
+                       bool telemetry) {
+             return Pipeline{std::move(source),
+                             std::make_shared<pipeline::FieldProcessor>(std::move(fields)),
+                             std::make_shared<telemetry::Telemetry>(telemetry)};
+           }),
+           py::arg("source"), py::arg("fields"), py::arg("telemetry") = true)
+      .def(
+          "telemetry_snapshot",
+          [](const Pipeline& p, bool depth) { return snapshot_dict(p.telemetry->snapshot(depth)); },
+          py::arg("depth") = false)
+      .def("take_trace_depth",
+           [](Pipeline& p) {
+             py::list out;
+             for (const auto& row : p.telemetry->take_trace_depth())
+               out.append(py::make_tuple(row[0], row[1], row[2]));
+             return out;
+           })
+      .def("telemetry_created_ns", [](const Pipeline& p) { return p.telemetry->created_ns(); })
+      .def(
+          "set_tracing",
+          [](Pipeline& p, bool on, size_t max_spans) { p.telemetry->set_tracing(on, max_spans); },
+          py::arg("on"), py::arg("max_spans") = 500000)
+      .def("take_spans",
+           [](Pipeline& p) {
+             py::list out;
+             for (auto& [role, spans] : p.telemetry->take_spans()) {
+               py::list items;
+               for (const auto& sp : spans)
+                 items.append(py::make_tuple(sp.name, sp.start_ns, sp.dur_ns, sp.arg));
+               out.append(py::make_tuple(role, items));
+             }
+             return out;
+           })
+      .def("slots",
+           [](const Pipeline& p, size_t i) {
+             const auto& sl = p.processor->slots(i);
+             return py::make_tuple(sl.fixed, sl.strings);
+           })
+      .def(
+          "start",
+          [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,
+             const std::string& on_error, int64_t max_errors, double max_error_rate, uint64_t seed,
+             int64_t epoch, bool shuffle, int64_t batch_offset, int64_t batch_stride, int64_t row,
+             int64_t start_batch, uintptr_t pin, uintptr_t unpin) {
+            EngineOptions o;
+            o.threads = threads;
+            o.batch_size = batch_size;
+            o.prefetch = prefetch;
+            o.drop_last = drop_last;
+            if (on_error == "raise") {
+              o.on_error = ErrorPolicy::kRaise;
+            } else if (on_error == "skip") {
+              o.on_error = ErrorPolicy::kSkip;
+            } else {
+              throw ConfigError("on_error must be 'raise' or 'skip'");
+            }
+            o.max_errors = max_errors;
+            o.max_error_rate = max_error_rate;
+            o.order = EpochOrder{seed, epoch, shuffle};
+            o.batch_offset = batch_offset;
+            o.batch_stride = batch_stride;
+            o.row = row;
+            o.start_batch = start_batch;
+            EpochGeometry(p.source->size(), batch_size, row, drop_last);  // fails early, here
+            // Addresses of cudaHostRegister / cudaHostUnregister, found by Python (or 0).
+            o.pin.pin = reinterpret_cast<int (*)(void*, size_t, unsigned)>(pin);
+            o.pin.unpin = reinterpret_cast<int (*)(void*)>(unpin);
+            auto run = std::make_shared<EpochRun>(p.source, p.processor, o, p.telemetry);
+            run->start();
+            return run;
+          },
+          py::arg("threads"), py::arg("batch_size"), py::arg("prefetch"), py::arg("drop_last"),
+          py::arg("on_error"), py::arg("max_errors"), py::arg("max_error_rate"), py::arg("seed"),
+          py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"),
+          py::arg("row") = 1, py::arg("start_batch") = 0, py::arg("pin") = 0, py::arg("unpin") = 0);
+}
+
+}  // namespace loadscope::binding

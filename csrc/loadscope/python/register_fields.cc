@@ -1,0 +1,240 @@
+// Field declarations (Image, VideoClip, Int, Text, Json, Bytes) and one-image decodes for tests.
+#include "loadscope/python/binding.h"
+
+#include "loadscope/augment/color.h"
+#include "loadscope/augment/randaugment.h"
+#include "loadscope/core/rng.h"
+#include "loadscope/pipeline/fields.h"
+
+namespace loadscope::binding {
+
+namespace {
+
+pipeline::FieldKind parse_kind(const std::string& kind) {
+  if (kind == "int") return pipeline::FieldKind::kInt;
+  if (kind == "text") return pipeline::FieldKind::kText;
+  if (kind == "json") return pipeline::FieldKind::kJson;
+  if (kind == "bytes") return pipeline::FieldKind::kBytes;
+  throw ConfigError("unknown field kind '" + kind + "' (allowed: int, text, json, bytes)");
+}
+
+pipeline::CropMode parse_crop(const std::string& crop) {
+  if (crop == "random_resized") return pipeline::CropMode::kRandomResized;
+  if (crop == "center") return pipeline::CropMode::kCenter;
+  if (crop == "resize") return pipeline::CropMode::kResize;
+  throw ConfigError("unknown crop '" + crop + "' (allowed: random_resized, center, resize)");
+}
+
+augment::PixelType pixel_type(const std::string& dtype) {
+  if (dtype == "uint8") return augment::PixelType::kUint8;
+  if (dtype == "float32") return augment::PixelType::kFloat32;
+  if (dtype == "float16") return augment::PixelType::kFloat16;
+  if (dtype == "bfloat16") return augment::PixelType::kBFloat16;
+  throw ConfigError("unknown dtype '" + dtype + "' (allowed: uint8, float32, float16, bfloat16)");
+}
+
+// The frame geometry images and video clips share.
+pipeline::ImageSpec geometry(int height, int width, const std::string& crop,
+                             std::pair<double, double> scale, std::pair<double, double> ratio,
+                             int resize, double flip, bool channels_last, int64_t max_pixels) {
+  pipeline::ImageSpec s;
+  s.height = height;
+  s.width = width;
+  s.crop = parse_crop(crop);
+  s.scale_min = scale.first;
+  s.scale_max = scale.second;
+  s.ratio_min = ratio.first;
+  s.ratio_max = ratio.second;
+  s.resize = resize;
+  s.flip = flip;
+  s.channels_last = channels_last;
+  s.max_pixels = max_pixels;
+  return s;
+}
+
+}  // namespace
+
+void register_fields(py::module_& m) {
+  py::class_<pipeline::FieldSpec>(m, "FieldSpec")
+      .def_readonly("name", &pipeline::FieldSpec::name)
+      .def_readonly("keys", &pipeline::FieldSpec::keys);
+
+  m.def(
+      "image_field",
+      [](std::string name, std::vector<std::string> keys, int height, int width,
+         const std::string& crop, std::pair<double, double> scale, std::pair<double, double> ratio,
+         int resize, double flip, bool channels_last, bool exif, bool dct_scaling,
+         int64_t max_pixels, bool optional, const std::string& dtype, std::array<double, 3> mean,
+         std::array<double, 3> std, double color_p, std::array<double, 8> color_ranges,
+         double grayscale, double erase_p, std::array<double, 4> erase_geometry,
+         std::array<double, 3> erase_value, std::array<int, 3> randaugment) {
+        pipeline::FieldSpec f;
+        f.name = std::move(name);
+        f.keys = std::move(keys);
+        f.kind = pipeline::FieldKind::kImage;
+        f.image =
+            geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
+        f.image.exif = exif;
+        f.image.dct_scaling = dct_scaling;
+        f.image.dtype = pixel_type(dtype);
+        f.image.mean = mean;
+        f.image.std = std;
+        f.image.color.p = color_p;
+        for (int k = 0; k < 4; ++k) {
+          f.image.color.lo[k] = color_ranges[2 * k];
+          f.image.color.hi[k] = color_ranges[2 * k + 1];
+        }
+        f.image.grayscale = grayscale;
+        f.image.erase.p = erase_p;
+        f.image.erase.scale_min = erase_geometry[0];
+        f.image.erase.scale_max = erase_geometry[1];
+        f.image.erase.ratio_min = erase_geometry[2];
+        f.image.erase.ratio_max = erase_geometry[3];
+        f.image.erase.value = erase_value;
+        f.image.randaugment.num_ops = randaugment[0];
+        f.image.randaugment.magnitude = randaugment[1];
+        f.image.randaugment.bins = randaugment[2];
+        f.optional = optional;
+        pipeline::validate({f});
+        return f;
+      },
+      py::arg("name"), py::arg("keys"), py::arg("height"), py::arg("width"), py::arg("crop"),
+      py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
+      py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"),
+      py::arg("optional"), py::arg("dtype") = "uint8",
+      py::arg("mean") = std::array<double, 3>{0, 0, 0},
+      py::arg("std") = std::array<double, 3>{1, 1, 1}, py::arg("color_p") = 0.0,
+      py::arg("color_ranges") = std::array<double, 8>{1, 1, 1, 1, 1, 1, 0, 0},
+      py::arg("grayscale") = 0.0, py::arg("erase_p") = 0.0,
+      py::arg("erase_geometry") = std::array<double, 4>{0.02, 0.33, 0.3, 3.3},
+      py::arg("erase_value") = std::array<double, 3>{0, 0, 0},
+      py::arg("randaugment") = std::array<int, 3>{0, 9, 31});
+
+  // The colour ops on one uint8 image, [3, H, W] or [H, W, 3] (contiguous), in place: for
+  // parity tests against torchvision's functional ops. ops: (name, factor) pairs in order,
+  // names brightness, contrast, saturation, hue, grayscale.
+  m.def("_randaugment_magnitude", [](int op, int magnitude, int bins, int height, int width) {
+    return augment::magnitude_of(static_cast<augment::RandOp>(op), magnitude, bins, height, width);
+  });
+  m.def("_color_ops",
+        [](py::buffer image, bool chw, std::vector<std::pair<std::string, double>> ops) {
+          py::buffer_info info = image.request(true);
+          if (info.itemsize != 1 || info.ndim != 3)
+            throw ConfigError("_color_ops: a uint8 [3, H, W] or [H, W, 3] buffer");
+          const size_t pixels = static_cast<size_t>(info.size / 3);
+          const auto rgb = augment::RgbView::of(static_cast<uint8_t*>(info.ptr), pixels, chw);
+          for (const auto& [name, factor] : ops) {
+            if (name == "brightness")
+              augment::adjust_brightness(rgb, factor);
+            else if (name == "contrast")
+              augment::adjust_contrast(rgb, factor);
+            else if (name == "saturation")
+              augment::adjust_saturation(rgb, factor);
+            else if (name == "hue")
+              augment::adjust_hue(rgb, factor);
+            else if (name == "grayscale")
+              augment::to_grayscale(rgb);
+            else if (name.rfind("ra:", 0) == 0) {  // a RandAugment op by index, with its magnitude
+              static std::vector<uint8_t> scratch;
+              const int h = chw ? static_cast<int>(info.shape[1]) : static_cast<int>(info.shape[0]);
+              const int w = chw ? static_cast<int>(info.shape[2]) : static_cast<int>(info.shape[1]);
+              augment::apply_op(static_cast<uint8_t*>(info.ptr), h, w, chw,
+                                {static_cast<augment::RandOp>(std::stoi(name.substr(3))), factor},
+                                scratch);
+            } else
+              throw ConfigError("_color_ops: unknown op '" + name + "'");
+          }
+        });
+
+  m.def(
+      "video_field",
+      [](std::string name, std::vector<std::string> keys, int frames, int stride, double fps,
+         const std::string& position, int clips, const std::string& short_video, int height,
+         int width, const std::string& crop, std::pair<double, double> scale,
+         std::pair<double, double> ratio, int resize, double flip, bool channels_last, int stream,
+         int decoder_threads, bool rotate, bool color_tags, bool optional, int64_t max_pixels,
+         std::string start) {
+        pipeline::FieldSpec f;
+        f.name = std::move(name);
+        f.keys = std::move(keys);
+        f.kind = pipeline::FieldKind::kVideo;
+        f.optional = optional;
+        auto& c = f.video.clip;
+        c.frames = frames;
+        c.stride = stride;
+        c.fps = fps;
+        if (position == "random") {
+          c.position = pipeline::ClipPosition::kRandom;
+        } else if (position == "uniform") {
+          c.position = pipeline::ClipPosition::kUniform;
+        } else if (position == "center") {
+          c.position = pipeline::ClipPosition::kCenter;
+        } else {
+          throw ConfigError("unknown clip position '" + position +
+                            "' (allowed: random, uniform, center)");
+        }
+        c.clips = clips;
+        if (short_video == "pad") {
+          c.short_video = pipeline::ShortVideo::kPad;
+        } else if (short_video == "fail") {
+          c.short_video = pipeline::ShortVideo::kFail;
+        } else {
+          throw ConfigError("unknown short-video policy '" + short_video +
+                            "' (allowed: pad, fail)");
+        }
+        f.video.stream = stream;
+        f.video.decoder_threads = decoder_threads;
+        f.video.rotate = rotate;
+        f.video.color_tags = color_tags;
+        f.video.start_key = std::move(start);
+        f.image =
+            geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
+        f.image.dct_scaling = false;
+        pipeline::validate({f});
+        return f;
+      },
+      py::arg("name"), py::arg("keys"), py::arg("frames"), py::arg("stride"), py::arg("fps"),
+      py::arg("position"), py::arg("clips"), py::arg("short"), py::arg("height"), py::arg("width"),
+      py::arg("crop"), py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
+      py::arg("channels_last"), py::arg("stream"), py::arg("decoder_threads"), py::arg("rotate"),
+      py::arg("color_tags"), py::arg("optional"), py::arg("max_pixels") = 178956970,
+      py::arg("start") = "");
+
+  m.def(
+      "plain_field",
+      [](std::string name, std::vector<std::string> keys, const std::string& kind, bool optional) {
+        pipeline::FieldSpec f;
+        f.name = std::move(name);
+        f.keys = std::move(keys);
+        f.kind = parse_kind(kind);
+        f.optional = optional;
+        return f;
+      },
+      py::arg("name"), py::arg("keys"), py::arg("kind"), py::arg("optional") = false);
+
+  m.def(
+      "decode_image",
+      [](const py::bytes& data, const pipeline::FieldSpec& field, uint64_t seed, int64_t epoch,
+         int64_t position) {
+        // One image through the same path as the loader (tests, debugging).
+        std::string bytes = data;
+        const auto& spec = field.image;
+        std::string out(static_cast<size_t>(spec.height) * spec.width * 3, '\0');
+        std::string warning;
+        {
+          py::gil_scoped_release release;
+          Rng rng(seed, static_cast<uint64_t>(epoch), RngStream::kAugment,
+                  static_cast<uint64_t>(position));
+          warning = naming("<bytes>", [&] {
+            return pipeline::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                          bytes.size(), spec, rng,
+                                          reinterpret_cast<uint8_t*>(out.data()));
+          });
+        }
+        return py::make_tuple(py::bytes(out), warning);
+      },
+      py::arg("data"), py::arg("field"), py::arg("seed") = 0, py::arg("epoch") = 0,
+      py::arg("position") = 0);
+}
+
+}  // namespace loadscope::binding
