@@ -2,10 +2,7 @@
 
 #include <turbojpeg.h>
 
-extern "C" {
-#include <libavcodec/avcodec.h>
-#include <libavformat/avformat.h>
-}
+#include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 
 #include <atomic>
 #include <chrono>
@@ -68,19 +65,25 @@ struct ClipWork {
 
 bool decode_clip(const std::string& path, double start, int frames, int stride, int threads,
                  bool least, ClipWork& work) {
-  AVFormatContext* fmt = nullptr;
-  if (avformat_open_input(&fmt, path.c_str(), nullptr, nullptr) < 0) return false;
+  AVFormatContext* opened = nullptr;
+  if (avformat_open_input(&opened, path.c_str(), nullptr, nullptr) < 0) return false;
+  const decode::ffmpeg::FormatInputPtr input(opened);
+  AVFormatContext* fmt = input.get();
   bool ok = false;
-  AVCodecContext* ctx = nullptr;
-  AVPacket* pkt = av_packet_alloc();
-  AVFrame* frame = av_frame_alloc();
+  decode::ffmpeg::CodecContextPtr context;
+  const decode::ffmpeg::PacketPtr packet(av_packet_alloc());
+  const decode::ffmpeg::FramePtr frame_owner(av_frame_alloc());
+  AVPacket* pkt = packet.get();
+  AVFrame* frame = frame_owner.get();
+  if (pkt == nullptr || frame == nullptr) return false;
   const AVCodec* codec = nullptr;
   int idx;
   if (avformat_find_stream_info(fmt, nullptr) >= 0 &&
       (idx = av_find_best_stream(fmt, AVMEDIA_TYPE_VIDEO, -1, -1, &codec, 0)) >= 0) {
     AVStream* st = fmt->streams[idx];
-    ctx = avcodec_alloc_context3(codec);
-    avcodec_parameters_to_context(ctx, st->codecpar);
+    context.reset(avcodec_alloc_context3(codec));
+    AVCodecContext* ctx = context.get();
+    if (ctx == nullptr || avcodec_parameters_to_context(ctx, st->codecpar) < 0) return false;
     ctx->thread_count = threads;
     const double fps = av_q2d(st->avg_frame_rate);
     const double tb = av_q2d(st->time_base);
@@ -126,10 +129,6 @@ bool decode_clip(const std::string& path, double start, int frames, int stride, 
       ok = work.decoded > 0;
     }
   }
-  av_frame_free(&frame);
-  av_packet_free(&pkt);
-  avcodec_free_context(&ctx);
-  avformat_close_input(&fmt);
   return ok;
 }
 

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "loadscope/core/error.h"
 #include "loadscope/core/batch.h"
+#include "loadscope/core/error.h"
 #include "loadscope/telemetry/telemetry.h"
 
 namespace loadscope::binding {

@@ -1,4 +1,5 @@
-// Object storage and HTTP (io/remote.h) and the node-local cache (io/cache.h). A failure is a ReadError naming the URL, redacted.
+// Object storage and HTTP (io/remote.h) and the node-local cache (io/cache.h). A failure is a
+// ReadError naming the URL, redacted.
 #include "loadscope/python/binding.h"
 
 #include "loadscope/io/cache.h"

@@ -1,4 +1,5 @@
-// Sample lists: in-memory lists, folders and manifests as tables, tar shards and their indexes, mixes.
+// Sample lists: in-memory lists, folders and manifests as tables, tar shards and their indexes,
+// mixes.
 #include "loadscope/python/binding.h"
 
 #include "loadscope/core/engine.h"

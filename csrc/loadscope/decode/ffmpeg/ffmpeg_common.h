@@ -8,6 +8,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavformat/avio.h>
 #include <libavutil/frame.h>
 #include <libswscale/swscale.h>
 }
@@ -26,7 +27,21 @@ struct PacketDeleter {
 struct SwsDeleter {
   void operator()(SwsContext* p) const { sws_freeContext(p); }
 };
+// An opened input (avformat_open_input); with AVFMT_FLAG_CUSTOM_IO its AVIOContext is the
+// caller's, released separately (AvioPtr) and after it.
+struct FormatInputDeleter {
+  void operator()(AVFormatContext* p) const { avformat_close_input(&p); }
+};
+// A custom AVIOContext with its buffer, which FFmpeg may have reallocated meanwhile.
+struct AvioDeleter {
+  void operator()(AVIOContext* p) const {
+    av_freep(&p->buffer);
+    avio_context_free(&p);
+  }
+};
 using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextDeleter>;
+using FormatInputPtr = std::unique_ptr<AVFormatContext, FormatInputDeleter>;
+using AvioPtr = std::unique_ptr<AVIOContext, AvioDeleter>;
 using SwsPtr = std::unique_ptr<SwsContext, SwsDeleter>;
 using FramePtr = std::unique_ptr<AVFrame, FrameDeleter>;
 using PacketPtr = std::unique_ptr<AVPacket, PacketDeleter>;

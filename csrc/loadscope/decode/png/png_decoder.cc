@@ -21,9 +21,7 @@ PngDecoder::PngDecoder() {
   if (!packet_ || !frame_) throw std::bad_alloc();
 }
 
-PngDecoder::~PngDecoder() {
-  sws_freeContext(sws_);
-}
+PngDecoder::~PngDecoder() = default;
 
 RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
   ffmpeg::LogCapture log;
@@ -100,15 +98,20 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
       }
       default: {
         // Anything else (1-bit monochrome, ...): let swscale convert the whole frame.
-        sws_ = sws_getCachedContext(sws_, w, h, fmt, w, h, AV_PIX_FMT_RGB24, SWS_POINT, nullptr,
-                                    nullptr, nullptr);
+        // sws_getCachedContext frees the context it is given when it makes another.
+        sws_.reset(sws_getCachedContext(sws_.release(), w, h, fmt, w, h, AV_PIX_FMT_RGB24,
+                                        SWS_POINT, nullptr, nullptr, nullptr));
         if (sws_ == nullptr) {
           const char* name = av_get_pix_fmt_name(fmt);
           throw DecodeFailure(std::string("PNG: unsupported pixel format ") + (name ? name : "?"));
         }
         uint8_t* dst[4] = {pixels_.data(), nullptr, nullptr, nullptr};
         int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};
-        sws_scale(sws_, f.data, f.linesize, 0, h, dst, dst_stride);
+        if (sws_scale(sws_.get(), f.data, f.linesize, 0, h, dst, dst_stride) != h) {
+          const char* name = av_get_pix_fmt_name(fmt);
+          throw DecodeFailure(std::string("PNG: conversion from ") + (name ? name : "?") +
+                              " failed");
+        }
         y = h;  // whole frame done
         break;
       }

@@ -35,7 +35,7 @@ class PngDecoder {
   ffmpeg::FramePtr frame_;
   std::vector<uint8_t> input_;  // padded copy of the input, as libavcodec requires
   std::vector<uint8_t> pixels_;
-  SwsContext* sws_ = nullptr;  // only for uncommon pixel formats (e.g. 1-bit)
+  ffmpeg::SwsPtr sws_;  // only for uncommon pixel formats (e.g. 1-bit)
 };
 
 }  // namespace loadscope::decode

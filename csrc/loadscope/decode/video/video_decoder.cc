@@ -196,8 +196,9 @@ class IndexCache {
 }  // namespace
 
 struct VideoDecoder::State {
-  AVFormatContext* fmt = nullptr;
-  AVIOContext* avio = nullptr;
+  // Declared in this order so that the input is closed before its AVIOContext goes.
+  ffmpeg::AvioPtr avio;
+  ffmpeg::FormatInputPtr fmt;
   Input input;
   ffmpeg::CodecContextPtr codec;
   AVStream* stream = nullptr;
@@ -210,20 +211,14 @@ struct VideoDecoder::State {
   ffmpeg::PacketPtr packet{av_packet_alloc()};
   ffmpeg::FramePtr frame{av_frame_alloc()};
   ffmpeg::FramePtr last{av_frame_alloc()};
-  SwsContext* sws = nullptr;  // reused while the conversion does not change
-  std::vector<uint8_t> rgb;   // converted pixels before they are placed; see convert()
+  ffmpeg::SwsPtr sws;        // reused while the conversion does not change
+  std::vector<uint8_t> rgb;  // converted pixels before they are placed; see convert()
 
-  ~State() {
-    close();
-    sws_freeContext(sws);
-  }
+  ~State() { close(); }
   void close() {
     codec.reset();
-    if (fmt) avformat_close_input(&fmt);
-    if (avio) {
-      av_freep(&avio->buffer);
-      avio_context_free(&avio);
-    }
+    fmt.reset();
+    avio.reset();
     stream = nullptr;
     keys.clear();
     input = Input{};
@@ -294,24 +289,26 @@ const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rot
   constexpr int kBuffer = 1 << 16;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
   if (buffer == nullptr) throw std::bad_alloc();
-  s_->avio = avio_alloc_context(buffer, kBuffer, 0, &s_->input, &input_read, nullptr, &input_seek);
-  if (s_->avio == nullptr) {
+  AVIOContext* avio =
+      avio_alloc_context(buffer, kBuffer, 0, &s_->input, &input_read, nullptr, &input_seek);
+  if (avio == nullptr) {
     av_free(buffer);
     throw std::bad_alloc();
   }
-  s_->fmt = avformat_alloc_context();
-  if (s_->fmt == nullptr) throw std::bad_alloc();
-  s_->fmt->pb = s_->avio;
-  s_->fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
+  s_->avio.reset(avio);
+  AVFormatContext* fmt = avformat_alloc_context();
+  if (fmt == nullptr) throw std::bad_alloc();
+  fmt->pb = avio;
+  fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
   AVDictionary* opts = open_options();
-  int rc = avformat_open_input(&s_->fmt, url, nullptr, &opts);
+  const int rc = avformat_open_input(&fmt, url, nullptr, &opts);  // frees fmt when it fails
   av_dict_free(&opts);
   if (rc < 0) {
-    s_->fmt = nullptr;  // freed by avformat_open_input on failure
     if (!s_->input.error.empty()) throw ReadFailure(s_->input.error);
     throw DecodeFailure(with_log(
         "video: cannot open (not a video container loadscope reads?): " + error_string(rc), log));
   }
+  s_->fmt.reset(fmt);
   s_->mov = std::strstr(s_->fmt->iformat->name, "mov") != nullptr;
   open_common(stream, rotate, threads);
   return s_->info;
@@ -334,11 +331,11 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
       complete = par->codec_id != AV_CODEC_ID_NONE && par->width > 0 && par->height > 0;
     }
   }
-  int rc = complete ? 0 : avformat_find_stream_info(s.fmt, nullptr);
+  int rc = complete ? 0 : avformat_find_stream_info(s.fmt.get(), nullptr);
   if (rc < 0)
     throw DecodeFailure(with_log("video: cannot read stream info: " + error_string(rc), log));
   const AVCodec* codec = nullptr;
-  rc = av_find_best_stream(s.fmt, AVMEDIA_TYPE_VIDEO, stream, -1, &codec, 0);
+  rc = av_find_best_stream(s.fmt.get(), AVMEDIA_TYPE_VIDEO, stream, -1, &codec, 0);
   if (rc < 0) {
     throw DecodeFailure(
         stream >= 0 ? "video: stream " + std::to_string(stream) + " is not a decodable video stream"
@@ -497,10 +494,10 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
       pb->pos = static_cast<int64_t>(in.pos);
       pb->eof_reached = 0;
     }
-  } skipping{s.input, s.fmt->pb, s.fmt};
+  } skipping{s.input, s.fmt->pb, s.fmt.get()};
   if (index_from_tables(s.mov, s.stream)) skipping.begin();
   while (true) {
-    rc = av_read_frame(s.fmt, pkt);
+    rc = av_read_frame(s.fmt.get(), pkt);
     if (rc == AVERROR_EOF) break;
     if (rc < 0)
       throw DecodeFailure(with_log("video: cannot read packets: " + error_string(rc), log));
@@ -549,7 +546,7 @@ void VideoDecoder::index_by_decoding() {
   State& s = *s_;
   ffmpeg::LogCapture log;
   const Key& first = s.keys.front();
-  int rc = av_seek_frame(s.fmt, s.stream->index,
+  int rc = av_seek_frame(s.fmt.get(), s.stream->index,
                          first.dts != AV_NOPTS_VALUE ? std::min(first.dts, first.pts) : first.pts,
                          AVSEEK_FLAG_BACKWARD);
   if (rc < 0) throw DecodeFailure("video: cannot seek to the start: " + error_string(rc));
@@ -564,7 +561,7 @@ void VideoDecoder::index_by_decoding() {
       av_frame_unref(frame);
     }
   };
-  while (av_read_frame(s.fmt, pkt) >= 0) {
+  while (av_read_frame(s.fmt.get(), pkt) >= 0) {
     if (pkt->stream_index == s.stream->index) {
       rc = avcodec_send_packet(s.codec.get(), pkt);
       if (rc < 0 && rc != AVERROR(EAGAIN)) {
@@ -649,7 +646,7 @@ void place(const Pixels& src, int rotation, bool flip, bool chw, uint8_t* dst) {
 }
 
 // Converts the crop of `f` into dst; see FrameOutput. Only frames that are output get here.
-void convert(SwsContext*& sws, std::vector<uint8_t>& scratch, const AVFrame* f, int rotation,
+void convert(ffmpeg::SwsPtr& sws, std::vector<uint8_t>& scratch, const AVFrame* f, int rotation,
              const FrameOutput& out, uint8_t* dst) {
   const auto fmt = static_cast<AVPixelFormat>(f->format);
   const AVPixFmtDescriptor* desc = av_pix_fmt_desc_get(fmt);
@@ -685,15 +682,17 @@ void convert(SwsContext*& sws, std::vector<uint8_t>& scratch, const AVFrame* f, 
   // at its size goes to RGB24 instead: that is swscale's unscaled converter, the ffmpeg CLI's
   // rgb24 byte for byte (test_decoded_frames_equal_the_ffmpeg_cli).
   const bool planar = cw != ow || ch != oh;
-  sws = sws_getCachedContext(sws, cw, ch, fmt, ow, oh, planar ? AV_PIX_FMT_GBRP : AV_PIX_FMT_RGB24,
-                             SWS_BILINEAR, nullptr, nullptr, nullptr);
+  // sws_getCachedContext frees the context it is given when it makes another.
+  sws.reset(sws_getCachedContext(sws.release(), cw, ch, fmt, ow, oh,
+                                 planar ? AV_PIX_FMT_GBRP : AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr,
+                                 nullptr, nullptr));
   if (sws == nullptr) throw DecodeFailure("video: cannot convert from " + std::string(desc->name));
   if (out.color_tags) {
     const int cs = f->colorspace == AVCOL_SPC_UNSPECIFIED || f->colorspace == AVCOL_SPC_RGB
                        ? SWS_CS_DEFAULT
                        : static_cast<int>(f->colorspace);
     const int full = f->color_range == AVCOL_RANGE_JPEG;
-    sws_setColorspaceDetails(sws, sws_getCoefficients(cs), full,
+    sws_setColorspaceDetails(sws.get(), sws_getCoefficients(cs), full,
                              sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
   }
   const uint8_t* src[4] = {nullptr, nullptr, nullptr, nullptr};
@@ -731,7 +730,7 @@ void convert(SwsContext*& sws, std::vector<uint8_t>& scratch, const AVFrame* f, 
                             planar ? base + 2 * plane_bytes : nullptr, nullptr};
   int dst_stride[4] = {static_cast<int>(stride), planar ? static_cast<int>(stride) : 0,
                        planar ? static_cast<int>(stride) : 0, 0};
-  const int rows = sws_scale(sws, src, src_stride, 0, ch, dst_planes, dst_stride);
+  const int rows = sws_scale(sws.get(), src, src_stride, 0, ch, dst_planes, dst_stride);
   if (rows != oh)
     throw DecodeFailure("video: conversion from " + std::string(desc->name) + " failed");
   // GBRP's planes are G, B, R.
@@ -867,8 +866,8 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     // time. A seek that lands after the keyframe is caught below.
     const int64_t ts = s.mov || k.dts == AV_NOPTS_VALUE ? k.pts : std::min(k.dts, k.pts);
     ++work_.seeks;
-    int rc = av_seek_frame(s.fmt, s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
-    if (rc < 0) rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MAX, 0);
+    int rc = av_seek_frame(s.fmt.get(), s.stream->index, ts, AVSEEK_FLAG_BACKWARD);
+    if (rc < 0) rc = avformat_seek_file(s.fmt.get(), -1, INT64_MIN, INT64_MIN, INT64_MAX, 0);
     if (rc < 0) throw fail("cannot seek: " + error_string(rc));
     restart(start.from);
     frame_time = Extrapolate{};
@@ -884,7 +883,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     if (it != s.keys.begin()) {
       seek_to(Start{*(it - 1), sought});
     } else {
-      int rc = avformat_seek_file(s.fmt, -1, INT64_MIN, INT64_MIN, INT64_MIN, 0);
+      int rc = avformat_seek_file(s.fmt.get(), -1, INT64_MIN, INT64_MIN, INT64_MIN, 0);
       if (rc < 0) throw fail("cannot seek to the start: " + error_string(rc));
       restart(INT64_MIN);
       frame_time = Extrapolate{};
@@ -961,7 +960,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     // up to it.
     const Start start = start_for(t);
     if (start.from > key_reached && start.key.pts > read_up_to) seek_to(start);
-    int rc = av_read_frame(s.fmt, pkt);
+    int rc = av_read_frame(s.fmt.get(), pkt);
     if (rc == AVERROR_EOF) {
       eof = true;
       break;
