@@ -7,6 +7,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
+from . import _native
 from ._errors import ConfigError
 
 Size = Union[int, Tuple[int, int]]
@@ -46,16 +47,29 @@ def _bool(owner: str, name: str, value) -> bool:
     return value
 
 
-def _int(owner: str, name: str, value, minimum: int) -> int:
+# The engine's ranges of integer options (pipeline/fields.h), the one source of truth.
+BOUNDS = _native.option_bounds()
+
+
+def int_arg(what: str, value: Any, minimum: int, maximum: Optional[int] = None) -> int:
+    """value as an int (numpy ints too; not bools or floats) in [minimum, maximum]."""
     try:
         if isinstance(value, bool):
             raise TypeError
-        v = operator.index(value)  # ints, numpy ints; not floats
+        v = operator.index(value)
     except TypeError:
-        raise ConfigError(f"{owner}.{name} must be an int >= {minimum}, got {value!r}") from None
-    if v < minimum:
-        raise ConfigError(f"{owner}.{name} must be an int >= {minimum}, got {value!r}")
+        v = None
+    if v is None or v < minimum or (maximum is not None and v > maximum):
+        bound = f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
+        raise ConfigError(f"{what} must be {bound}, got {value!r}")
     return v
+
+
+def _int(owner: str, name: str, value, minimum: Optional[int] = None) -> int:
+    """A field's integer option: in the engine's range for `name` (BOUNDS), or >= minimum for
+    options the engine has no range for."""
+    lo, hi = BOUNDS[name] if minimum is None else (minimum, None)
+    return int_arg(f"{owner}.{name}", value, lo, None if hi is None or hi >= 2**63 - 1 else hi)
 
 
 def _dtype(owner: str, value) -> str:
@@ -179,11 +193,9 @@ class RandAugment:
 
     def __post_init__(self) -> None:
         n = "RandAugment"
-        _int(n, "num_ops", self.num_ops, 0)
-        _int(n, "num_magnitude_bins", self.num_magnitude_bins, 2)
+        _int(n, "num_ops", self.num_ops)
+        _int(n, "num_magnitude_bins", self.num_magnitude_bins)
         _int(n, "magnitude", self.magnitude, 0)
-        if self.num_ops > 16:
-            raise ConfigError(f"RandAugment.num_ops={self.num_ops}: at most 16")
         if self.magnitude >= self.num_magnitude_bins:
             raise ConfigError(f"RandAugment.magnitude={self.magnitude} must be below num_magnitude_bins="
                               f"{self.num_magnitude_bins}")
@@ -292,11 +304,11 @@ class Image(Field):
         if self.crop not in CROPS:
             raise ConfigError(f"{n}.crop={self.crop!r} is not one of {', '.join(CROPS)}")
         if isinstance(self.size, (tuple, list)) and len(self.size) == 2:
-            size: Union[int, Tuple[int, int]] = (_int(n, "size", self.size[0], 1), _int(n, "size", self.size[1], 1))
+            size: Union[int, Tuple[int, int]] = (_int(n, "size", self.size[0]), _int(n, "size", self.size[1]))
         elif isinstance(self.size, (tuple, list)):
             raise ConfigError(f"{n}.size must be an int or (height, width), got {self.size!r}")
         else:
-            size = _int(n, "size", self.size, 1)
+            size = _int(n, "size", self.size)
         object.__setattr__(self, "size", size)
         _range(n, "scale", self.scale)
         _range(n, "ratio", self.ratio)
@@ -310,7 +322,7 @@ class Image(Field):
         _bool(n, "exif", self.exif)
         if self.dct_scaling is not None:
             _bool(n, "dct_scaling", self.dct_scaling)
-        _int(n, "max_pixels", self.max_pixels, 1)
+        _int(n, "max_pixels", self.max_pixels)
 
     @property
     def hw(self) -> Tuple[int, int]:
@@ -464,8 +476,8 @@ class VideoClip(Image):
     def __post_init__(self) -> None:
         super().__post_init__()
         n = "VideoClip"
-        _int(n, "frames", self.frames, 1)
-        _int(n, "clips", self.clips, 1)
+        _int(n, "frames", self.frames)
+        _int(n, "clips", self.clips)
         if self.stride is not None and self.fps is not None:
             raise ConfigError("VideoClip: give stride or fps, not both")
         if self.stride is not None:
@@ -485,7 +497,7 @@ class VideoClip(Image):
             raise ConfigError(f"VideoClip.short={self.short!r} is not one of {', '.join(SHORT)}")
         if self.stream is not None:
             _int(n, "stream", self.stream, 0)
-        _int(n, "decoder_threads", self.decoder_threads, 0)
+        _int(n, "decoder_threads", self.decoder_threads)
         _bool(n, "rotate", self.rotate)
         _bool(n, "color_tags", self.color_tags)
         if self.dct_scaling:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import atexit
 import json
 import logging
-import operator
 import os
 import sys
 import threading
@@ -19,7 +18,7 @@ import torch
 
 from . import _native, _transfer, telemetry
 from ._errors import ConfigError, LoadscopeError
-from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip, normalize
+from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip, int_arg, normalize
 from ._sources import Source
 from .telemetry import Sink
 
@@ -39,19 +38,6 @@ def default_threads() -> int:
         return os.cpu_count() or 1
 
 
-def _int_arg(name: str, value: Any, minimum: int, maximum: Optional[int] = None) -> int:
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        v = operator.index(value)  # ints and numpy ints, not floats
-    except TypeError:
-        v = None
-    if v is None or v < minimum or (maximum is not None and v > maximum):
-        bound = f"an int >= {minimum}" if maximum is None else f"an int in [{minimum}, {maximum}]"
-        raise ConfigError(f"{name} must be {bound}, got {value!r}")
-    return v
-
-
 def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Dict[str, Any]:
     """This process's rank and the world size: explicit arguments, else torch.distributed when
     initialised, else torchrun's RANK and WORLD_SIZE, else 0 of 1; with where they came from."""
@@ -59,8 +45,8 @@ def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Dict[str, An
         if rank is None or world_size is None:
             raise ConfigError("give both rank and world_size, or neither (then they come from torch.distributed "
                               "or torchrun's RANK/WORLD_SIZE)")
-        world = _int_arg("world_size", world_size, 1)
-        return {"rank": _int_arg("rank", rank, 0, world - 1), "world_size": world, "from": "arguments"}
+        world = int_arg("world_size", world_size, 1)
+        return {"rank": int_arg("rank", rank, 0, world - 1), "world_size": world, "from": "arguments"}
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -253,11 +239,11 @@ class Loader:
             if isinstance(error_budget, int) and error_budget < 0:
                 raise ConfigError(f"error_budget={error_budget}: a count must be >= 0")
         self._args = dict(
-            source=source, fields=dict(fields), batch_size=_int_arg("batch_size", batch_size, 1),
-            threads=_int_arg("threads", default_threads() if threads is None else threads, 1),
-            shuffle=_bool_arg("shuffle", shuffle), seed=_int_arg("seed", seed, 0, 2**64 - 1),
+            source=source, fields=dict(fields), batch_size=int_arg("batch_size", batch_size, 1),
+            threads=int_arg("threads", default_threads() if threads is None else threads, 1),
+            shuffle=_bool_arg("shuffle", shuffle), seed=int_arg("seed", seed, 0, 2**64 - 1),
             drop_last=_bool_arg("drop_last", drop_last),
-            prefetch=_int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
+            prefetch=int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
             device=device, telemetry=_bool_arg("telemetry", telemetry),
             distributed=resolve_rank(rank, world_size),
             cache=_cache_args(cache_dir, cache_limit),
@@ -386,7 +372,7 @@ class Loader:
         if state.get("version") != self.STATE_VERSION:
             raise ConfigError(f"load_state_dict: state version {state.get('version')!r}; this loadscope reads "
                               f"version {self.STATE_VERSION}")
-        batches = _int_arg("state['batches']", state["batches"], 0)
+        batches = int_arg("state['batches']", state["batches"], 0)
         mine = {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
                 "drop_last": self.drop_last, "samples": self.samples}
         if batches:  # mid-epoch: the epoch must be cut the same way
@@ -400,7 +386,7 @@ class Loader:
         if self.samples is not None and batches > len(self):
             raise ConfigError(f"load_state_dict: state['batches'] = {batches}, but an epoch has {len(self)} batches "
                               "for this rank")
-        self._epoch = _int_arg("state['epoch']", state["epoch"], 0)
+        self._epoch = int_arg("state['epoch']", state["epoch"], 0)
         self._epoch_set = bool(state.get("epoch_set", False))
         self._resume_batches = batches
         self._progress = None
@@ -412,7 +398,7 @@ class Loader:
         """Sets the epoch of the next iteration (order and augmentation depend on it). After
         ``load_state_dict``, setting the saved epoch keeps the resume point; another epoch
         drops it (that epoch starts from its beginning)."""
-        epoch = _int_arg("epoch", epoch, 0)
+        epoch = int_arg("epoch", epoch, 0)
         if self._resume_batches and epoch != self._epoch:
             log.warning("set_epoch(%d) after load_state_dict of epoch %d: the resume point (batch %d) is dropped",
                         epoch, self._epoch, self._resume_batches)
@@ -559,7 +545,7 @@ class Loader:
         self._trace_path = os.fspath(path)
         self._pipeline.take_spans()  # start clean
         self._pipeline.take_trace_depth()
-        self._loop.spans, self._loop.max_spans, self._loop.spans_dropped = [], _int_arg("max_spans", max_spans, 1), 0
+        self._loop.spans, self._loop.max_spans, self._loop.spans_dropped = [], int_arg("max_spans", max_spans, 1), 0
         self._pipeline.set_tracing(True, max_spans)
 
     def stop_trace(self) -> Optional[str]:

@@ -160,6 +160,10 @@ def network_stats() -> dict:
     ...
 def now_ns() -> int:
     ...
+def option_bounds() -> dict:
+    """
+    {option: (min, max)}: the integer options' ranges validate() enforces (pipeline/fields.h).
+    """
 def plain_field(name: str, keys: list[str], kind: str, optional: bool = False) -> FieldSpec:
     ...
 def process_stats(pss: bool = True) -> dict:

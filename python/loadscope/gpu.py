@@ -33,8 +33,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ._errors import ConfigError, DecodeError
-
-CROPS = ("random_resized", "center", "resize")
+from ._fields import CROPS
 
 
 def crop_params(crop: str, seed: int, flip: float, height: int, width: int, epoch: int,

@@ -135,7 +135,6 @@ def test_corrupt_shard_is_a_read_error_naming_the_shard(demo, tmp_path):
         (dict(batch_size=4, fields={}), "non-empty dict"),
         (dict(batch_size=4, fields={"jpg": "image"}), "must be one of Image, VideoClip, Int, Text, Json, Bytes"),
         (dict(batch_size=4, fields={"jpg": ls.Image(32, scale=(0.5, 0.1))}), "scale must satisfy"),
-        (dict(batch_size=4, fields={"jpg": ls.Image(20000)}), "size must be 1..16384"),
         (dict(batch_size=4, fields={"jpg": ls.Image(64, crop="center", resize=32)}), "must be >= the output size"),
         (dict(batch_size=4, fields={"__key__": ls.Text()}), "reserved"),
         (dict(batch_size=4, fields={1: ls.Text()}), "names must be non-empty strings"),
@@ -159,8 +158,11 @@ def test_bad_arguments_fail_at_construction_listing_what_is_allowed(demo, kwargs
         (lambda: ls.Image(32, crop="middle"), "random_resized, center, resize"),
         (lambda: ls.Image(32, flip=2), r"flip is a probability in \[0, 1\]"),
         (lambda: ls.Image(32, flip=True), "flip is a probability"),
-        (lambda: ls.Image(0), "size must be an int >= 1"),
-        (lambda: ls.Image((1.5, 2)), "size must be an int >= 1"),
+        (lambda: ls.Image(0), r"size must be an int in \[1, 16384\]"),
+        (lambda: ls.Image((1.5, 2)), r"size must be an int in \[1, 16384\]"),
+        (lambda: ls.Image(20000), r"size must be an int in \[1, 16384\]"),
+        (lambda: ls.VideoClip(32, clips=1001, position="uniform"), r"clips must be an int in \[1, 1000\]"),
+        (lambda: ls.VideoClip(32, decoder_threads=65), r"decoder_threads must be an int in \[0, 64\]"),
         (lambda: ls.Image((1, 2, 3)), r"size must be an int or \(height, width\)"),
         (lambda: ls.Image(64, resize=80), "resize applies only to crop='center'"),
         (lambda: ls.Image(64, crop="center", resize=80.5), "resize must be an int"),
@@ -173,6 +175,26 @@ def test_bad_arguments_fail_at_construction_listing_what_is_allowed(demo, kwargs
 def test_bad_field_arguments_fail_where_they_are_written(make, message):
     with pytest.raises(ls.ConfigError, match=message):
         make()
+
+
+def test_field_bounds_are_the_engines(demo):
+    """The Python fields check integer options against the ranges the engine enforces: one
+    table (pipeline/fields.h). At each bound the field is made; one past it, both refuse."""
+    from loadscope import _native
+    from loadscope._fields import BOUNDS
+
+    assert BOUNDS["size"] == (1, 16384) and BOUNDS["decoder_threads"] == (0, 64)
+    ls.Image(16384)
+    ls.VideoClip(1, clips=1000, position="uniform", decoder_threads=64)
+    ls.VideoClip(1, frames=100000)
+    spec = ls.Image(32)._native("x", _native)  # what the Loader hands the engine
+    assert spec.name == "x"
+    native_args = dict(name="x", keys=["jpg"], width=32, crop="random_resized", scale=(0.08, 1.0), ratio=(0.75, 1.33),
+                       resize=0, flip=0.0, channels_last=False, exif=True, dct_scaling=True,
+                       max_pixels=10**8, optional=False)
+    _native.image_field(height=16384, **native_args)
+    with pytest.raises(ls.ConfigError, match=r"field 'x': size must be 1\.\.16384"):
+        _native.image_field(height=16385, **native_args)
 
 
 def test_numpy_ints_are_ints(demo):

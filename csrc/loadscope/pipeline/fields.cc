@@ -215,6 +215,25 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
                       " (supported: JPEG, PNG)");
 }
 
+const IntBound& int_bound(const char* name) {
+  for (const auto& b : kIntBounds) {
+    if (std::strcmp(b.name, name) == 0) return b;
+  }
+  throw std::logic_error(std::string("no bound named ") + name);
+}
+
+namespace {
+
+// "field 'x': frames must be 1..100000" when `value` is outside its bound.
+void check_bound(const FieldSpec& f, const char* name, int64_t value) {
+  const IntBound& b = int_bound(name);
+  if (value >= b.min && value <= b.max) return;
+  throw ConfigError("field '" + f.name + "': " + name + " must be " + std::to_string(b.min) +
+                    (b.max == INT64_MAX ? " or more" : ".." + std::to_string(b.max)));
+}
+
+}  // namespace
+
 void validate(const std::vector<FieldSpec>& fields) {
   if (fields.empty()) throw ConfigError("fields: at least one field is needed");
   for (size_t i = 0; i < fields.size(); ++i) {
@@ -225,43 +244,35 @@ void validate(const std::vector<FieldSpec>& fields) {
     if (f.keys.empty()) throw ConfigError("field '" + f.name + "': no member keys");
     if (f.kind == FieldKind::kVideo) {
       const VideoSpec& v = f.video;
-      if (v.clip.frames < 1 || v.clip.frames > 100000) {
-        throw ConfigError("field '" + f.name + "': frames must be 1..100000");
-      }
-      if (v.clip.clips < 1 || v.clip.clips > 1000) {
-        throw ConfigError("field '" + f.name + "': clips must be 1..1000");
-      }
+      check_bound(f, "frames", v.clip.frames);
+      check_bound(f, "clips", v.clip.clips);
       if (v.clip.fps < 0 || (v.clip.fps == 0 && v.clip.stride < 1)) {
         throw ConfigError("field '" + f.name + "': give stride >= 1 or fps > 0");
       }
-      if (v.decoder_threads < 0 || v.decoder_threads > 64) {
-        throw ConfigError("field '" + f.name + "': decoder_threads must be 0..64");
-      }
+      check_bound(f, "decoder_threads", v.decoder_threads);
       if (!v.start_key.empty() && v.clip.clips != 1) {
         throw ConfigError("field '" + f.name + "': start= gives one clip's start; clips must be 1");
       }
     }
     if (f.kind != FieldKind::kImage && f.kind != FieldKind::kVideo) continue;
     const ImageSpec& s = f.image;
-    if (s.height < 1 || s.width < 1 || s.height > 16384 || s.width > 16384) {
-      throw ConfigError("field '" + f.name + "': size must be 1..16384");
-    }
+    check_bound(f, "size", s.height);
+    check_bound(f, "size", s.width);
     if (!(s.scale_min > 0 && s.scale_min <= s.scale_max && s.scale_max <= 1.0)) {
       throw ConfigError("field '" + f.name + "': scale must satisfy 0 < min <= max <= 1");
     }
     if (!(s.ratio_min > 0 && s.ratio_min <= s.ratio_max)) {
       throw ConfigError("field '" + f.name + "': ratio must satisfy 0 < min <= max");
     }
-    if (s.max_pixels < 1) throw ConfigError("field '" + f.name + "': max_pixels must be >= 1");
+    check_bound(f, "max_pixels", s.max_pixels);
     const auto& c = s.color;
     const auto& e = s.erase;
     const auto& ra = s.randaugment;
     const bool pixel_ops = c.p > 0 || s.grayscale > 0 || e.p > 0 || ra.num_ops > 0;
-    if (ra.num_ops < 0 || ra.num_ops > 16 || ra.bins < 2 || ra.bins > 1000 || ra.magnitude < 0 ||
-        ra.magnitude >= ra.bins) {
-      throw ConfigError("field '" + f.name +
-                        "': RandAugment needs 0 <= num_ops <= 16, bins in 2..1000 "
-                        "and 0 <= magnitude < bins");
+    check_bound(f, "num_ops", ra.num_ops);
+    check_bound(f, "num_magnitude_bins", ra.bins);
+    if (ra.magnitude < 0 || ra.magnitude >= ra.bins) {
+      throw ConfigError("field '" + f.name + "': RandAugment needs 0 <= magnitude < bins");
     }
     if (pixel_ops && f.kind == FieldKind::kVideo) {
       throw ConfigError("field '" + f.name +

@@ -80,6 +80,24 @@ struct FieldSlots {
   std::vector<int> strings;
 };
 
+// The integer options of fields and their allowed ranges, inclusive. validate() enforces them,
+// and the Python field classes check arguments against the same table (_native.option_bounds),
+// so that both say the same and a bad argument fails where it is given.
+struct IntBound {
+  const char* name;
+  int64_t min, max;
+};
+inline constexpr IntBound kIntBounds[] = {
+    {"size", 1, 16384},              // each side of an output image or frame
+    {"frames", 1, 100000},           // frames per clip
+    {"clips", 1, 1000},              // clips per video
+    {"decoder_threads", 0, 64},      // FFmpeg threads per video (0: FFmpeg's choice)
+    {"max_pixels", 1, INT64_MAX},    // decoded pixels an image or frame may have
+    {"num_ops", 0, 16},              // RandAugment operations per image
+    {"num_magnitude_bins", 2, 1000}  // RandAugment magnitude bins
+};
+const IntBound& int_bound(const char* name);
+
 // Checks a field list; throws ConfigError naming the field and what is allowed.
 void validate(const std::vector<FieldSpec>& fields);
 

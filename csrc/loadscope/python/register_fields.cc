@@ -55,6 +55,14 @@ pipeline::ImageSpec geometry(int height, int width, const std::string& crop,
 }  // namespace
 
 void register_fields(py::module_& m) {
+  m.def(
+      "option_bounds",
+      [] {
+        py::dict d;
+        for (const auto& b : pipeline::kIntBounds) d[b.name] = py::make_tuple(b.min, b.max);
+        return d;
+      },
+      "{option: (min, max)}: the integer options' ranges validate() enforces (pipeline/fields.h).");
   py::class_<pipeline::FieldSpec>(m, "FieldSpec")
       .def_readonly("name", &pipeline::FieldSpec::name)
       .def_readonly("keys", &pipeline::FieldSpec::keys);
