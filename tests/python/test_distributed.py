@@ -203,7 +203,7 @@ def test_straggler_is_the_rank_that_waited_longest():
 
     ranks = [{"rank": r, "host": "h", "samples_per_s": 100.0, "wait_seconds": w, "data_wait_share": 0.1,
               "wait_p99": 0.01, "first_batch_last_epoch": 0.1} for r, w in enumerate([0.5, 4.0, 0.6])]
-    straggler = ls.telemetry._straggler(ranks)
+    straggler = ls.telemetry.ranks._straggler(ranks)
     assert straggler["rank"] == 1 and straggler["vs_median"] == pytest.approx(4.0 / 0.6)
     assert "straggler: rank 1" in format_ranks(ranks, straggler)
 
@@ -539,7 +539,8 @@ def test_resume_arguments_that_cannot_apply_are_refused_or_dropped(layouts, capl
 
 
 def test_straggler_with_two_ranks_and_without_telemetry():
-    from loadscope.telemetry import _straggler, format_ranks
+    from loadscope.telemetry import format_ranks
+    from loadscope.telemetry.ranks import _straggler
 
     two = [{"rank": 0, "wait_seconds": 1.0}, {"rank": 1, "wait_seconds": 3.0}]
     assert _straggler(two)["rank"] == 1 and _straggler(two)["vs_median"] == pytest.approx(1.5)

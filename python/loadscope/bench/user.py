@@ -102,7 +102,7 @@ def _is_array(x: Any) -> bool:
 def samples_in(batch: Any) -> int:
     """Samples in a batch: the first dimension of the first tensor or array found walking it
     (dict values in order, tuple and list items), else a list's length, else 1."""
-    from ..telemetry import _batch_len
+    from ..telemetry.watcher import _batch_len
 
     return _batch_len(batch)
 
