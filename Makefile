@@ -35,13 +35,12 @@ check-data:
 # ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
 test-sanitizers: asan tsan
 
-# ruff (pyflakes, pycodestyle, bugbear) over all Python; mypy over the package; stubtest: the
-# native stub names every function and class of the built module (`make stub` writes it);
-# clang-format over the C++ (`make format` fixes it).
+# ruff (pyflakes, pycodestyle, bugbear) over all Python; mypy over the package; the native stub
+# is what `make stub` writes from the built module; clang-format over the C++ (`make format`).
 lint: build
 	@$(abspath $(VENV))/bin/ruff check python tests benchmarks examples scripts
 	@$(abspath $(VENV))/bin/mypy
-	@$(PY) -m mypy.stubtest loadscope._native --allowlist scripts/native-stubtest-allowlist.txt
+	@$(PY) scripts/gen-native-stub.py --check
 	@clang-format --dry-run -Werror $(CXX_SOURCES)
 
 stub: build

@@ -3,8 +3,10 @@
 compiles: CMakeLists.txt's loadscope_check_layers).
 
 The allowed graph is CMakeLists.txt's: `loadscope_layer(NAME ... DEPS loadscope_X ...)` lets
-csrc/loadscope/NAME include its own headers and those of its direct DEPS, nothing else. The
-binding (csrc/loadscope/python) sits on top and may include any layer. Third-party headers have
+csrc/loadscope/NAME include its own headers and those of its direct DEPS, nothing else, and the
+graph must have no cycle. The binding (csrc/loadscope/python) sits on top and may include any
+layer. Project headers are included by their path from csrc/ ("loadscope/..."), so that every
+one is checked; every file under csrc/loadscope is a .h or a .cc. Third-party headers have
 owners too: codecs only in decode/ and bench/, curl only in io/, pybind11 only in python/.
 """
 
@@ -34,11 +36,33 @@ def layers() -> dict:
     return graph
 
 
+def cycles(graph: dict) -> list:
+    """Every dependency cycle found by a depth-first walk (a layer graph must have none)."""
+    found, state = [], {}
+
+    def walk(node: str, path: list) -> None:
+        state[node] = "open"
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == "open":
+                found.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                walk(dep, path + [dep])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    return found
+
+
 def main() -> int:
     graph = layers()
-    wrong = []
+    wrong = [f"CMakeLists.txt: the layers depend on each other in a cycle: {' -> '.join(c)}" for c in cycles(graph)]
     for path in sorted(CSRC.rglob("*")):
+        if path.is_dir() or path.name == "README.md":
+            continue
         if path.suffix not in (".h", ".cc"):
+            wrong.append(f"{path.relative_to(ROOT)}: not a .h or .cc file, which this check would not read")
             continue
         layer = path.relative_to(CSRC).parts[0]
         if layer != TOP and layer not in graph:
@@ -50,7 +74,9 @@ def main() -> int:
                 continue
             name = m.group(2)
             where = f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
-            if name.startswith("loadscope/"):
+            if m.group(1) == '"' and not name.startswith("loadscope/"):
+                wrong.append(f'{where}: include loadscope\'s headers by their path from csrc/ ("loadscope/...")')
+            elif name.startswith("loadscope/"):
                 target = name.split("/")[1]
                 if layer != TOP and target != layer and target not in graph[layer]:
                     allowed = ", ".join(sorted(graph[layer])) or "none"

@@ -10,6 +10,7 @@ B=build/$NAME
 PY=$(pwd)/.venv/bin/python
 python_too=$([ "$NAME" = asan ] && echo ON || echo OFF)
 # The Python package beside the sanitized extension module (built into the same folder).
+rm -rf $B/py/loadscope  # no module of an older layout left beside the package
 mkdir -p $B/py
 tar -C python -cf - --exclude='*.so' --exclude=__pycache__ loadscope | tar -C $B/py -xf -
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADSCOPE_SANITIZE="$SAN" -DLOADSCOPE_TESTS=ON \

@@ -48,6 +48,8 @@ class SampleError(LoadscopeError):
         self.reason = reason
 
     def __reduce__(self):  # picklable: keeps key and reason across processes
+        if self.key is None:  # made from a message alone (no sample named): the message again
+            return (type(self), (str(self),))
         return (type(self), (self.key, self.reason))
 
 

@@ -36,7 +36,7 @@ class TableSource(Source):
     def __init__(self, table: SampleTable) -> None:
         ...
 class TarSource(Source):
-    def __init__(self, shards: list[str], shuffle_buffer: int) -> None:
+    def __init__(self, shards: list[str] | list[bytes], shuffle_buffer: int) -> None:
         ...
     @property
     def bytes_read(self) -> int:

@@ -20,8 +20,9 @@ namespace {
 
 // Writes 16 bytes per sample derived from (key, seed, epoch, position) via the engine's Rng, so
 // a batch's bytes depend on exactly what the engine promises and nothing else. Samples whose
-// key contains "bad" fail; "slow" ones take 20 ms; "gate" ones wait until the epoch is cancelled
-// (then finish normally), counting how many ever started.
+// key contains "bad" fail; "eio" ones throw a ReadFailure that does not name them; "slow" ones take
+// 20 ms; "gate" ones wait until the epoch is cancelled (then finish normally), counting how many
+// ever started.
 class FakeProcessor : public SampleProcessor {
  public:
   std::atomic<int> gated_started{0};
@@ -33,6 +34,7 @@ class FakeProcessor : public SampleProcessor {
     if (s.key.find("bad") != std::string::npos) {
       throw SampleError(s.key, "fake decode error", FailureKind::kDecode);
     }
+    if (s.key.find("eio") != std::string::npos) throw ReadFailure("fake EIO");  // unnamed
     if (s.key.find("slow") != std::string::npos) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
@@ -375,4 +377,16 @@ TEST_CASE("a read or decode Failure is an Error, and names its sample as a Sampl
     CHECK(named.kind() == FailureKind::kDecode);
   }
   CHECK(ReadFailure("EIO").named("x").kind() == FailureKind::kRead);
+}
+
+TEST_CASE("a Failure a processor did not name is the engine's, named and of its kind", "[engine]") {
+  std::vector<Sample> samples(8);
+  for (int i = 0; i < 8; ++i) samples[i].key = "k" + std::to_string(i) + (i == 5 ? "-eio" : "");
+  auto o = options(2, 4, false);
+  o.on_error = ErrorPolicy::kSkip;
+  auto c = collect(std::make_shared<io::ListSource>(samples), o);
+  REQUIRE(c.skipped.size() == 1);
+  CHECK(c.skipped[0].key == "k5-eio");
+  CHECK(c.skipped[0].kind == "read");  // not "decode", the kind of an unknown exception
+  CHECK(c.skipped[0].reason == "fake EIO");
 }

@@ -233,3 +233,14 @@ def test_bad_sources(tmp_path):
         ls.FileList(tmp_path / "m.jsonl")
     with pytest.raises(ls.ConfigError, match="source must be a loadscope"):
         ls.Loader(["a.jpg"], fields={"jpg": ls.Image(32)}, batch_size=1)
+
+
+def test_sample_errors_pickle_with_and_without_a_key():
+    """DataLoader workers send exceptions through pickle: key and reason survive, and an error
+    made from a message alone (no sample named) keeps its message, not "sample 'None'"."""
+    import pickle
+
+    named = pickle.loads(pickle.dumps(ls.DecodeError("a/b.jpg", "bad huffman table")))
+    assert (type(named), named.key, named.reason) == (ls.DecodeError, "a/b.jpg", "bad huffman table")
+    bare = pickle.loads(pickle.dumps(ls.ReadError("EIO while reading")))
+    assert type(bare) is ls.ReadError and bare.key is None and str(bare) == "EIO while reading"

@@ -1,9 +1,10 @@
 """Stopping: break, del, consumer exceptions, Ctrl-C and interpreter exit end every native
 thread promptly; a forked child (DataLoader worker) inherits none.
 
-No wall-clock thresholds: a hang is caught by generous timeouts, and promptness is asserted with
-counts (what did not run), so the tests hold on a loaded machine (tests/cpp/test_engine.cc
-counts the same for the engine's stop)."""
+No wall-clock thresholds, so the tests hold on a loaded machine: promptness is asserted with
+counts where a count can show it (Ctrl-C: the batch it never finished; the engine's stop in
+tests/cpp/test_engine.cc: no sample started after it), and elsewhere generous timeouts catch
+hangs."""
 
 import gc
 import os
@@ -97,7 +98,8 @@ def test_ctrl_c_interrupts_a_waiting_next(demo, real):
         with pytest.raises(KeyboardInterrupt):
             next(iter(loader))
         assert wait_for_threads(before) <= before
-        assert loader.telemetry()["stages"]["decode"]["image"]["items"] < 400
+        # (a stage with no items yet is absent from the snapshot)
+        assert loader.telemetry()["stages"].get("decode", {}).get("image", {}).get("items", 0) < 400
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
@@ -124,12 +126,13 @@ def test_fork_child_inherits_no_running_epoch(demo, idle):
     """A child forked during an epoch: the parent's epoch is unusable there, a new one works
     (on one thread: Note [fork during an epoch]). idle: the parent's workers are idle at the
     fork (every prefetch slot holds a ready batch), the case that used to hang the child's new
-    epoch; it is waited for by the telemetry's back-pressure, not by a sleep."""
+    epoch; it is waited for on the engine's clock (a second of back-pressure: oneTBB's idle
+    workers have gone from spinning to asleep by then), not by a sleep."""
     loader = make(demo, threads=2)
     it = iter(loader)
     next(it)
     deadline = time.time() + 60
-    while idle and loader.telemetry()["queue"]["back_pressure_seconds"] == 0:
+    while idle and loader.telemetry()["queue"]["back_pressure_seconds"] < 1.0:
         assert time.time() < deadline, "the prefetch never filled"
         time.sleep(0.01)
     r, w = os.pipe()

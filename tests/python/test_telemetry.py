@@ -204,8 +204,8 @@ def test_data_wait_share_counts_every_wait(demo):
         for _ in L:
             pass
     loop = L.telemetry()["loop"]
-    assert loop["data_wait"]["count"] == loop["batches"] == 2 * 8
-    assert loop["data_wait_share"] > 0.9
+    assert loop["data_wait"]["count"] == 2 * 8  # 120 images in batches of 16, two epochs
+    assert loop["data_wait_share"] > 0.95
 
 
 def test_reports_survive_a_failing_sink_and_end_with_a_final_report(demo, caplog):

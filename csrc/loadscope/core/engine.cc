@@ -340,6 +340,8 @@ void EpochRun::run_sample(Job* job, int slot) {
       job->warnings[slot] = std::move(ctx.warning);
     } catch (const SampleError& e) {
       job->failures[slot] = note_from(e, sample.position);
+    } catch (const Failure& e) {  // a processor that did not name the sample: the engine does
+      job->failures[slot] = note_from(e.named(sample.key), sample.position);
     } catch (const std::bad_alloc&) {
       job->failures[slot] = SampleNote{sample.key, "out of memory while processing the sample",
                                        "decode", sample.position};
