@@ -186,3 +186,43 @@ TEST_CASE("corrupt and truncated videos fail with FFmpeg's reason", "[video]") {
                                   not_video.size(), -1, true, 1),
                   DecodeFailure);
 }
+
+TEST_CASE("a decoder kept between files decodes them as a new one", "[video]") {
+  REQUIRE_SHARED_DATA();
+  // Note [decoder reuse]: decord's two .mov files are different videos whose streams are set up
+  // alike (same extradata); vision's two 340x256 MP4s differ only in their parameter sets.
+  const std::vector<std::pair<const char*, bool>> files = {
+      {"decord/tests/test_data/video_0.mov", false},
+      {"decord/tests/test_data/video_90.mov", true},  // same setup: kept
+      {"torchcodec/test/resources/nasa_13013.mp4", false},
+      {"decord/tests/test_data/video_0.mov", false},
+      {"decord/tests/test_data/video_0.mov", true},
+      {"vision/test/assets/videos/R6llTwEh07w.mp4", false},
+      {"vision/test/assets/videos/SOX5yA1l24A.mp4", false},  // same size, other extradata
+      {"torchcodec/test/resources/h265_video.mp4", false},
+      {"decord/tests/test_data/video_90.mov", false},
+      {"decord/tests/test_data/video_0.mov", true},
+  };
+  VideoDecoder kept;
+  for (const auto& [rel, reused] : files) {
+    INFO(rel);
+    kept.open_file(real(rel), -1, true, 1);
+    CHECK(kept.reused_decoder() == reused);
+    const auto& pts = kept.pts();
+    // A clip in the middle and the last frames: decoded up to a drain, then the end.
+    const std::vector<int64_t> t = {pts[pts.size() / 2], pts[pts.size() / 2 + 2], pts.back()};
+    VideoDecoder fresh;
+    fresh.open_file(real(rel), -1, true, 1);
+    CHECK_FALSE(fresh.reused_decoder());
+    CHECK(frames(kept, t, 64, 48) == frames(fresh, t, 64, 48));
+  }
+  // A decoder whose last decode failed is not kept, even for a file set up alike.
+  const std::string corrupt = real("decord/tests/test_data/corrupted.mp4");
+  kept.open_file(corrupt, -1, true, 1);
+  CHECK_THROWS_AS(frames(kept, kept.pts(), 32, 32), DecodeFailure);
+  kept.open_file(corrupt, -1, true, 1);
+  CHECK_FALSE(kept.reused_decoder());
+  // Nor with other decoder threads.
+  kept.open_file(corrupt, -1, true, 2);
+  CHECK_FALSE(kept.reused_decoder());
+}
