@@ -24,9 +24,6 @@ struct FrameDeleter {
 struct PacketDeleter {
   void operator()(AVPacket* p) const { av_packet_free(&p); }
 };
-struct CodecParametersDeleter {
-  void operator()(AVCodecParameters* p) const { avcodec_parameters_free(&p); }
-};
 struct SwsDeleter {
   void operator()(SwsContext* p) const { sws_freeContext(p); }
 };
@@ -43,7 +40,6 @@ struct AvioDeleter {
   }
 };
 using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextDeleter>;
-using CodecParametersPtr = std::unique_ptr<AVCodecParameters, CodecParametersDeleter>;
 using FormatInputPtr = std::unique_ptr<AVFormatContext, FormatInputDeleter>;
 using AvioPtr = std::unique_ptr<AVIOContext, AvioDeleter>;
 using SwsPtr = std::unique_ptr<SwsContext, SwsDeleter>;

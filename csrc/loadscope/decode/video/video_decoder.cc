@@ -200,17 +200,7 @@ struct VideoDecoder::State {
   ffmpeg::AvioPtr avio;
   ffmpeg::FormatInputPtr fmt;
   Input input;
-  // Note [decoder reuse]
-  // Opening a decoder per clip costs more than its avcodec_open2: its first frames allocate
-  // the picture pool afresh (and fault its pages in), every clip. Where every clip of an
-  // epoch is from another video, the thread's decoder is kept between files instead and
-  // flushed — as between two seeks in one file — when the next file's stream is set up alike
-  // (same codec, parameters and extradata, so the same parameter sets); else a new one is
-  // opened. A decoder whose last use failed is never kept: its state is not known.
   ffmpeg::CodecContextPtr codec;
-  ffmpeg::CodecParametersPtr codec_par{avcodec_parameters_alloc()};  // what `codec` was opened with
-  int codec_threads = -1;
-  bool codec_clean = false;  // the decoder's last use (open or decode) ended without an error
   AVStream* stream = nullptr;
   VideoInfo info;
   std::vector<Key> keys;  // keyframe packets, ascending pts
@@ -226,8 +216,7 @@ struct VideoDecoder::State {
 
   ~State() { close(); }
   void close() {
-    if (!codec_clean) codec.reset();  // else kept: Note [decoder reuse]
-    codec_clean = false;
+    codec.reset();
     fmt.reset();
     avio.reset();
     stream = nullptr;
@@ -237,7 +226,7 @@ struct VideoDecoder::State {
 };
 
 VideoDecoder::VideoDecoder() : s_(std::make_unique<State>()) {
-  if (!s_->packet || !s_->frame || !s_->last || !s_->codec_par) throw std::bad_alloc();
+  if (!s_->packet || !s_->frame || !s_->last) throw std::bad_alloc();
 }
 VideoDecoder::~VideoDecoder() = default;
 
@@ -261,23 +250,6 @@ AVDictionary* open_options() {
 std::string with_log(std::string what, const ffmpeg::LogCapture& log) {
   if (!log.text().empty()) what += " (" + log.text() + ")";
   return what;
-}
-
-// Whether a decoder opened with `a` decodes a stream described by `b` as a new one would:
-// everything avcodec_parameters_to_context gives a video decoder, extradata byte for byte.
-bool same_setup(const AVCodecParameters* a, const AVCodecParameters* b) {
-  return a->codec_type == b->codec_type && a->codec_id == b->codec_id &&
-         a->codec_tag == b->codec_tag && a->format == b->format && a->width == b->width &&
-         a->height == b->height && a->profile == b->profile && a->level == b->level &&
-         a->bits_per_coded_sample == b->bits_per_coded_sample &&
-         a->bits_per_raw_sample == b->bits_per_raw_sample && a->field_order == b->field_order &&
-         a->color_range == b->color_range && a->color_primaries == b->color_primaries &&
-         a->color_trc == b->color_trc && a->color_space == b->color_space &&
-         a->chroma_location == b->chroma_location && a->video_delay == b->video_delay &&
-         av_cmp_q(a->sample_aspect_ratio, b->sample_aspect_ratio) == 0 &&
-         a->extradata_size == b->extradata_size &&
-         (a->extradata_size == 0 ||
-          std::memcmp(a->extradata, b->extradata, static_cast<size_t>(a->extradata_size)) == 0);
 }
 }  // namespace
 
@@ -346,7 +318,6 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   ffmpeg::LogCapture log;
   convert_ns_ = 0;
   work_ = Work{};
-  reused_ = false;
   State& s = *s_;
   // avformat_find_stream_info decodes frames to learn parameters; MP4/MOV and Matroska headers
   // already state codec, size and extradata, and probing cost 3.5 ms of a 45 ms clip. Other
@@ -374,36 +345,20 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   for (unsigned i = 0; i < s.fmt->nb_streams; ++i) {
     if (static_cast<int>(i) != rc) s.fmt->streams[i]->discard = AVDISCARD_ALL;  // audio, subtitles
   }
-  // LOADSCOPE_VIDEO_DECODER_REUSE=0: a new decoder for every file (to rule reuse out, and the
-  // benchmark's A/B of it).
-  static const bool reuse = [] {
-    const char* v = std::getenv("LOADSCOPE_VIDEO_DECODER_REUSE");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  threads = std::max(threads, 0);  // 0: FFmpeg chooses
-  reused_ = reuse && s.codec && threads == s.codec_threads &&
-            same_setup(s.codec_par.get(), s.stream->codecpar);
-  if (reused_) {
-    avcodec_flush_buffers(s.codec.get());
-  } else {
-    s.codec.reset(avcodec_alloc_context3(codec));
-    if (!s.codec) throw std::bad_alloc();
-    rc = avcodec_parameters_to_context(s.codec.get(), s.stream->codecpar);
-    if (rc < 0) throw DecodeFailure("video: bad codec parameters: " + error_string(rc));
-    s.codec->thread_count = threads;
-    // Bitstream errors fail the decode instead of being concealed: a clip never silently
-    // contains a damaged frame.
-    s.codec->err_recognition |= AV_EF_EXPLODE;
-    rc = avcodec_open2(s.codec.get(), codec, nullptr);
-    if (rc < 0)
-      throw DecodeFailure(with_log(
-          "video: cannot open the " + std::string(codec->name) + " decoder: " + error_string(rc),
-          log));
-    rc = avcodec_parameters_copy(s.codec_par.get(), s.stream->codecpar);
-    if (rc < 0) throw std::bad_alloc();
-    s.codec_threads = threads;
-  }
+  s.codec.reset(avcodec_alloc_context3(codec));
+  if (!s.codec) throw std::bad_alloc();
+  rc = avcodec_parameters_to_context(s.codec.get(), s.stream->codecpar);
+  if (rc < 0) throw DecodeFailure("video: bad codec parameters: " + error_string(rc));
+  s.codec->thread_count = std::max(threads, 0);  // 0: FFmpeg chooses
+  // Bitstream errors fail the decode instead of being concealed: a clip never silently
+  // contains a damaged frame.
+  s.codec->err_recognition |= AV_EF_EXPLODE;
   s.codec->pkt_timebase = s.stream->time_base;
+  rc = avcodec_open2(s.codec.get(), codec, nullptr);
+  if (rc < 0)
+    throw DecodeFailure(with_log(
+        "video: cannot open the " + std::string(codec->name) + " decoder: " + error_string(rc),
+        log));
 
   CachedIndex cached;
   if (!cache_key_.empty() && IndexCache::instance().get(cache_key_, cached)) {
@@ -463,7 +418,6 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   info.fps = rate.num > 0 && rate.den > 0  ? av_q2d(rate)
              : pts_.size() > 1 && span > 0 ? (pts_.size() - 1) / span
                                            : 0;
-  s.codec_clean = true;
 }
 
 namespace {
@@ -809,7 +763,6 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   if (!s.fmt || s.keys.empty() || pts_.empty())
     throw DecodeFailure("video: decode() without a successful open()");
   if (requests.empty()) return;
-  s.codec_clean = false;  // until it returns: Note [decoder reuse]
   ffmpeg::LogCapture log;
   std::vector<int64_t> targets(requests.size());
   for (size_t i = 0; i < requests.size(); ++i) targets[i] = requests[i].pts;
@@ -1076,7 +1029,6 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     }
     // The decoder was drained; later decodes start with a seek, which flushes it.
   }
-  s.codec_clean = true;
 }
 
 }  // namespace loadscope::decode

@@ -91,8 +91,6 @@ class VideoDecoder {
     uint64_t seeks = 0;
   };
   const Work& work() const { return work_; }
-  // Whether open() kept the decoder of the file before (Note [decoder reuse]).
-  bool reused_decoder() const { return reused_; }
   // Time spent converting frames (crop, resize, colour) since open(), ns.
   uint64_t convert_ns() const { return convert_ns_; }
   // Bytes of conversion buffers held between calls.
@@ -104,7 +102,6 @@ class VideoDecoder {
   std::vector<int64_t> pts_;
   uint64_t convert_ns_ = 0;
   Work work_;
-  bool reused_ = false;
   void open_common(int stream, bool rotate, int threads);
   const VideoInfo& open_custom(const char* url, int stream, bool rotate, int threads);
   void scan_index(const ffmpeg::LogCapture& log);
