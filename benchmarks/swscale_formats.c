@@ -30,12 +30,14 @@ int main(int argc, char** argv) {
       {"rgb24 bilinear", AV_PIX_FMT_RGB24, SWS_BILINEAR}, {"gbrp bilinear", AV_PIX_FMT_GBRP, SWS_BILINEAR},
       {"gbrp area", AV_PIX_FMT_GBRP, SWS_AREA},           {"gbrp fast_bilinear", AV_PIX_FMT_GBRP, SWS_FAST_BILINEAR},
       {"gbrp point", AV_PIX_FMT_GBRP, SWS_POINT},
+      /* Scaling alone, no RGB: what the YUV-to-RGB output stage costs on top. */
+      {"yuv444p bilinear", AV_PIX_FMT_YUV444P, SWS_BILINEAR},
   };
   uint8_t* out = malloc((size_t)(ow + 64) * 3 * oh * 3 + 4096);
   double base = 0;
   for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
     struct SwsContext* s = sws_getContext(cw, ch, AV_PIX_FMT_YUV420P, ow, oh, cfg[c].fmt, cfg[c].flags, NULL, NULL, NULL);
-    const int planar = cfg[c].fmt == AV_PIX_FMT_GBRP, stride = (ow + 64) * (planar ? 1 : 3);
+    const int planar = cfg[c].fmt == AV_PIX_FMT_GBRP || cfg[c].fmt == AV_PIX_FMT_YUV444P, stride = (ow + 64) * (planar ? 1 : 3);
     uint8_t* dst[4] = {out, planar ? out + stride * oh : NULL, planar ? out + 2 * stride * oh : NULL, NULL};
     const int dst_stride[4] = {stride, planar ? stride : 0, planar ? stride : 0, 0};
     sws_scale(s, src, src_stride, 0, ch, dst, dst_stride);  /* warm-up */
