@@ -20,7 +20,7 @@ TOP = "python"  # the binding: may include every layer
 
 # third-party header prefix -> the layers that may include it
 OWNED = {
-    "libav": {"decode", "bench"}, "libswscale": {"decode", "bench"}, "jpeglib.h": {"decode"},
+    "libav": {"decode", "bench"}, "libswscale": {"decode", "bench"}, "jpeglib.h": {"decode"}, "webp/": {"decode"},
     "jconfig.h": {"bench"}, "turbojpeg.h": {"decode", "bench"}, "curl/": {"io"}, "pybind11/": {TOP},
 }
 

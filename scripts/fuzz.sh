@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-60}
-TARGETS=${FUZZ_TARGETS:-jpeg png tar video manifest}
+TARGETS=${FUZZ_TARGETS:-jpeg png webp tar video manifest}
 B=build/fuzz
 REAL=../shared/data/real
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -g -O1"
@@ -27,6 +27,7 @@ seed() {  # seed TARGET PREFIX(yes|no) PATTERN...
 }
 seed jpeg yes -iname '*.jpg' -o -iname '*.jpeg'
 seed png yes -iname '*.png'
+seed webp yes -iname '*.webp'
 seed tar no -iname '*.tar' -o -iname '*.tgz' -o -iname '*.tar.gz' -o -iname '*.idx'
 seed manifest no -iname '*.jsonl' -o -iname '*.csv'
 seed video yes -iname '*.mp4' -o -iname '*.avi' -o -iname '*.mkv' -o -iname '*.webm' -o -iname '*.mov' -o -iname '*.flv' -o -iname '*.ts'

@@ -14,7 +14,8 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 from ._errors import ConfigError
 
 # torchvision's IMG_EXTENSIONS: which files make a sample in a Folder.
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+# What decode_image decodes (formats are sniffed from the bytes; these only pick the files).
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts",
                     ".flv", ".3gp", ".ogv", ".wmv")
 

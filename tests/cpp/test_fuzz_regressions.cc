@@ -16,6 +16,7 @@ TEST_CASE("inputs that once broke a fuzz target are handled", "[fuzz]") {
        std::vector<std::pair<std::string, int (*)(const uint8_t*, size_t)>>{
            {"jpeg", loadscope::fuzz::jpeg},
            {"png", loadscope::fuzz::png},
+           {"webp", loadscope::fuzz::webp},
            {"tar", loadscope::fuzz::tar},
            {"video", loadscope::fuzz::video},
            {"manifest", loadscope::fuzz::manifest}}) {

@@ -17,6 +17,7 @@
 #include "loadscope/core/rng.h"
 #include "loadscope/decode/png/png_decoder.h"
 #include "loadscope/decode/video/video_decoder.h"
+#include "loadscope/decode/webp/webp_decoder.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/manifest.h"
 #include "loadscope/io/tar.h"
@@ -63,6 +64,24 @@ inline int png(const uint8_t* data, size_t size) {
   try {
     static thread_local decode::PngDecoder dec;
     dec.decode(data + 1, size - 1);
+  } catch (const DecodeFailure&) {
+  }
+  decode_with(data + 1, size - 1, data[0]);
+  return 0;
+}
+
+// WebP: libwebp through WebpDecoder directly (headers, EXIF, the whole image and a region),
+// then the image path.
+inline int webp(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  try {
+    static thread_local decode::WebpDecoder dec;
+    const decode::WebpInfo info = dec.open(data + 1, size - 1);
+    if (static_cast<int64_t>(info.width) * info.height <= (1 << 24)) {
+      dec.decode(decode::Rect{0, 0, info.width, info.height});
+      dec.decode(decode::Rect{info.width / 3, info.height / 3, info.width / 2 + 1,
+                              info.height / 2 + 1});
+    }
   } catch (const DecodeFailure&) {
   }
   decode_with(data + 1, size - 1, data[0]);

@@ -41,6 +41,16 @@ PNGS = [
     "vision/test/assets/fakedata/logos/rgbalpha_pytorch16.png",
 ] + [f"vision/test/assets/fakedata/imagefolder/{c}/{c}{i}.png" for c, n in (("a", 3), ("b", 4)) for i in range(1, n + 1)]
 
+# Every WebP of the real set: lossy, lossy with EXIF (orientation 1 and 6) and ICC, lossless
+# with alpha, a small one (README of ../shared/data/real).
+WEBPS = [
+    "pillow/Tests/images/hopper.webp",
+    "pillow/Tests/images/flower.webp",
+    "pillow/Tests/images/hopper_orientation_6.webp",
+    "pillow/Tests/images/transparent.webp",
+    "pillow/Tests/images/anim_frame1.webp",
+]
+
 
 def decode(data: bytes, **image_args) -> np.ndarray:
     """One image through loadscope's decode+augment path, as HWC uint8."""
@@ -56,7 +66,7 @@ def pil_upright(path) -> PILImage.Image:
 
 
 @pytest.mark.filterwarnings("ignore:Palette images with Transparency")
-@pytest.mark.parametrize("rel", JPEGS + PNGS)
+@pytest.mark.parametrize("rel", JPEGS + PNGS + WEBPS)
 def test_resize_center_crop_matches_torchvision(real, rel):
     """Resize(256) + CenterCrop(224) with default options: mean |difference| to torchvision's
     PIL backend <= 2.0; in fact the same filter as Pillow's, so no pixel is off by more than 2."""
@@ -137,6 +147,59 @@ def test_16bit_png_keeps_the_high_byte_like_pil(real, rel):
     assert np.array_equal(got, ref)
 
 
+@pytest.mark.parametrize("rel", WEBPS)
+def test_webp_decodes_like_pillow(real, rel):
+    """Kept at its size, a WebP is Pillow's decode byte for byte (both use libwebp): lossy and
+    lossless, alpha dropped as convert("RGB") drops it, EXIF orientation 6 turned upright."""
+    ref = np.asarray(pil_upright(real / rel))
+    h, w = ref.shape[:2]
+    got = decode((real / rel).read_bytes(), size=(h, w), crop="resize")
+    assert np.array_equal(got, ref), f"{rel}: max |diff| {np.abs(got.astype(int) - ref).max()}"
+
+
+def test_webp_reference_decode_of_the_data_readme(real):
+    """hopper.webp against hopper_webp_bits.ppm, libwebp's own decode that Pillow's tests hold
+    it to (within 1 level: other libwebp versions may round chroma differently)."""
+    got = decode((real / "pillow/Tests/images/hopper.webp").read_bytes(), size=128, crop="resize")
+    ref = np.asarray(PILImage.open(real / "pillow/Tests/images/hopper_webp_bits.ppm").convert("RGB"))
+    assert np.abs(got.astype(int) - ref).max() <= 1
+
+
+def test_animated_webp_gives_its_first_frame_like_pillow():
+    """An animation (made here: the real set has none) decodes to its first frame as Pillow
+    shows it, drawn on the canvas, alpha dropped; the first frame covers part of the canvas."""
+    import io
+
+    first = PILImage.new("RGBA", (20, 14), (0, 0, 0, 0))
+    first.paste(PILImage.new("RGBA", (12, 8), (200, 60, 30, 255)), (4, 3))
+    second = PILImage.new("RGBA", (20, 14), (10, 220, 90, 255))
+    buf = io.BytesIO()
+    first.save(buf, format="WEBP", save_all=True, append_images=[second], duration=40, lossless=True)
+    with PILImage.open(buf) as im:
+        assert im.n_frames == 2
+        ref = np.asarray(im.convert("RGB"))
+    got = decode(buf.getvalue(), size=(14, 20), crop="resize")
+    assert np.array_equal(got, ref)
+    assert tuple(got[5, 6]) == (200, 60, 30)
+
+
+@pytest.mark.parametrize("rel", ["pillow/Tests/images/flower.webp", "pillow/Tests/images/transparent.webp"])
+def test_webp_random_crops_decode_only_their_region_exactly(real, rel):
+    """RandomResizedCrop decodes only the crop's region (libwebp's cropping, from even
+    coordinates): the result equals the same crop of a PNG holding Pillow's decode of the whole
+    image, which loadscope decodes whole, for many crops (same seed, epoch and position)."""
+    import io
+
+    png = io.BytesIO()
+    pil_upright(real / rel).save(png, format="PNG")
+    webp = (real / rel).read_bytes()
+    field = ls.Image(96, crop="random_resized", flip=0.5)
+    for position in range(40):
+        a, _ = _native.decode_image(webp, field._native("img", _native), seed=3, epoch=1, position=position)
+        b, _ = _native.decode_image(png.getvalue(), field._native("img", _native), seed=3, epoch=1, position=position)
+        assert a == b, f"{rel}: crop at position {position} differs"
+
+
 def test_damaged_jpeg_that_libjpeg_recovers_is_delivered(real):
     """bad_huffman.jpg: torchvision's test says it must decode (a libjpeg warning only)."""
     path = real / "vision/test/assets/damaged_jpeg/bad_huffman.jpg"
@@ -152,9 +215,18 @@ def test_damaged_jpeg_that_libjpeg_recovers_is_delivered(real):
         ("vision/test/assets/damaged_jpeg/corrupt34_2.jpg", "truncated"),
         ("vision/test/assets/toosmall_png/heapbof.png", "damaged PNG"),
         ("libjpeg-turbo/testimages/shira_bird8.bmp", "unsupported image format: BMP"),
+        ("pillow/Tests/images/hopper.webp[:2000]", "truncated WebP: its header says 3282 bytes, 2000"),
+        ("pillow/Tests/images/flower.webp[:20]", "truncated WebP"),
+        ("pillow/Tests/images/hopper.webp[:20]+zeros", "WebP: bitstream error"),
     ],
 )
 @pytest.mark.parametrize("crop", ["center", "random_resized"])
 def test_corrupt_and_unsupported_files_raise_decode_error(real, rel, message, crop):
+    # "file[:n]": the file cut after n bytes; "+zeros": the rest of its bytes zeroed.
+    rel, _, cut = rel.partition("[:")
+    data = (real / rel).read_bytes()
+    if cut:
+        n = int(cut.split("]")[0])
+        data = data[:n] + (bytes(len(data) - n) if cut.endswith("+zeros") else b"")
     with pytest.raises(ls.DecodeError, match=message):
-        decode((real / rel).read_bytes(), size=64, crop=crop)
+        decode(data, size=64, crop=crop)

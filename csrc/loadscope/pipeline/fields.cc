@@ -16,6 +16,7 @@
 #include "loadscope/decode/jpeg/jpeg_decoder.h"
 #include "loadscope/decode/png/png_decoder.h"
 #include "loadscope/decode/video/video_decoder.h"
+#include "loadscope/decode/webp/webp_decoder.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 
@@ -31,6 +32,7 @@ namespace {
 struct Scratch {
   decode::JpegDecoder jpeg;
   std::unique_ptr<decode::PngDecoder> png;  // created on first use
+  decode::WebpDecoder webp;
   augment::Resampler resampler;
   std::vector<uint8_t> oriented;
   std::vector<uint8_t> pixels;  // uint8 output before conversion to a float dtype
@@ -38,8 +40,8 @@ struct Scratch {
   std::unique_ptr<decode::VideoDecoder> video;  // created on first use
 
   size_t bytes() const {
-    return jpeg.buffer_bytes() + (png ? png->buffer_bytes() : 0) + resampler.buffer_bytes() +
-           oriented.capacity() + pixels.capacity() + file.capacity() +
+    return jpeg.buffer_bytes() + (png ? png->buffer_bytes() : 0) + webp.buffer_bytes() +
+           resampler.buffer_bytes() + oriented.capacity() + pixels.capacity() + file.capacity() +
            (video ? video->buffer_bytes() : 0);
   }
 };
@@ -183,6 +185,43 @@ std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const Imag
   return s.jpeg.warning();
 }
 
+// A still WebP decodes only the region the crop needs (libwebp's cropping), like JPEG without
+// DCT scaling; an EXIF orientation other than 1 decodes the whole image and turns it first.
+void decode_webp(Scratch& s, const uint8_t* data, size_t size, const ImageSpec& spec, Rng& rng,
+                 uint8_t* dst, DecodeSplit* split) {
+  const uint64_t t0 = split ? telemetry::now_ns() : 0;
+  const decode::WebpInfo info = s.webp.open(data, size);
+  check_pixels(info.width, info.height, spec);
+  const int orientation = spec.exif ? info.orientation : 1;
+  decode::RgbView img;
+  CropPlan plan;
+  Rect region;
+  if (orientation == 1) {
+    plan = make_plan(spec, info.width, info.height, rng);
+    region = needed_region(plan, info.width, info.height, spec.width, spec.height);
+    img = s.webp.decode(region);
+  } else {
+    const decode::RgbView stored = s.webp.decode(Rect{0, 0, info.width, info.height});
+    const bool transpose = orientation >= 5;
+    const int w = transpose ? info.height : info.width, h = transpose ? info.width : info.height;
+    s.oriented.resize(static_cast<size_t>(w) * h * 3);
+    augment::orient(stored.data, stored.width, stored.height, stored.stride, orientation,
+                    s.oriented.data());
+    img.data = s.oriented.data();
+    img.width = w;
+    img.height = h;
+    img.stride = static_cast<size_t>(w) * 3;
+    plan = make_plan(spec, w, h, rng);
+    region = needed_region(plan, w, h, spec.width, spec.height);
+  }
+  const uint64_t t1 = split ? telemetry::now_ns() : 0;
+  resample_region(s, img, region, plan, spec, dst);
+  if (split) {
+    split->decode_ns = t1 - t0;
+    split->augment_ns = telemetry::now_ns() - t1;
+  }
+}
+
 }  // namespace
 
 std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec, Rng& rng,
@@ -206,13 +245,17 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
     }
     return "";
   }
+  if (format == decode::ImageFormat::kWebp) {
+    decode_webp(s, data, size, spec, rng, dst, split);
+    return "";
+  }
   if (size == 0) throw DecodeFailure("empty file");
   if (format == decode::ImageFormat::kPngTruncated) {
     throw DecodeFailure("truncated or damaged PNG: signature incomplete (" + std::to_string(size) +
                         " bytes)");
   }
   throw DecodeFailure(std::string("unsupported image format: ") + decode::format_name(format) +
-                      " (supported: JPEG, PNG)");
+                      " (supported: JPEG, PNG, WebP)");
 }
 
 const IntBound& int_bound(const char* name) {
