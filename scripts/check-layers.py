@@ -20,8 +20,8 @@ TOP = "python"  # the binding: may include every layer
 
 # third-party header prefix -> the layers that may include it
 OWNED = {
-    "libav": {"decode", "bench"}, "libswscale": {"decode", "bench"}, "jpeglib.h": {"decode"}, "webp/": {"decode"},
-    "jconfig.h": {"bench"}, "turbojpeg.h": {"decode", "bench"}, "curl/": {"io"}, "pybind11/": {TOP},
+    "libav": {"decode", "bench"}, "libswscale": {"decode", "bench"}, "jpeglib.h": {"decode"},
+    "webp/": {"decode", "bench"}, "jconfig.h": {"bench"}, "turbojpeg.h": {"decode", "bench"}, "curl/": {"io"}, "pybind11/": {TOP},
 }
 
 

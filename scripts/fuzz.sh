@@ -26,7 +26,7 @@ seed() {  # seed TARGET PREFIX(yes|no) PATTERN...
   cp tests/fuzz/regressions/$t/* $B/corpus/$t/ 2>/dev/null || true
 }
 seed jpeg yes -iname '*.jpg' -o -iname '*.jpeg'
-seed png yes -iname '*.png'
+seed png yes -iname '*.png' -o -iname '*.bmp' -o -iname '*.gif' -o -iname '*.tif' -o -iname '*.tiff'
 seed webp yes -iname '*.webp'
 seed tar no -iname '*.tar' -o -iname '*.tgz' -o -iname '*.tar.gz' -o -iname '*.idx'
 seed manifest no -iname '*.jsonl' -o -iname '*.csv'

@@ -15,7 +15,7 @@ from ._errors import ConfigError
 
 # torchvision's IMG_EXTENSIONS: which files make a sample in a Folder.
 # What decode_image decodes (formats are sniffed from the bytes; these only pick the files).
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts",
                     ".flv", ".3gp", ".ogv", ".wmv")
 

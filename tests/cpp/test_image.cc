@@ -6,8 +6,8 @@
 #include "loadscope/augment/geometry.h"
 #include "loadscope/augment/resample.h"
 #include "loadscope/core/error.h"
+#include "loadscope/decode/ffmpeg/image_decoder.h"
 #include "loadscope/decode/image.h"
-#include "loadscope/decode/png/png_decoder.h"
 #include "loadscope/pipeline/fields.h"
 
 using namespace loadscope;
@@ -36,9 +36,13 @@ TEST_CASE("unsupported and truncated images fail with a clear reason", "[image]"
     return pipeline::decode_image(reinterpret_cast<const uint8_t*>(data.data()), data.size(), spec,
                                   rng, out.data());
   };
-  CHECK_THROWS_WITH(
-      decode(read_all(real("libjpeg-turbo/testimages/shira_bird8.bmp"))),
-      Catch::Contains("unsupported image format: BMP") && Catch::Contains("supported: JPEG, PNG"));
+  CHECK_THROWS_WITH(decode(read_all(real("pillow/Tests/images/hopper_webp_bits.ppm"))),
+                    Catch::Contains("unsupported image format: unknown") &&
+                        Catch::Contains("supported: JPEG, PNG, WebP, BMP, GIF, TIFF"));
+  CHECK_THROWS_WITH(decode(read_all(real("pillow/Tests/images/bmp/b/shortfile.bmp"))),
+                    Catch::Contains("BMP: cannot decode"));
+  const std::string webp = read_all(real("pillow/Tests/images/hopper.webp"));
+  CHECK_THROWS_WITH(decode(webp.substr(0, webp.size() - 1)), Catch::Contains("truncated WebP"));
   CHECK_THROWS_WITH(decode(read_all(real("vision/test/assets/toosmall_png/heapbof.png"))),
                     Catch::Contains("damaged PNG"));
   const std::string png = read_all(real("vision/test/assets/fakedata/imagefolder/a/a1.png"));
@@ -52,7 +56,7 @@ TEST_CASE("PNG decodes to the same pixels as ffmpeg's rgb24 conversion", "[image
     WARN("skipped: ffmpeg not installed");
     return;
   }
-  decode::PngDecoder dec;
+  decode::FfmpegImageDecoder dec(decode::ImageFormat::kPng);
   // 8-bit colour types (16-bit ones are checked against PIL in the Python tests: ffmpeg
   // rounds 16 -> 8 bits where PIL and loadscope keep the high byte).
   for (const char* rel : {"vision/test/assets/fakedata/logos/rgb_pytorch.png",

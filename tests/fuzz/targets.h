@@ -15,7 +15,7 @@
 
 #include "loadscope/core/error.h"
 #include "loadscope/core/rng.h"
-#include "loadscope/decode/png/png_decoder.h"
+#include "loadscope/decode/ffmpeg/image_decoder.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/decode/webp/webp_decoder.h"
 #include "loadscope/io/file.h"
@@ -58,11 +58,11 @@ inline int jpeg(const uint8_t* data, size_t size) {
   return 0;
 }
 
-// PNG: FFmpeg's PNG decoder directly, then the image path.
+// PNG: FFmpeg's PNG decoder directly, then the image path (which also takes BMP, GIF, TIFF).
 inline int png(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   try {
-    static thread_local decode::PngDecoder dec;
+    static thread_local decode::FfmpegImageDecoder dec(decode::ImageFormat::kPng);
     dec.decode(data + 1, size - 1);
   } catch (const DecodeFailure&) {
   }

@@ -3,6 +3,7 @@ reference decodes (../shared/data/real/_reference) and the facts of the data REA
 
 import csv
 import hashlib
+import io
 
 import numpy as np
 import pytest
@@ -51,6 +52,14 @@ WEBPS = [
     "pillow/Tests/images/anim_frame1.webp",
 ]
 
+# BMPs of the real set: 8-bit palette (libjpeg-turbo's test image), 24-bit and 8-bit (Pillow's
+# "good" BMP suite).
+BMPS = [
+    "libjpeg-turbo/testimages/shira_bird8.bmp",
+    "pillow/Tests/images/bmp/g/rgb24.bmp",
+    "pillow/Tests/images/bmp/g/pal8.bmp",
+]
+
 
 def decode(data: bytes, **image_args) -> np.ndarray:
     """One image through loadscope's decode+augment path, as HWC uint8."""
@@ -66,7 +75,7 @@ def pil_upright(path) -> PILImage.Image:
 
 
 @pytest.mark.filterwarnings("ignore:Palette images with Transparency")
-@pytest.mark.parametrize("rel", JPEGS + PNGS + WEBPS)
+@pytest.mark.parametrize("rel", JPEGS + PNGS + WEBPS + BMPS)
 def test_resize_center_crop_matches_torchvision(real, rel):
     """Resize(256) + CenterCrop(224) with default options: mean |difference| to torchvision's
     PIL backend <= 2.0; in fact the same filter as Pillow's, so no pixel is off by more than 2."""
@@ -168,8 +177,6 @@ def test_webp_reference_decode_of_the_data_readme(real):
 def test_animated_webp_gives_its_first_frame_like_pillow():
     """An animation (made here: the real set has none) decodes to its first frame as Pillow
     shows it, drawn on the canvas, alpha dropped; the first frame covers part of the canvas."""
-    import io
-
     first = PILImage.new("RGBA", (20, 14), (0, 0, 0, 0))
     first.paste(PILImage.new("RGBA", (12, 8), (200, 60, 30, 255)), (4, 3))
     second = PILImage.new("RGBA", (20, 14), (10, 220, 90, 255))
@@ -188,8 +195,6 @@ def test_webp_random_crops_decode_only_their_region_exactly(real, rel):
     """RandomResizedCrop decodes only the crop's region (libwebp's cropping, from even
     coordinates): the result equals the same crop of a PNG holding Pillow's decode of the whole
     image, which loadscope decodes whole, for many crops (same seed, epoch and position)."""
-    import io
-
     png = io.BytesIO()
     pil_upright(real / rel).save(png, format="PNG")
     webp = (real / rel).read_bytes()
@@ -198,6 +203,66 @@ def test_webp_random_crops_decode_only_their_region_exactly(real, rel):
         a, _ = _native.decode_image(webp, field._native("img", _native), seed=3, epoch=1, position=position)
         b, _ = _native.decode_image(png.getvalue(), field._native("img", _native), seed=3, epoch=1, position=position)
         assert a == b, f"{rel}: crop at position {position} differs"
+
+
+@pytest.mark.parametrize("rel", BMPS)
+def test_bmp_decodes_like_pillow(real, rel):
+    ref = np.asarray(PILImage.open(real / rel).convert("RGB"))
+    h, w = ref.shape[:2]
+    assert np.array_equal(decode((real / rel).read_bytes(), size=(h, w), crop="resize"), ref)
+
+
+def _encoded(image: PILImage.Image, fmt: str, **options) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format=fmt, **options)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt, options, mode", [
+    (fmt, options, mode)
+    for fmt, options in [("BMP", {}), ("GIF", {}), ("TIFF", {}), ("TIFF", {"compression": "tiff_lzw"}),
+                         ("TIFF", {"compression": "tiff_adobe_deflate"})]
+    for mode in ["RGB", "RGBA", "L", "1", "P"]
+    if not (fmt == "BMP" and mode == "P")  # an 8-bit palette BMP: the real pal8.bmp, above
+])
+def test_bmp_gif_tiff_decode_like_pillow(real, fmt, options, mode):
+    """BMP, GIF and TIFF through FFmpeg's decoders, on files Pillow writes from a real photo in
+    every mode it saves them in: Pillow's own decode, byte for byte (alpha dropped)."""
+    photo = PILImage.open(real / "imageio/chelsea.jpg").convert("RGB").crop((40, 20, 190, 140))
+    data = _encoded(photo.convert(mode), fmt, **options)
+    with PILImage.open(io.BytesIO(data)) as im:
+        ref = np.asarray(im.convert("RGB"))
+    got = decode(data, size=ref.shape[:2], crop="resize")
+    assert np.array_equal(got, ref), f"{fmt} {mode}: max |diff| {np.abs(got.astype(int) - ref).max()}"
+
+
+def test_gif_first_frame_and_transparency():
+    """An animated GIF gives its first frame. A transparent pixel comes out as FFmpeg draws it
+    (the background colour), where Pillow's convert("RGB") shows the transparent palette entry:
+    every other pixel is Pillow's."""
+    first = PILImage.new("P", (20, 14), 1)
+    first.putpalette([0, 0, 0, 200, 60, 30, 10, 220, 90] + [0] * (253 * 3))
+    first.paste(0, (0, 0, 5, 5))  # index 0: transparent
+    second = PILImage.new("P", (20, 14), 2)
+    second.putpalette(first.getpalette())
+    data = _encoded(first, "GIF", save_all=True, append_images=[second], transparency=0, duration=40)
+    with PILImage.open(io.BytesIO(data)) as im:
+        assert im.n_frames == 2
+        ref = np.asarray(im.convert("RGB"))
+    got = decode(data, size=(14, 20), crop="resize")
+    opaque = np.ones((14, 20), bool)
+    opaque[:5, :5] = False
+    assert np.array_equal(got[opaque], ref[opaque])
+    assert tuple(got[10, 10]) == (200, 60, 30)
+
+
+def test_a_bmp_claiming_a_huge_size_fails_before_allocating(real):
+    """A BMP header saying 20000x10000 (200 Mpixel, over max_pixels) fails at once, naming the
+    limit, instead of allocating the frame."""
+    data = bytearray((real / "pillow/Tests/images/bmp/g/rgb24.bmp").read_bytes())
+    data[18:26] = (20000).to_bytes(4, "little") + (10000).to_bytes(4, "little")
+    with pytest.raises(ls.DecodeError, match="exceeds specified max pixel count 178956970"):
+        decode(bytes(data), size=32)
 
 
 def test_damaged_jpeg_that_libjpeg_recovers_is_delivered(real):
@@ -214,7 +279,9 @@ def test_damaged_jpeg_that_libjpeg_recovers_is_delivered(real):
         ("vision/test/assets/damaged_jpeg/corrupt.jpg", "Unsupported marker type 0xae"),
         ("vision/test/assets/damaged_jpeg/corrupt34_2.jpg", "truncated"),
         ("vision/test/assets/toosmall_png/heapbof.png", "damaged PNG"),
-        ("libjpeg-turbo/testimages/shira_bird8.bmp", "unsupported image format: BMP"),
+        ("pillow/Tests/images/bmp/b/shortfile.bmp", "BMP: cannot decode: .*not enough data"),
+        ("pillow/Tests/images/hopper_webp_bits.ppm",
+         r"unsupported image format: unknown \(supported: JPEG, PNG, WebP, BMP, GIF, TIFF\)"),
         ("pillow/Tests/images/hopper.webp[:2000]", "truncated WebP: its header says 3282 bytes, 2000"),
         ("pillow/Tests/images/flower.webp[:20]", "truncated WebP"),
         ("pillow/Tests/images/hopper.webp[:20]+zeros", "WebP: bitstream error"),

@@ -1,6 +1,7 @@
 #include "loadscope/bench/versions.h"
 
 #include <jconfig.h>
+#include <webp/decode.h>
 #include <zlib.h>
 
 extern "C" {
@@ -38,6 +39,7 @@ std::vector<std::pair<std::string, std::string>> library_versions() {
 #ifdef LIBJPEG_TURBO_VERSION
       {"libjpeg-turbo", LOADSCOPE_STR(LIBJPEG_TURBO_VERSION) " (headers)"},
 #endif
+      {"libwebp", dotted(static_cast<unsigned>(WebPGetDecoderVersion()))},
       {"onetbb", std::string(TBB_runtime_version()) + " (built " TBB_VERSION_STRING ")"},
       {"zlib", zlibVersion()},
   };

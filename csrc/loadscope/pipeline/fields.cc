@@ -13,8 +13,8 @@
 
 #include "loadscope/augment/resample.h"
 #include "loadscope/core/error.h"
+#include "loadscope/decode/ffmpeg/image_decoder.h"
 #include "loadscope/decode/jpeg/jpeg_decoder.h"
-#include "loadscope/decode/png/png_decoder.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/decode/webp/webp_decoder.h"
 #include "loadscope/io/file.h"
@@ -31,7 +31,8 @@ namespace {
 // Codec state and buffers of one worker thread, reused for every sample it processes.
 struct Scratch {
   decode::JpegDecoder jpeg;
-  std::unique_ptr<decode::PngDecoder> png;  // created on first use
+  // PNG, BMP, GIF, TIFF (FFmpeg's decoders), each created on first use.
+  std::unique_ptr<decode::FfmpegImageDecoder> still[4];
   decode::WebpDecoder webp;
   augment::Resampler resampler;
   std::vector<uint8_t> oriented;
@@ -40,8 +41,10 @@ struct Scratch {
   std::unique_ptr<decode::VideoDecoder> video;  // created on first use
 
   size_t bytes() const {
-    return jpeg.buffer_bytes() + (png ? png->buffer_bytes() : 0) + webp.buffer_bytes() +
-           resampler.buffer_bytes() + oriented.capacity() + pixels.capacity() + file.capacity() +
+    size_t n = 0;
+    for (const auto& d : still) n += d ? d->buffer_bytes() : 0;
+    return n + jpeg.buffer_bytes() + webp.buffer_bytes() + resampler.buffer_bytes() +
+           oriented.capacity() + pixels.capacity() + file.capacity() +
            (video ? video->buffer_bytes() : 0);
   }
 };
@@ -230,11 +233,17 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
   const decode::ImageFormat format = decode::sniff(data, size);
   if (format == decode::ImageFormat::kJpeg)
     return decode_jpeg(s, data, size, spec, rng, dst, split);
-  if (format == decode::ImageFormat::kPng) {
+  const int still = format == decode::ImageFormat::kPng    ? 0
+                    : format == decode::ImageFormat::kBmp  ? 1
+                    : format == decode::ImageFormat::kGif  ? 2
+                    : format == decode::ImageFormat::kTiff ? 3
+                                                           : -1;
+  if (still >= 0) {
     const uint64_t t0 = split ? telemetry::now_ns() : 0;
-    check_png_size(data, size, spec);
-    if (!s.png) s.png = std::make_unique<decode::PngDecoder>();
-    const decode::RgbView img = s.png->decode(data, size);
+    if (format == decode::ImageFormat::kPng) check_png_size(data, size, spec);
+    auto& dec = s.still[still];
+    if (!dec) dec = std::make_unique<decode::FfmpegImageDecoder>(format);
+    const decode::RgbView img = dec->decode(data, size, spec.max_pixels);
     const uint64_t t1 = split ? telemetry::now_ns() : 0;
     const CropPlan plan = make_plan(spec, img.width, img.height, rng);
     resample_region(s, img, needed_region(plan, img.width, img.height, spec.width, spec.height),
@@ -255,7 +264,7 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
                         " bytes)");
   }
   throw DecodeFailure(std::string("unsupported image format: ") + decode::format_name(format) +
-                      " (supported: JPEG, PNG, WebP)");
+                      " (supported: JPEG, PNG, WebP, BMP, GIF, TIFF)");
 }
 
 const IntBound& int_bound(const char* name) {

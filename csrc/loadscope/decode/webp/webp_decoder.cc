@@ -52,7 +52,8 @@ int orientation_of(const uint8_t* data, size_t size) {
   if (!WebPDemuxGetChunk(demux.get(), "EXIF", 1, &it)) return 1;
   std::string app1(it.chunk.bytes, it.chunk.bytes + it.chunk.size);
   WebPDemuxReleaseChunkIterator(&it);
-  if (app1.compare(0, 6, std::string("Exif\0\0", 6)) != 0) app1.insert(0, std::string("Exif\0\0", 6));
+  if (app1.compare(0, 6, std::string("Exif\0\0", 6)) != 0)
+    app1.insert(0, std::string("Exif\0\0", 6));
   return exif_orientation(reinterpret_cast<const uint8_t*>(app1.data()), app1.size());
 }
 
@@ -67,8 +68,8 @@ WebpInfo WebpDecoder::open(const uint8_t* data, size_t size) {
   if (size < 12) throw DecodeFailure("truncated WebP: " + std::to_string(size) + " bytes");
   const uint64_t stated = uint64_t(le32(data + 4)) + 8;
   if (size < stated) {
-    throw DecodeFailure("truncated WebP: its header says " + std::to_string(stated) +
-                        " bytes, " + std::to_string(size) + " are present");
+    throw DecodeFailure("truncated WebP: its header says " + std::to_string(stated) + " bytes, " +
+                        std::to_string(size) + " are present");
   }
   WebPBitstreamFeatures f;
   const VP8StatusCode rc = WebPGetFeatures(data, size, &f);

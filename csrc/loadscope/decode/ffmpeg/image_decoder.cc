@@ -1,4 +1,7 @@
-#include "loadscope/decode/png/png_decoder.h"
+#include "loadscope/decode/ffmpeg/image_decoder.h"
+
+#include <algorithm>
+#include <climits>
 
 #include <cstring>
 
@@ -13,18 +16,35 @@ namespace loadscope::decode {
 
 using ffmpeg::error_string;
 
-PngDecoder::PngDecoder() {
-  codec_ = avcodec_find_decoder(AV_CODEC_ID_PNG);
-  if (codec_ == nullptr) throw DecodeFailure("PNG: this FFmpeg build has no PNG decoder");
+namespace {
+AVCodecID codec_of(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::kPng: return AV_CODEC_ID_PNG;
+    case ImageFormat::kBmp: return AV_CODEC_ID_BMP;
+    case ImageFormat::kGif: return AV_CODEC_ID_GIF;
+    case ImageFormat::kTiff: return AV_CODEC_ID_TIFF;
+    default: return AV_CODEC_ID_NONE;
+  }
+}
+}  // namespace
+
+FfmpegImageDecoder::FfmpegImageDecoder(ImageFormat format) : name_(format_name(format)) {
+  const AVCodecID id = codec_of(format);
+  if (id == AV_CODEC_ID_NONE) throw std::logic_error("FfmpegImageDecoder: not an FFmpeg format");
+  codec_ = avcodec_find_decoder(id);
+  if (codec_ == nullptr)
+    throw DecodeFailure(std::string(name_) + ": this FFmpeg build has no decoder for it");
   packet_.reset(av_packet_alloc());
   frame_.reset(av_frame_alloc());
   if (!packet_ || !frame_) throw std::bad_alloc();
 }
 
-PngDecoder::~PngDecoder() = default;
+FfmpegImageDecoder::~FfmpegImageDecoder() = default;
 
-RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
+RgbView FfmpegImageDecoder::decode(const uint8_t* data, size_t size, int64_t max_pixels) {
   ffmpeg::LogCapture log;
+  if (size > static_cast<size_t>(INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE))
+    throw DecodeFailure(std::string(name_) + ": file too large for one packet");
   input_.resize(size + AV_INPUT_BUFFER_PADDING_SIZE);
   std::memcpy(input_.data(), data, size);
   std::memset(input_.data() + size, 0, AV_INPUT_BUFFER_PADDING_SIZE);
@@ -36,10 +56,13 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
   context_.reset(avcodec_alloc_context3(codec_));
   if (!context_) throw std::bad_alloc();
   context_->thread_count = 1;  // parallelism comes from the engine's threads
+  // A header claiming a huge image fails when the frame is allocated, not after.
+  context_->max_pixels = std::max<int64_t>(max_pixels, 1);
   int rc = avcodec_open2(context_.get(), codec_, nullptr);
-  if (rc < 0) throw DecodeFailure("PNG: cannot open decoder: " + error_string(rc));
+  if (rc < 0)
+    throw DecodeFailure(std::string(name_) + ": cannot open decoder: " + error_string(rc));
   auto fail = [&](const char* what, int rc) {
-    std::string reason = std::string("PNG: ") + what + ": " + error_string(rc);
+    std::string reason = std::string(name_) + ": " + what + ": " + error_string(rc);
     if (!log.text().empty()) reason += " (" + log.text() + ")";
     return DecodeFailure(reason);
   };
@@ -49,7 +72,8 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
   if (rc < 0) throw fail("cannot decode", rc);
   // FFmpeg's decoder tolerates some damage; a message at error level means the pixels are
   // not trustworthy, so the image fails rather than being delivered half-decoded.
-  if (!log.text().empty()) throw DecodeFailure("PNG: corrupt data (" + log.text() + ")");
+  if (!log.text().empty())
+    throw DecodeFailure(std::string(name_) + ": corrupt data (" + log.text() + ")");
 
   const AVFrame& f = *frame_;
   const int w = f.width, h = f.height;
@@ -103,13 +127,14 @@ RgbView PngDecoder::decode(const uint8_t* data, size_t size) {
                                         SWS_POINT, nullptr, nullptr, nullptr));
         if (sws_ == nullptr) {
           const char* name = av_get_pix_fmt_name(fmt);
-          throw DecodeFailure(std::string("PNG: unsupported pixel format ") + (name ? name : "?"));
+          throw DecodeFailure(std::string(name_) + ": unsupported pixel format " +
+                              (name ? name : "?"));
         }
         uint8_t* dst[4] = {pixels_.data(), nullptr, nullptr, nullptr};
         int dst_stride[4] = {static_cast<int>(stride), 0, 0, 0};
         if (sws_scale(sws_.get(), f.data, f.linesize, 0, h, dst, dst_stride) != h) {
           const char* name = av_get_pix_fmt_name(fmt);
-          throw DecodeFailure(std::string("PNG: conversion from ") + (name ? name : "?") +
+          throw DecodeFailure(std::string(name_) + ": conversion from " + (name ? name : "?") +
                               " failed");
         }
         y = h;  // whole frame done
