@@ -13,9 +13,11 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 
-# torchvision's IMG_EXTENSIONS: which files make a sample in a Folder.
-# What decode_image decodes (formats are sniffed from the bytes; these only pick the files).
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".gif", ".tif", ".tiff")
+# torchvision's IMG_EXTENSIONS: which files make a sample in a Folder, so that a Folder has
+# ImageFolder's samples, order and class indices. All decode except PPM/PGM, which fail naming
+# the file (a counted skip under on_error="skip"); GIFs decode but are not listed, as in
+# ImageFolder: pass extensions=IMAGE_EXTENSIONS + (".gif",) for them.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts",
                     ".flv", ".3gp", ".ogv", ".wmv")
 

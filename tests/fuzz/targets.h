@@ -79,6 +79,7 @@ inline int webp(const uint8_t* data, size_t size) {
     const decode::WebpInfo info = dec.open(data + 1, size - 1);
     if (static_cast<int64_t>(info.width) * info.height <= (1 << 24)) {
       dec.decode(decode::Rect{0, 0, info.width, info.height});
+      dec.open(data + 1, size - 1);  // one decode per open
       dec.decode(decode::Rect{info.width / 3, info.height / 3, info.width / 2 + 1,
                               info.height / 2 + 1});
     }

@@ -42,8 +42,9 @@ PNGS = [
     "vision/test/assets/fakedata/logos/rgbalpha_pytorch16.png",
 ] + [f"vision/test/assets/fakedata/imagefolder/{c}/{c}{i}.png" for c, n in (("a", 3), ("b", 4)) for i in range(1, n + 1)]
 
-# Every WebP of the real set: lossy, lossy with EXIF (orientation 1 and 6) and ICC, lossless
-# with alpha, a small one (README of ../shared/data/real).
+# Every WebP of the real set: lossy, lossy with EXIF (orientation 1 and 6) and ICC, lossy with
+# alpha, a small one (README of ../shared/data/real). It has no still lossless WebP: those are
+# made from a real photo in the tests below.
 WEBPS = [
     "pillow/Tests/images/hopper.webp",
     "pillow/Tests/images/flower.webp",
@@ -156,14 +157,50 @@ def test_16bit_png_keeps_the_high_byte_like_pil(real, rel):
     assert np.array_equal(got, ref)
 
 
-@pytest.mark.parametrize("rel", WEBPS)
-def test_webp_decodes_like_pillow(real, rel):
+def _lossless_webp(real, mode: str, **options) -> bytes:
+    """A still lossless WebP of a real photo (not square: 150x120), RGB or RGBA."""
+    photo = PILImage.open(real / "imageio/chelsea.jpg").convert("RGB").crop((40, 20, 190, 140)).convert(mode)
+    if mode == "RGBA":
+        photo.putalpha(PILImage.linear_gradient("L").resize(photo.size))
+    return _encoded(photo, "WEBP", lossless=True, **options)
+
+
+def _webp_inputs(real):
+    yield from ((rel, (real / rel).read_bytes()) for rel in WEBPS)
+    yield "lossless RGB", _lossless_webp(real, "RGB")
+    yield "lossless RGBA", _lossless_webp(real, "RGBA")
+    for orientation in (3, 5, 6, 8):  # raw TIFF in the EXIF chunk, as libwebp's tools write it
+        exif = PILImage.Exif()
+        exif[0x0112] = orientation
+        yield f"orientation {orientation}", _lossless_webp(real, "RGB", exif=exif.tobytes()[6:])
+
+
+def test_webp_decodes_like_pillow(real):
     """Kept at its size, a WebP is Pillow's decode byte for byte (both use libwebp): lossy and
-    lossless, alpha dropped as convert("RGB") drops it, EXIF orientation 6 turned upright."""
-    ref = np.asarray(pil_upright(real / rel))
-    h, w = ref.shape[:2]
-    got = decode((real / rel).read_bytes(), size=(h, w), crop="resize")
-    assert np.array_equal(got, ref), f"{rel}: max |diff| {np.abs(got.astype(int) - ref).max()}"
+    lossless, alpha dropped as convert("RGB") drops it, EXIF orientations turned upright (a
+    non-square image, so that a transposed size shows)."""
+    for name, data in _webp_inputs(real):
+        with PILImage.open(io.BytesIO(data)) as im:
+            assert not getattr(im, "is_animated", False)
+            ref = np.asarray(ImageOps.exif_transpose(im).convert("RGB"))
+        if name.startswith("orientation"):
+            assert ref.shape[:2] == ((150, 120) if name[-1] in "568" else (120, 150)), name
+        got = decode(data, size=ref.shape[:2], crop="resize")
+        assert np.array_equal(got, ref), f"{name}: max |diff| {np.abs(got.astype(int) - ref).max()}"
+
+
+def test_webp_size_checks(real):
+    """A WebP over max_pixels fails before decoding; a VP8X canvas that disagrees with the
+    bitstream's size is refused by libwebp."""
+    data = (real / "pillow/Tests/images/hopper.webp").read_bytes()
+    with pytest.raises(ls.DecodeError, match="image too large: 128x128 pixels, over max_pixels=16383"):
+        decode(data, size=32, max_pixels=128 * 128 - 1)
+    decode(data, size=32, max_pixels=128 * 128)
+    flower = bytearray((real / "pillow/Tests/images/flower.webp").read_bytes())
+    assert flower[12:16] == b"VP8X"
+    flower[24:27] = (479 + 16).to_bytes(3, "little")  # canvas width - 1: 496 instead of 480
+    with pytest.raises(ls.DecodeError, match="WebP: bitstream error"):
+        decode(bytes(flower), size=32)
 
 
 def test_webp_reference_decode_of_the_data_readme(real):
@@ -182,6 +219,11 @@ def test_animated_webp_gives_its_first_frame_like_pillow():
     second = PILImage.new("RGBA", (20, 14), (10, 220, 90, 255))
     buf = io.BytesIO()
     first.save(buf, format="WEBP", save_all=True, append_images=[second], duration=40, lossless=True)
+    data = buf.getvalue()
+    anmf = data.index(b"ANMF") + 8  # the first frame's offset and size: a part of the canvas
+    x, y = (int.from_bytes(data[anmf + k : anmf + k + 3], "little") * 2 for k in (0, 3))
+    w, h = (int.from_bytes(data[anmf + k : anmf + k + 3], "little") + 1 for k in (6, 9))
+    assert (w, h) != (20, 14) and (x, y) != (0, 0)
     with PILImage.open(buf) as im:
         assert im.n_frames == 2
         ref = np.asarray(im.convert("RGB"))
@@ -190,14 +232,15 @@ def test_animated_webp_gives_its_first_frame_like_pillow():
     assert tuple(got[5, 6]) == (200, 60, 30)
 
 
-@pytest.mark.parametrize("rel", ["pillow/Tests/images/flower.webp", "pillow/Tests/images/transparent.webp"])
+@pytest.mark.parametrize("rel", ["pillow/Tests/images/flower.webp", "pillow/Tests/images/transparent.webp",
+                                 "lossless"])
 def test_webp_random_crops_decode_only_their_region_exactly(real, rel):
     """RandomResizedCrop decodes only the crop's region (libwebp's cropping, from even
     coordinates): the result equals the same crop of a PNG holding Pillow's decode of the whole
     image, which loadscope decodes whole, for many crops (same seed, epoch and position)."""
+    webp = _lossless_webp(real, "RGB") if rel == "lossless" else (real / rel).read_bytes()
     png = io.BytesIO()
-    pil_upright(real / rel).save(png, format="PNG")
-    webp = (real / rel).read_bytes()
+    PILImage.open(io.BytesIO(webp)).convert("RGB").save(png, format="PNG")
     field = ls.Image(96, crop="random_resized", flip=0.5)
     for position in range(40):
         a, _ = _native.decode_image(webp, field._native("img", _native), seed=3, epoch=1, position=position)
@@ -237,11 +280,11 @@ def test_bmp_gif_tiff_decode_like_pillow(real, fmt, options, mode):
 
 
 def test_gif_first_frame_and_transparency():
-    """An animated GIF gives its first frame. A transparent pixel comes out as FFmpeg draws it
-    (the background colour), where Pillow's convert("RGB") shows the transparent palette entry:
-    every other pixel is Pillow's."""
+    """An animated GIF gives its first frame. A transparent pixel comes out as FFmpeg's GIF
+    decoder draws it (transparent white), where Pillow's convert("RGB") shows the transparent
+    palette entry: every other pixel is Pillow's."""
     first = PILImage.new("P", (20, 14), 1)
-    first.putpalette([0, 0, 0, 200, 60, 30, 10, 220, 90] + [0] * (253 * 3))
+    first.putpalette([90, 90, 200, 200, 60, 30, 10, 220, 90] + [0] * (253 * 3))
     first.paste(0, (0, 0, 5, 5))  # index 0: transparent
     second = PILImage.new("P", (20, 14), 2)
     second.putpalette(first.getpalette())
@@ -254,6 +297,8 @@ def test_gif_first_frame_and_transparency():
     opaque[:5, :5] = False
     assert np.array_equal(got[opaque], ref[opaque])
     assert tuple(got[10, 10]) == (200, 60, 30)
+    assert tuple(ref[0, 0]) == (90, 90, 200)  # Pillow: the transparent index's palette entry
+    assert tuple(got[0, 0]) == (255, 255, 255)  # FFmpeg: transparent white, alpha dropped
 
 
 def test_a_bmp_claiming_a_huge_size_fails_before_allocating(real):
@@ -261,8 +306,35 @@ def test_a_bmp_claiming_a_huge_size_fails_before_allocating(real):
     limit, instead of allocating the frame."""
     data = bytearray((real / "pillow/Tests/images/bmp/g/rgb24.bmp").read_bytes())
     data[18:26] = (20000).to_bytes(4, "little") + (10000).to_bytes(4, "little")
-    with pytest.raises(ls.DecodeError, match="exceeds specified max pixel count 178956970"):
+    with pytest.raises(ls.DecodeError, match="image too large: 20000x10000 pixels, over max_pixels=178956970"):
         decode(bytes(data), size=32)
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "BMP", "GIF", "TIFF"])
+def test_max_pixels_is_exact_for_ffmpeg_images(fmt):
+    """w x h == max_pixels decodes, one pixel more fails (FFmpeg's own limit counted the width
+    rounded up to its alignment: 1000x1000 failed under 1000000)."""
+    data = _encoded(PILImage.new("RGB", (1000, 1000), (9, 99, 199)), fmt)
+    assert decode(data, size=16, max_pixels=1000 * 1000)[0, 0].tolist() == [9, 99, 199]
+    with pytest.raises(ls.DecodeError, match="image too large: 1000x1000 pixels, over max_pixels=999999"):
+        decode(data, size=16, max_pixels=1000 * 1000 - 1)
+
+
+@pytest.mark.parametrize("fmt, options", [("GIF", {}), ("TIFF", {}), ("TIFF", {"compression": "tiff_lzw"}),
+                                          ("BMP", {})])
+def test_bmp_gif_tiff_cut_anywhere_fail(real, fmt, options):
+    """Cut anywhere, a file fails with a DecodeError: a GIF at every offset (FFmpeg's GIF decoder
+    took an image whose data ends between two rows as whole, at 161 of 19447 offsets of a
+    150x120 one, so loadscope walks the GIF's blocks first), the others at 100 offsets."""
+    photo = PILImage.open(real / "imageio/chelsea.jpg").convert("RGB").crop((40, 20, 190, 140))
+    if fmt == "GIF":
+        photo = photo.crop((0, 0, 80, 60))
+    data = _encoded(photo, fmt, **options)
+    field = ls.Image((photo.height, photo.width), crop="resize")._native("img", _native)
+    # A GIF without only its trailer byte still holds its whole image (Pillow reads it too).
+    for n in range(1, len(data) - 1, 1 if fmt == "GIF" else len(data) // 100):
+        with pytest.raises(ls.DecodeError):
+            _native.decode_image(data[:n], field)
 
 
 def test_damaged_jpeg_that_libjpeg_recovers_is_delivered(real):

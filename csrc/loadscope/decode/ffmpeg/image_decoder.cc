@@ -41,10 +41,63 @@ FfmpegImageDecoder::FfmpegImageDecoder(ImageFormat format) : name_(format_name(f
 
 FfmpegImageDecoder::~FfmpegImageDecoder() = default;
 
+namespace {
+// The frame's size against max_pixels, exactly, before its pixels are allocated. (FFmpeg's own
+// max_pixels check counts the width rounded up to its alignment: it refused a 1000x1000 image
+// under a limit of 1000000.)
+struct SizeLimit {
+  int64_t max_pixels;
+  bool exceeded = false;
+};
+
+// Whether a GIF holds its first image whole: FFmpeg's decoder delivers an image whose data ends
+// between two rows as if it were complete, so the blocks are walked
+// up to that image's terminator first. Anything the walk does not understand is left to FFmpeg.
+bool gif_first_image_complete(const uint8_t* d, size_t n) {
+  size_t pos = 13;  // signature and logical screen descriptor
+  if (n < pos) return false;
+  if (d[10] & 0x80) pos += size_t{3} << ((d[10] & 7) + 1);  // global colour table
+  auto sub_blocks = [&]() {                                 // to the 0-length terminator
+    while (pos < n) {
+      const size_t len = d[pos++];
+      if (len == 0) return true;
+      pos += len;
+    }
+    return false;
+  };
+  while (pos < n) {
+    const uint8_t block = d[pos++];
+    if (block == 0x21) {  // extension: label, then sub-blocks
+      if (++pos > n || !sub_blocks()) return false;
+    } else if (block == 0x2C) {  // image descriptor, local colour table, LZW code size, data
+      if (pos + 9 > n) return false;
+      const uint8_t flags = d[pos + 8];
+      pos += 9;
+      if (flags & 0x80) pos += size_t{3} << ((flags & 7) + 1);
+      return ++pos <= n && sub_blocks();
+    } else {
+      return true;  // the trailer or something else: FFmpeg's to judge
+    }
+  }
+  return false;
+}
+
+int limited_get_buffer(AVCodecContext* c, AVFrame* f, int flags) {
+  auto* limit = static_cast<SizeLimit*>(c->opaque);
+  if (static_cast<int64_t>(f->width) * f->height > limit->max_pixels) {
+    limit->exceeded = true;
+    return AVERROR(ERANGE);
+  }
+  return avcodec_default_get_buffer2(c, f, flags);
+}
+}  // namespace
+
 RgbView FfmpegImageDecoder::decode(const uint8_t* data, size_t size, int64_t max_pixels) {
   ffmpeg::LogCapture log;
   if (size > static_cast<size_t>(INT_MAX - AV_INPUT_BUFFER_PADDING_SIZE))
     throw DecodeFailure(std::string(name_) + ": file too large for one packet");
+  if (codec_->id == AV_CODEC_ID_GIF && !gif_first_image_complete(data, size))
+    throw DecodeFailure("GIF: truncated (the file ends inside its first image)");
   input_.resize(size + AV_INPUT_BUFFER_PADDING_SIZE);
   std::memcpy(input_.data(), data, size);
   std::memset(input_.data() + size, 0, AV_INPUT_BUFFER_PADDING_SIZE);
@@ -53,22 +106,29 @@ RgbView FfmpegImageDecoder::decode(const uint8_t* data, size_t size, int64_t max
   packet_->size = static_cast<int>(size);
   // A fresh context per image: FFmpeg 5.1's PNG decoder keeps state from the previous image
   // (an image decoded after another came out wrong when the context was reused and flushed).
-  context_.reset(avcodec_alloc_context3(codec_));
-  if (!context_) throw std::bad_alloc();
-  context_->thread_count = 1;  // parallelism comes from the engine's threads
-  // A header claiming a huge image fails when the frame is allocated, not after.
-  context_->max_pixels = std::max<int64_t>(max_pixels, 1);
-  int rc = avcodec_open2(context_.get(), codec_, nullptr);
+  // It holds `limit` and goes with this call: a GIF decoder keeps its whole RGBA canvas.
+  ffmpeg::CodecContextPtr context(avcodec_alloc_context3(codec_));
+  if (!context) throw std::bad_alloc();
+  context->thread_count = 1;  // parallelism comes from the engine's threads
+  SizeLimit limit{max_pixels};
+  context->opaque = &limit;
+  context->get_buffer2 = limited_get_buffer;
+  int rc = avcodec_open2(context.get(), codec_, nullptr);
   if (rc < 0)
     throw DecodeFailure(std::string(name_) + ": cannot open decoder: " + error_string(rc));
   auto fail = [&](const char* what, int rc) {
+    if (limit.exceeded) {  // the message check_pixels gives for JPEG, PNG and WebP headers
+      return DecodeFailure("image too large: " + std::to_string(context->width) + "x" +
+                           std::to_string(context->height) +
+                           " pixels, over max_pixels=" + std::to_string(max_pixels));
+    }
     std::string reason = std::string(name_) + ": " + what + ": " + error_string(rc);
     if (!log.text().empty()) reason += " (" + log.text() + ")";
     return DecodeFailure(reason);
   };
-  rc = avcodec_send_packet(context_.get(), packet_.get());
+  rc = avcodec_send_packet(context.get(), packet_.get());
   if (rc < 0) throw fail("cannot decode", rc);
-  rc = avcodec_receive_frame(context_.get(), frame_.get());
+  rc = avcodec_receive_frame(context.get(), frame_.get());
   if (rc < 0) throw fail("cannot decode", rc);
   // FFmpeg's decoder tolerates some damage; a message at error level means the pixels are
   // not trustworthy, so the image fails rather than being delivered half-decoded.
@@ -114,10 +174,26 @@ RgbView FfmpegImageDecoder::decode(const uint8_t* data, size_t size, int64_t max
         }
         break;
       }
+      case AV_PIX_FMT_RGB48LE:
+      case AV_PIX_FMT_RGBA64LE: {  // TIFF from little-endian writers: the high byte is second
+        const int step = fmt == AV_PIX_FMT_RGB48LE ? 6 : 8;
+        for (int x = 0; x < w; ++x) {
+          d[3 * x] = s[step * x + 1];
+          d[3 * x + 1] = s[step * x + 3];
+          d[3 * x + 2] = s[step * x + 5];
+        }
+        break;
+      }
       case AV_PIX_FMT_GRAY16BE:
       case AV_PIX_FMT_YA16BE: {
         const int step = fmt == AV_PIX_FMT_GRAY16BE ? 2 : 4;
         for (int x = 0; x < w; ++x) d[3 * x] = d[3 * x + 1] = d[3 * x + 2] = s[step * x];
+        break;
+      }
+      case AV_PIX_FMT_GRAY16LE:
+      case AV_PIX_FMT_YA16LE: {
+        const int step = fmt == AV_PIX_FMT_GRAY16LE ? 2 : 4;
+        for (int x = 0; x < w; ++x) d[3 * x] = d[3 * x + 1] = d[3 * x + 2] = s[step * x + 1];
         break;
       }
       default: {

@@ -35,7 +35,6 @@ class FfmpegImageDecoder {
  private:
   const char* name_;  // the format's, for messages
   const AVCodec* codec_ = nullptr;
-  ffmpeg::CodecContextPtr context_;
   ffmpeg::PacketPtr packet_;
   ffmpeg::FramePtr frame_;
   std::vector<uint8_t> input_;  // padded copy of the input, as libavcodec requires

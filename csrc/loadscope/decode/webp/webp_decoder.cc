@@ -36,15 +36,12 @@ uint32_t le32(const uint8_t* p) {
 struct DemuxDeleter {
   void operator()(WebPDemuxer* d) const { WebPDemuxDelete(d); }
 };
-struct AnimDeleter {
-  void operator()(WebPAnimDecoder* d) const { WebPAnimDecoderDelete(d); }
-};
 
-// EXIF orientation from the EXIF chunk of an extended (VP8X) file whose flags announce one.
-// The chunk holds the TIFF structure, which some writers prefix with JPEG's "Exif\0\0".
+// EXIF orientation from the EXIF chunk of an extended (VP8X) file, as Pillow reads it (the
+// VP8X flags are not consulted). The chunk holds the TIFF structure, which some writers prefix
+// with JPEG's "Exif\0\0". Simple files (a bare VP8 or VP8L chunk) have no metadata.
 int orientation_of(const uint8_t* data, size_t size) {
-  constexpr uint8_t kExifFlag = 0x08;  // VP8X flags, byte 20 of the file
-  if (size < 21 || std::memcmp(data + 12, "VP8X", 4) != 0 || !(data[20] & kExifFlag)) return 1;
+  if (size < 16 || std::memcmp(data + 12, "VP8X", 4) != 0) return 1;
   const WebPData whole{data, size};
   std::unique_ptr<WebPDemuxer, DemuxDeleter> demux(WebPDemux(&whole));
   if (!demux) return 1;  // a broken container is the decoder's to report
@@ -60,11 +57,10 @@ int orientation_of(const uint8_t* data, size_t size) {
 }  // namespace
 
 WebpInfo WebpDecoder::open(const uint8_t* data, size_t size) {
-  data_ = data;
-  size_ = size;
+  data_ = nullptr;  // set once the file is known good
   info_ = WebpInfo{};
-  // The RIFF header states the file's size: a file cut short fails here, whatever region is
-  // asked for later (libwebp would decode the rows of a crop that were still present).
+  // The RIFF header states the file's size: a file cut short fails here, with the sizes named
+  // (libwebp refuses it too, as "not enough data").
   if (size < 12) throw DecodeFailure("truncated WebP: " + std::to_string(size) + " bytes");
   const uint64_t stated = uint64_t(le32(data + 4)) + 8;
   if (size < stated) {
@@ -85,6 +81,8 @@ WebpInfo WebpDecoder::open(const uint8_t* data, size_t size) {
     info_.height = static_cast<int>(WebPDemuxGetI(demux.get(), WEBP_FF_CANVAS_HEIGHT));
   }
   info_.orientation = orientation_of(data, size);
+  data_ = data;
+  size_ = size;
   return info_;
 }
 
@@ -93,22 +91,34 @@ RgbView WebpDecoder::decode(Rect region) {
   const int W = info_.width, H = info_.height;
   RgbView view;
   if (info_.animated) {
-    // The first frame as shown: drawn on the (transparent) canvas by libwebp's animation
-    // decoder, as Pillow reads it; alpha dropped.
-    WebPAnimDecoderOptions opts;
-    if (!WebPAnimDecoderOptionsInit(&opts)) throw DecodeFailure("WebP: libwebp version mismatch");
-    opts.color_mode = MODE_RGBA;
-    opts.use_threads = 0;
+    // The first frame as shown. It is a key frame: libwebp's animation decoder draws it on a
+    // zeroed (transparent black) canvas without blending, so its pixels are the frame's own;
+    // decoded here straight into the canvas (3 bytes a pixel; the animation decoder holds two
+    // RGBA canvases). Pillow reads animations through that decoder: byte for byte its result.
     const WebPData whole{data_, size_};
-    std::unique_ptr<WebPAnimDecoder, AnimDeleter> anim(WebPAnimDecoderNew(&whole, &opts));
-    uint8_t* rgba = nullptr;
-    int timestamp = 0;
-    if (!anim || !WebPAnimDecoderGetNext(anim.get(), &rgba, &timestamp)) {
-      throw DecodeFailure("WebP: cannot decode the animation's first frame");
+    std::unique_ptr<WebPDemuxer, DemuxDeleter> demux(WebPDemux(&whole));
+    WebPIterator frame;
+    if (!demux || !WebPDemuxGetFrame(demux.get(), 1, &frame)) {
+      throw DecodeFailure("WebP: cannot read the animation's first frame");
     }
-    pixels_.resize(static_cast<size_t>(W) * H * 3);
-    const size_t n = static_cast<size_t>(W) * H;
-    for (size_t i = 0; i < n; ++i) std::memcpy(&pixels_[i * 3], rgba + i * 4, 3);
+    pixels_.assign(static_cast<size_t>(W) * H * 3, 0);
+    WebPDecoderConfig config;
+    if (!WebPInitDecoderConfig(&config)) {
+      WebPDemuxReleaseIterator(&frame);
+      throw DecodeFailure("WebP: libwebp version mismatch");
+    }
+    // The demuxer checked that the frame lies within the canvas.
+    const size_t at = (static_cast<size_t>(frame.y_offset) * W + frame.x_offset) * 3;
+    config.output.colorspace = MODE_RGB;
+    config.output.is_external_memory = 1;
+    config.output.u.RGBA.rgba = pixels_.data() + at;
+    config.output.u.RGBA.stride = W * 3;
+    config.output.u.RGBA.size = pixels_.size() - at;
+    const VP8StatusCode rc = WebPDecode(frame.fragment.bytes, frame.fragment.size, &config);
+    WebPFreeDecBuffer(&config.output);
+    WebPDemuxReleaseIterator(&frame);
+    data_ = nullptr;
+    if (rc != VP8_STATUS_OK) throw DecodeFailure(std::string("WebP: ") + status_name(rc));
     view.data = pixels_.data();
     view.width = W;
     view.height = H;
@@ -142,6 +152,7 @@ RgbView WebpDecoder::decode(Rect region) {
   config.output.u.RGBA.size = pixels_.size();
   const VP8StatusCode rc = WebPDecode(data_, size_, &config);
   WebPFreeDecBuffer(&config.output);  // external memory: frees nothing of ours
+  data_ = nullptr;                    // one decode per open()
   if (rc != VP8_STATUS_OK) throw DecodeFailure(std::string("WebP: ") + status_name(rc));
   view.data = pixels_.data();
   view.width = w;

@@ -2,7 +2,8 @@
 // WebP decoding with libwebp: lossy (VP8) and lossless (VP8L), with or without alpha, and the
 // first frame of an animation. Output is 8-bit RGB: alpha is dropped, as PIL's convert("RGB")
 // and the PNG decoder do. A still image decodes only the rows and columns of a region
-// (libwebp's cropping: rows below it are never decoded), as JPEG does.
+// (libwebp's cropping: rows below it are never decoded and colour is converted only inside it;
+// VP8 predicts from the rows above, so those are decoded).
 // One decoder per thread; not thread-safe.
 
 #include <cstddef>
@@ -26,8 +27,8 @@ class WebpDecoder {
   WebpInfo open(const uint8_t* data, size_t size);
 
   // Decodes at least `region` (stored coordinates, clipped to the image) of the image last
-  // opened. A still image's region starts on even coordinates (libwebp crops on the chroma
-  // grid), so the view may begin up to a pixel before it; an animation's first frame is
+  // opened; once per open(). A still image's region starts on even coordinates (libwebp crops on
+  // the chroma grid), so the view may begin up to a pixel before it; an animation's first frame is
   // decoded whole. Throws DecodeFailure naming libwebp's status (a truncated file included).
   RgbView decode(Rect region);
 
