@@ -279,6 +279,20 @@ def test_bmp_gif_tiff_decode_like_pillow(real, fmt, options, mode):
     assert np.array_equal(got, ref), f"{fmt} {mode}: max |diff| {np.abs(got.astype(int) - ref).max()}"
 
 
+def test_16bit_tiff_keeps_the_high_byte(real):
+    """A 16-bit grey TIFF (little-endian, as Pillow writes I;16) keeps each sample's high byte,
+    as 16-bit PNG does: the reference is Pillow's 16-bit samples shifted right by 8 (Pillow's
+    own convert("RGB") clips instead). The low bytes vary, so rounding would show."""
+    grey = np.asarray(PILImage.open(real / "imageio/chelsea.jpg").convert("L").crop((40, 20, 190, 140)))
+    samples = grey.astype(np.uint16) * 257 + (np.arange(grey.size).reshape(grey.shape) % 251).astype(np.uint16)
+    data = _encoded(PILImage.fromarray(samples, mode="I;16"), "TIFF")
+    assert data[:2] == b"II"
+    with PILImage.open(io.BytesIO(data)) as im:
+        ref = (np.asarray(im).astype(np.uint16) >> 8).astype(np.uint8)
+    got = decode(data, size=ref.shape, crop="resize")
+    assert all(np.array_equal(got[..., c], ref) for c in range(3))
+
+
 def test_gif_first_frame_and_transparency():
     """An animated GIF gives its first frame. A transparent pixel comes out as FFmpeg's GIF
     decoder draws it (transparent white), where Pillow's convert("RGB") shows the transparent

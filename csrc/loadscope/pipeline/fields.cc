@@ -140,6 +140,20 @@ void check_png_size(const uint8_t* d, size_t n, const ImageSpec& spec) {
   check_pixels(be32(16), be32(20), spec);
 }
 
+// `stored` turned upright by an EXIF orientation (2..8), into the thread's scratch.
+decode::RgbView upright(Scratch& s, const decode::RgbView& stored, int orientation) {
+  const bool transpose = orientation >= 5;
+  decode::RgbView out;
+  out.width = transpose ? stored.height : stored.width;
+  out.height = transpose ? stored.width : stored.height;
+  out.stride = static_cast<size_t>(out.width) * 3;
+  s.oriented.resize(out.stride * out.height);
+  augment::orient(stored.data, stored.width, stored.height, stored.stride, orientation,
+                  s.oriented.data());
+  out.data = s.oriented.data();
+  return out;
+}
+
 std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const ImageSpec& spec,
                         Rng& rng, uint8_t* dst, DecodeSplit* split) {
   const uint64_t t0 = split ? telemetry::now_ns() : 0;
@@ -171,15 +185,7 @@ std::string decode_jpeg(Scratch& s, const uint8_t* data, size_t size, const Imag
     // Rare: decode the whole (scaled) image and turn it upright first.
     const decode::RgbView stored = s.jpeg.decode(num, Rect{0, 0, sw_stored, sh_stored});
     const uint64_t t1 = split ? telemetry::now_ns() : 0;
-    s.oriented.resize(static_cast<size_t>(sw) * sh * 3);
-    augment::orient(stored.data, stored.width, stored.height, stored.stride, orientation,
-                    s.oriented.data());
-    decode::RgbView upright;
-    upright.data = s.oriented.data();
-    upright.width = sw;
-    upright.height = sh;
-    upright.stride = static_cast<size_t>(sw) * 3;
-    resample_region(s, upright, region, splan, spec, dst);
+    resample_region(s, upright(s, stored, orientation), region, splan, spec, dst);
     if (split) {
       split->decode_ns = t1 - t0;
       split->augment_ns = telemetry::now_ns() - t1;
@@ -204,18 +210,9 @@ void decode_webp(Scratch& s, const uint8_t* data, size_t size, const ImageSpec& 
     region = needed_region(plan, info.width, info.height, spec.width, spec.height);
     img = s.webp.decode(region);
   } else {
-    const decode::RgbView stored = s.webp.decode(Rect{0, 0, info.width, info.height});
-    const bool transpose = orientation >= 5;
-    const int w = transpose ? info.height : info.width, h = transpose ? info.width : info.height;
-    s.oriented.resize(static_cast<size_t>(w) * h * 3);
-    augment::orient(stored.data, stored.width, stored.height, stored.stride, orientation,
-                    s.oriented.data());
-    img.data = s.oriented.data();
-    img.width = w;
-    img.height = h;
-    img.stride = static_cast<size_t>(w) * 3;
-    plan = make_plan(spec, w, h, rng);
-    region = needed_region(plan, w, h, spec.width, spec.height);
+    img = upright(s, s.webp.decode(Rect{0, 0, info.width, info.height}), orientation);
+    plan = make_plan(spec, img.width, img.height, rng);
+    region = needed_region(plan, img.width, img.height, spec.width, spec.height);
   }
   const uint64_t t1 = split ? telemetry::now_ns() : 0;
   resample_region(s, img, region, plan, spec, dst);

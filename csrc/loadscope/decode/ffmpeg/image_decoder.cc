@@ -165,35 +165,23 @@ RgbView FfmpegImageDecoder::decode(const uint8_t* data, size_t size, int64_t max
         break;
       }
       case AV_PIX_FMT_RGB48BE:
-      case AV_PIX_FMT_RGBA64BE: {
-        const int step = fmt == AV_PIX_FMT_RGB48BE ? 6 : 8;
-        for (int x = 0; x < w; ++x) {
-          d[3 * x] = s[step * x];  // big-endian: the high byte comes first
-          d[3 * x + 1] = s[step * x + 2];
-          d[3 * x + 2] = s[step * x + 4];
-        }
-        break;
-      }
+      case AV_PIX_FMT_RGBA64BE:
       case AV_PIX_FMT_RGB48LE:
-      case AV_PIX_FMT_RGBA64LE: {  // TIFF from little-endian writers: the high byte is second
-        const int step = fmt == AV_PIX_FMT_RGB48LE ? 6 : 8;
+      case AV_PIX_FMT_RGBA64LE: {  // each sample's high byte: first big-endian, second little
+        const int step = fmt == AV_PIX_FMT_RGB48BE || fmt == AV_PIX_FMT_RGB48LE ? 6 : 8;
+        const int hi = fmt == AV_PIX_FMT_RGB48LE || fmt == AV_PIX_FMT_RGBA64LE;
         for (int x = 0; x < w; ++x) {
-          d[3 * x] = s[step * x + 1];
-          d[3 * x + 1] = s[step * x + 3];
-          d[3 * x + 2] = s[step * x + 5];
+          for (int c = 0; c < 3; ++c) d[3 * x + c] = s[step * x + 2 * c + hi];
         }
         break;
       }
       case AV_PIX_FMT_GRAY16BE:
-      case AV_PIX_FMT_YA16BE: {
-        const int step = fmt == AV_PIX_FMT_GRAY16BE ? 2 : 4;
-        for (int x = 0; x < w; ++x) d[3 * x] = d[3 * x + 1] = d[3 * x + 2] = s[step * x];
-        break;
-      }
+      case AV_PIX_FMT_YA16BE:
       case AV_PIX_FMT_GRAY16LE:
-      case AV_PIX_FMT_YA16LE: {
-        const int step = fmt == AV_PIX_FMT_GRAY16LE ? 2 : 4;
-        for (int x = 0; x < w; ++x) d[3 * x] = d[3 * x + 1] = d[3 * x + 2] = s[step * x + 1];
+      case AV_PIX_FMT_YA16LE: {  // PNG is big-endian, TIFF from little-endian writers little
+        const int step = fmt == AV_PIX_FMT_GRAY16BE || fmt == AV_PIX_FMT_GRAY16LE ? 2 : 4;
+        const int hi = fmt == AV_PIX_FMT_GRAY16LE || fmt == AV_PIX_FMT_YA16LE;
+        for (int x = 0; x < w; ++x) d[3 * x] = d[3 * x + 1] = d[3 * x + 2] = s[step * x + hi];
         break;
       }
       default: {
