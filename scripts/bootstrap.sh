@@ -17,7 +17,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   python3-dev python3-venv python3-pip python3-setuptools python3-wheel
   pybind11-dev python3-pybind11
-  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev
+  libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
   libjpeg62-turbo-dev libturbojpeg0-dev libwebp-dev zlib1g-dev libtbb-dev catch2 libcurl4-openssl-dev nginx-light openssl
   python3-torch python3-torchvision python3-numpy python3-pil python3-psutil
   python3-pytest python3-pytest-timeout python3-skimage python3-scipy python3-matplotlib python3-av

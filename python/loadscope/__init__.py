@@ -21,6 +21,7 @@ from ._errors import (
 from ._fields import (
     IMAGENET_MEAN,
     IMAGENET_STD,
+    Audio,
     Bytes,
     ColorJitter,
     Field,
@@ -49,7 +50,7 @@ from ._sources import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
+    "Audio", "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces", "mixup_cutmix",

@@ -531,3 +531,78 @@ class VideoClip(Image):
             decoder_threads=int(self.decoder_threads), rotate=self.rotate, color_tags=self.color_tags,
             optional=self.optional, max_pixels=int(self.max_pixels), start=self.start or "",
         )
+
+
+AUDIO_POSITIONS = ("random", "center", "start")
+# An Audio field named like an audio type (or "audio") reads any audio or video member.
+AUDIO_MEMBERS = ("wav", "flac", "mp3", "m4a", "aac", "ogg", "opus", "oga")
+
+
+def _seconds(owner: str, name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
+        raise ConfigError(f"{owner}.{name} must be seconds > 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Audio(Field):
+    """An audio stream (an audio file's, or a video's), decoded with FFmpeg and resampled with
+    libswresample to ``float32 [B, channels, N]``, N = ``seconds * sample_rate``; plus
+    ``"<name>.length"`` (``int64 [B]``: the window's samples that came from the stream, the rest
+    are zeros) and ``"<name>.time"`` (``float64 [B]``: the window's first sample, in seconds of
+    the file's timeline, where video frames' times are too). See docs/audio.md.
+
+    Args:
+        sample_rate: output samples per second.
+        channels: output channels, mixed as FFmpeg mixes them (``-ac``): 1 is the mono mix.
+        seconds: a window this long, at ``position``: ``"random"`` (drawn per sample from seed,
+            epoch and position, like every other draw), ``"center"`` or ``"start"``.
+        max_seconds: instead of ``seconds``: the whole stream from its start, up to this long.
+        align: the name of a ``VideoClip`` field of the same loader: the window is exactly that
+            field's clip, from its first frame's time to its last frame's end, to the nearest
+            sample; ``seconds`` is then the longest clip the output holds.
+        stream: the container's stream index; default FFmpeg's best audio stream.
+        optional: a missing member, or a file without an audio stream, gives zeros and
+            ``"<name>.present"`` False instead of failing.
+    """
+
+    sample_rate: int = 16000
+    channels: int = 1
+    seconds: Optional[float] = None
+    max_seconds: Optional[float] = None
+    position: str = "random"
+    align: Optional[str] = None
+    stream: Optional[int] = None
+    keys: Optional[Union[str, Sequence[str]]] = None
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        n = "Audio"
+        int_arg("Audio.sample_rate", self.sample_rate, 1, 768000)
+        int_arg("Audio.channels", self.channels, 1, 8)
+        if (self.seconds is None) == (self.max_seconds is None):
+            raise ConfigError("Audio: give seconds= (a window) or max_seconds= (the stream from its start), one of them")
+        if self.seconds is not None:
+            _seconds(n, "seconds", self.seconds)
+        if self.max_seconds is not None:
+            _seconds(n, "max_seconds", self.max_seconds)
+            if self.position not in ("random", "start"):
+                raise ConfigError("Audio: max_seconds reads from the start; position does not apply")
+        if self.position not in AUDIO_POSITIONS:
+            raise ConfigError(f"Audio.position={self.position!r} is not one of {', '.join(AUDIO_POSITIONS)}")
+        if self.align is not None and (not isinstance(self.align, str) or not self.align):
+            raise ConfigError(f"Audio.align must name a VideoClip field, got {self.align!r}")
+        if self.stream is not None:
+            int_arg("Audio.stream", self.stream, 0)
+        _bool(n, "optional", self.optional)
+
+    def _native(self, name: str, native):
+        keys = _keys(self.keys, name)
+        if self.keys is None and name.lower() in AUDIO_MEMBERS + VIDEO_MEMBERS + ("audio",):
+            keys = [name.lower()] + [k for k in AUDIO_MEMBERS + VIDEO_MEMBERS if k != name.lower()]
+        return native.audio_field(
+            name=name, keys=keys, sample_rate=int(self.sample_rate), channels=int(self.channels),
+            seconds=float(self.seconds or 0.0), max_seconds=float(self.max_seconds or 0.0),
+            position="start" if self.max_seconds is not None else self.position,
+            stream=-1 if self.stream is None else int(self.stream), align=self.align or "", optional=self.optional,
+        )

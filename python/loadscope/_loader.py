@@ -307,10 +307,11 @@ class Loader:
         self._baseline = {"wall": time.monotonic(), "cpu_user": p0["cpu_user"], "cpu_system": p0["cpu_system"],
                           "io_rchar": p0["io_rchar"], "io_read_bytes": p0["io_read_bytes"], "io_syscr": p0["io_syscr"],
                           "network": _native.network_stats()}
-        self._outputs = []  # (name, field, fixed slots, string slots)
-        for i, (name, f) in enumerate(self.fields.items()):
-            fixed, strings = self._pipeline.slots(i)
-            self._outputs.append((name, f, fixed, strings))
+        # Every output as its field declares it in C++ (pipeline/outputs.h): (output name, type,
+        # per-sample shape, index into the batch's fixed or string area). No kind is known here.
+        self._outputs = [(name + suffix, kind, tuple(shape), at)
+                         for i, name in enumerate(self.fields)
+                         for suffix, kind, shape, at in self._pipeline.outputs(i)]
 
     # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
     def __getstate__(self):
@@ -610,29 +611,15 @@ class Loader:
     def _convert(self, b) -> Batch:
         n = b.size
         out: Dict[str, Any] = {}
-        for name, f, fixed, strings in self._outputs:
-            if isinstance(f, VideoClip):
-                h, w = f.hw
-                frame = (h, w, 3) if f.channels_last else (3, h, w)
-                clips = (n, f.clips, f.frames) if f.clips > 1 else (n, f.frames)
-                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=torch.uint8).view(clips + frame)
-                out[name + ".time"] = torch.frombuffer(b.fixed(fixed[1]), dtype=torch.float64).view(clips)
-                out[name + ".meta"] = [json.loads(s) if s else None for s in b.strings(strings[0], False)]
-            elif isinstance(f, Image):
-                h, w = f.hw
-                shape = (n, h, w, 3) if f.channels_last else (n, 3, h, w)
-                dtype = torch.uint8 if self._transfer is not None else getattr(torch, f.dtype)
-                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=dtype).view(shape)
-            elif isinstance(f, Int):
-                out[name] = torch.frombuffer(b.fixed(fixed[0]), dtype=torch.int64)
-            elif isinstance(f, Json):
-                out[name] = [json.loads(s) if s else None for s in b.strings(strings[0], False)]
-            elif isinstance(f, Text):
-                out[name] = b.strings(strings[0], False)
-            elif isinstance(f, Bytes):
-                out[name] = b.strings(strings[0], True)
-            if f.optional:
-                out[name + ".present"] = torch.frombuffer(b.fixed(fixed[-1]), dtype=torch.uint8).bool()
+        for name, kind, shape, at in self._outputs:
+            if kind == "text":
+                out[name] = b.strings(at, False)
+            elif kind == "bytes":
+                out[name] = b.strings(at, True)
+            elif kind == "json":
+                out[name] = [json.loads(s) if s else None for s in b.strings(at, False)]
+            else:
+                out[name] = torch.frombuffer(b.fixed(at), dtype=getattr(torch, kind)).view((n,) + shape)
         out["__key__"] = list(b.keys)
         out["__index__"] = torch.tensor(b.positions, dtype=torch.int64)
         return out

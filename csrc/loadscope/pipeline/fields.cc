@@ -303,6 +303,9 @@ void validate(const std::vector<FieldSpec>& fields) {
         throw ConfigError("field '" + f.name + "': start= gives one clip's start; clips must be 1");
       }
     }
+    if (f.kind == FieldKind::kAudio) {
+      validate_audio(f.name, f.audio);
+    }
     if (f.kind != FieldKind::kImage && f.kind != FieldKind::kVideo) continue;
     const ImageSpec& s = f.image;
     check_bound(f, "size", s.height);
@@ -365,40 +368,86 @@ void validate(const std::vector<FieldSpec>& fields) {
   }
 }
 
+std::vector<Output> outputs_of(const FieldSpec& f) {
+  std::vector<Output> out;
+  const int64_t h = f.image.height, w = f.image.width;
+  const std::vector<int64_t> frame =
+      f.image.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w};
+  switch (f.kind) {
+    case FieldKind::kImage: {
+      static constexpr OutputType kTypes[] = {OutputType::kUint8, OutputType::kFloat32,
+                                              OutputType::kFloat16, OutputType::kBFloat16};
+      out.push_back({"", kTypes[static_cast<int>(f.image.dtype)], frame});
+      break;
+    }
+    case FieldKind::kInt: out.push_back({"", OutputType::kInt64, {}}); break;
+    case FieldKind::kText: out.push_back({"", OutputType::kText, {}}); break;
+    case FieldKind::kJson: out.push_back({"", OutputType::kJson, {}}); break;
+    case FieldKind::kBytes: out.push_back({"", OutputType::kBytes, {}}); break;
+    case FieldKind::kVideo: {
+      std::vector<int64_t> clips{f.video.clip.frames};
+      if (f.video.clip.clips > 1) clips.insert(clips.begin(), f.video.clip.clips);
+      std::vector<int64_t> pixels = clips;
+      pixels.insert(pixels.end(), frame.begin(), frame.end());
+      out.push_back({"", OutputType::kUint8, pixels});
+      out.push_back({".time", OutputType::kFloat64, clips});
+      out.push_back({".meta", OutputType::kJson, {}});
+      break;
+    }
+    case FieldKind::kAudio: out = audio_outputs(f.audio); break;
+  }
+  if (f.optional) out.push_back({".present", OutputType::kBool, {}});
+  return out;
+}
+
 FieldProcessor::FieldProcessor(std::vector<FieldSpec> fields) : fields_(std::move(fields)) {
   validate(fields_);
   int strings = 0;
-  auto fixed = [&](FieldSlots& slots, size_t bytes) {
-    slots.fixed.push_back(static_cast<int>(fixed_bytes_.size()));
-    fixed_bytes_.push_back(bytes);
-  };
   for (const auto& f : fields_) {
     FieldSlots slots;
-    const size_t pixels = static_cast<size_t>(f.image.height) * f.image.width * 3;
-    converters_.emplace_back();
-    switch (f.kind) {
-      case FieldKind::kImage:
-        fixed(slots, pixels * augment::pixel_bytes(f.image.dtype));
-        if (f.image.dtype != augment::PixelType::kUint8) {
-          converters_.back() = augment::PixelConverter(f.image.dtype, f.image.mean, f.image.std);
-        }
-        break;
-      case FieldKind::kInt: fixed(slots, sizeof(int64_t)); break;
-      case FieldKind::kVideo: {
-        const size_t frames = static_cast<size_t>(f.video.clip.clips) * f.video.clip.frames;
-        fixed(slots, frames * pixels);
-        fixed(slots, frames * sizeof(double));
-        slots.strings.push_back(strings++);
-        break;
+    slots.outputs = outputs_of(f);
+    for (const Output& o : slots.outputs) {
+      if (o.fixed()) {
+        slots.at.push_back(static_cast<int>(fixed_bytes_.size()));
+        slots.fixed.push_back(slots.at.back());
+        fixed_bytes_.push_back(o.bytes_per_sample());
+      } else {
+        slots.at.push_back(strings++);
+        slots.strings.push_back(slots.at.back());
       }
-      case FieldKind::kText:
-      case FieldKind::kJson:
-      case FieldKind::kBytes: slots.strings.push_back(strings++); break;
     }
-    if (f.optional) fixed(slots, 1);
+    converters_.emplace_back();
+    if (f.kind == FieldKind::kImage && f.image.dtype != augment::PixelType::kUint8) {
+      converters_.back() = augment::PixelConverter(f.image.dtype, f.image.mean, f.image.std);
+    }
     slots_.push_back(std::move(slots));
   }
   num_strings_ = static_cast<size_t>(strings);
+  // An aligned audio field runs after the video field whose clip it follows.
+  aligned_to_.assign(fields_.size(), -1);
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (fields_[i].kind != FieldKind::kAudio || fields_[i].audio.align.empty()) continue;
+    const FieldSpec& f = fields_[i];
+    for (size_t j = 0; j < fields_.size(); ++j) {
+      if (fields_[j].name == f.audio.align && fields_[j].kind == FieldKind::kVideo)
+        aligned_to_[i] = static_cast<int>(j);
+    }
+    if (aligned_to_[i] < 0) {
+      throw ConfigError("field '" + f.name + "': align='" + f.audio.align +
+                        "' must name a VideoClip field of this loader");
+    }
+    const FieldSpec& v = fields_[static_cast<size_t>(aligned_to_[i])];
+    if (v.video.clip.clips != 1) {
+      throw ConfigError("field '" + f.name + "': align= follows one clip; field '" + v.name +
+                        "' has clips=" + std::to_string(v.video.clip.clips));
+    }
+  }
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (aligned_to_[i] < 0) order_.push_back(i);
+  }
+  for (size_t i = 0; i < fields_.size(); ++i) {
+    if (aligned_to_[i] >= 0) order_.push_back(i);
+  }
 }
 
 std::vector<size_t> FieldProcessor::fixed_bytes_per_sample() const {
@@ -481,7 +530,12 @@ namespace {
 telemetry::Kind kind_of(FieldKind k) {
   return k == FieldKind::kImage   ? telemetry::Kind::kImage
          : k == FieldKind::kVideo ? telemetry::Kind::kVideo
+         : k == FieldKind::kAudio ? telemetry::Kind::kAudio
                                   : telemetry::Kind::kOther;
+}
+// Fields whose whole-file members FFmpeg opens by path, reading only what it needs.
+bool reads_by_path(FieldKind k) {
+  return k == FieldKind::kVideo || k == FieldKind::kAudio;
 }
 telemetry::Stage stage_of(FailureKind k) {
   return k == FailureKind::kRead     ? telemetry::Stage::kRead
@@ -493,13 +547,20 @@ telemetry::Stage stage_of(FailureKind k) {
 void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleContext& ctx) {
   telemetry::Telemetry* t = ctx.telemetry;
   size_t i = 0;
+  std::vector<ClipSpan> spans(fields_.size());  // video fields' clips, for aligned audio
   try {
-    for (; i < fields_.size(); ++i) process_field(i, sample, batch, slot, ctx);
+    for (const size_t k : order_) {
+      i = k;
+      process_field(i, sample, batch, slot, ctx, spans);
+    }
   } catch (const SampleError& e) {
     if (t) t->fail(*ctx.slot, stage_of(e.kind()), kind_of(fields_[i].kind));
     throw;
   }
-  if (t) ctx.slot->scratch_bytes.store(scratch().bytes(), std::memory_order_relaxed);
+  if (t) {
+    ctx.slot->scratch_bytes.store(scratch().bytes() + audio_scratch_bytes(),
+                                  std::memory_order_relaxed);
+  }
 }
 
 FieldProcessor::~FieldProcessor() = default;
@@ -519,7 +580,7 @@ void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<boo
         }
         if (m == nullptr) continue;
         // Whole remote videos are read by the decoder, a range at a time, as it seeks.
-        const bool decoder_reads = f.kind == FieldKind::kVideo && m->whole_file();
+        const bool decoder_reads = reads_by_path(f.kind) && m->whole_file();
         const bool listed =
             std::find(remote_members.begin(), remote_members.end(), m) != remote_members.end();
         if (m->is_path && !decoder_reads && !listed && io::remote::is_url(m->path))
@@ -553,7 +614,7 @@ void FieldProcessor::cancel() {
 }
 
 void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int slot,
-                                   SampleContext& ctx) {
+                                   SampleContext& ctx, std::vector<ClipSpan>& spans) {
   Scratch& s = scratch();
   telemetry::Telemetry* t = ctx.telemetry;
   {
@@ -581,9 +642,9 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
     }
     if (f.optional) *slot_ptr(batch, out.fixed.back(), slot) = 1;
     const std::string* bytes = &m->data;
-    // Videos named by path are opened by FFmpeg directly: it reads only what it needs.
-    // A byte range (an indexed tar member) is read here for videos too.
-    if (m->is_path && (f.kind != FieldKind::kVideo || !m->whole_file())) {
+    // Videos and audio named by path are opened by FFmpeg directly: it reads only what it
+    // needs. A byte range (an indexed tar member) is read here for them too.
+    if (m->is_path && (!reads_by_path(f.kind) || !m->whole_file())) {
       telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kRead, kind);
       try {
         const uint64_t n = read_member(*m, s.file);
@@ -653,7 +714,12 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
         }
         break;
       }
-      case FieldKind::kVideo: process_video(f, i, *m, *bytes, sample, batch, slot, ctx); break;
+      case FieldKind::kVideo:
+        process_video(f, i, *m, *bytes, sample, batch, slot, ctx, spans[i]);
+        break;
+      case FieldKind::kAudio:
+        process_audio(f, i, *m, *bytes, sample, batch, slot, ctx, spans);
+        break;
       case FieldKind::kInt: {
         telemetry::StageTimer timer(t, ctx.slot, telemetry::Stage::kDecode, kind);
         int64_t v = 0;
@@ -725,7 +791,7 @@ double clip_start(const Sample& sample, const std::string& key, const std::strin
 
 void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Member& m,
                                    const std::string& bytes, Sample& sample, Batch& batch, int slot,
-                                   SampleContext& ctx) {
+                                   SampleContext& ctx, ClipSpan& span) {
   Scratch& s = scratch();
   if (!s.video) s.video = std::make_unique<decode::VideoDecoder>();
   decode::VideoDecoder& dec = *s.video;
@@ -776,6 +842,18 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
       }
     }
     dec.decode(requests);
+    {
+      // The first clip's span, for aligned audio: its first frame's time to its last frame's
+      // end (the next frame's time, or one frame at the average rate after the last frame).
+      const std::vector<int64_t>& pts = dec.pts();
+      const double tb = info.time_base;
+      const int64_t last = std::llround(times[frames - 1] / tb);
+      const auto next = std::upper_bound(pts.begin(), pts.end(), last);
+      span.start = times[0];
+      span.end = next != pts.end() ? *next * tb
+                                   : times[frames - 1] + (info.fps > 0 ? 1.0 / info.fps : 0.0);
+      span.set = true;
+    }
     const uint64_t read = m.whole_file() ? dec.bytes_read() : bytes.size();
     ctx.bytes_read += m.whole_file() ? read : 0;
     if (ctx.telemetry) {  // decode = open, index, seek, decode; augment = frame conversion
@@ -801,6 +879,47 @@ void FieldProcessor::process_video(const FieldSpec& f, size_t index, const Membe
   } catch (const DecodeFailure& e) {
     // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
     if (!dec.input_error().empty()) throw SampleError(where, dec.input_error(), FailureKind::kRead);
+    throw SampleError(where, m.name + ": " + e.what(), FailureKind::kDecode);
+  } catch (const ReadFailure& e) {
+    throw SampleError(where, e.what(), FailureKind::kRead);
+  }
+}
+
+void FieldProcessor::process_audio(const FieldSpec& f, size_t index, const Member& m,
+                                   const std::string& bytes, Sample& sample, Batch& batch, int slot,
+                                   SampleContext& ctx, const std::vector<ClipSpan>& spans) {
+  const FieldSlots& out = slots_[index];
+  const std::string where = m.whole_file() ? io::remote::redact(m.path) : sample.key;
+  const ClipSpan* span = nullptr;
+  if (aligned_to_[index] >= 0) {
+    span = &spans[static_cast<size_t>(aligned_to_[index])];
+    if (!span->set) {  // the video was optional and absent: no clip to follow
+      throw SampleError(where,
+                        m.name + ": field '" + f.name + "' aligns to '" + f.audio.align +
+                            "', which has no clip in this sample",
+                        FailureKind::kField);
+    }
+  }
+  std::vector<uint8_t*> ptrs;
+  for (int fx : out.fixed) ptrs.push_back(slot_ptr(batch, fx, slot));
+  Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
+          static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + index),
+          static_cast<uint64_t>(sample.position));
+  const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
+  try {
+    const AudioResult r = fill_audio(f.audio, m, bytes, f.optional, rng.uniform(), span, ptrs);
+    if (r.missing) {  // optional, and the file has no audio: zeros, presence 0
+      for (size_t k = 0; k < out.fixed.size(); ++k) {
+        std::memset(ptrs[k], 0,
+                    batch.layout->fixed[static_cast<size_t>(out.fixed[k])].bytes_per_sample);
+      }
+    }
+    ctx.bytes_read += m.whole_file() ? r.bytes_read : 0;
+    if (ctx.telemetry) {
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kAudio,
+                            telemetry::now_ns() - t0, r.bytes_read);
+    }
+  } catch (const DecodeFailure& e) {
     throw SampleError(where, m.name + ": " + e.what(), FailureKind::kDecode);
   } catch (const ReadFailure& e) {
     throw SampleError(where, e.what(), FailureKind::kRead);

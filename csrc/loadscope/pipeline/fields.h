@@ -16,12 +16,14 @@
 #include "loadscope/core/engine.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/io/prefetch.h"
+#include "loadscope/pipeline/audio_field.h"
 #include "loadscope/pipeline/clips.h"
+#include "loadscope/pipeline/outputs.h"
 
 namespace loadscope::pipeline {
 
 enum class CropMode { kRandomResized, kCenter, kResize };
-enum class FieldKind { kImage, kInt, kText, kJson, kBytes, kVideo };
+enum class FieldKind { kImage, kInt, kText, kJson, kBytes, kVideo, kAudio };
 
 struct ImageSpec {
   int height = 224, width = 224;  // output size
@@ -68,14 +70,22 @@ struct FieldSpec {
   FieldKind kind = FieldKind::kImage;
   ImageSpec image;  // kImage, and the frame geometry of kVideo
   VideoSpec video;
-  bool optional = false;  // a missing member gives zeros and presence 0, not an error
+  AudioSpec audio;
+  // A missing member (for audio also a file without an audio stream) gives zeros and presence
+  // 0, not an error.
+  bool optional = false;
 };
 
-// Where a field's outputs live in a batch: indices into the batch's fixed-size and string
-// areas. Images: fixed {pixels}. Ints: fixed {value}. Text/JSON/bytes: strings {value}.
-// Videos: fixed {pixels, timestamps (float64 seconds)}, strings {metadata JSON}. Optional
-// fields add a fixed {presence (uint8)} last.
+// What a field puts into a batch, in order: its kind's outputs, then ".present" (bool) when
+// optional. Images: "" pixels. Ints: "" int64. Text/JSON/bytes: "" a string each. Videos: ""
+// pixels, ".time" (float64 seconds a frame), ".meta" (JSON). Audio: audio_outputs().
+std::vector<Output> outputs_of(const FieldSpec& f);
+
+// Where a field's outputs live in a batch: `at[k]` is output k's index into the batch's
+// fixed-size or string area; `fixed` and `strings` list those indices in output order.
 struct FieldSlots {
+  std::vector<Output> outputs;
+  std::vector<int> at;
   std::vector<int> fixed;
   std::vector<int> strings;
 };
@@ -119,12 +129,18 @@ class FieldProcessor : public SampleProcessor {
   const FieldSlots& slots(size_t field) const { return slots_[field]; }
 
  private:
-  void process_field(size_t index, Sample& sample, Batch& batch, int slot, SampleContext& ctx);
+  void process_field(size_t index, Sample& sample, Batch& batch, int slot, SampleContext& ctx,
+                     std::vector<ClipSpan>& spans);
   void process_video(const FieldSpec& f, size_t index, const Member& m, const std::string& bytes,
-                     Sample& sample, Batch& batch, int slot, SampleContext& ctx);
+                     Sample& sample, Batch& batch, int slot, SampleContext& ctx, ClipSpan& span);
+  void process_audio(const FieldSpec& f, size_t index, const Member& m, const std::string& bytes,
+                     Sample& sample, Batch& batch, int slot, SampleContext& ctx,
+                     const std::vector<ClipSpan>& spans);
 
   std::vector<FieldSpec> fields_;
   std::vector<FieldSlots> slots_;
+  std::vector<size_t> order_;    // processing order: aligned audio after its video
+  std::vector<int> aligned_to_;  // per field: the video field an audio field aligns to, -1
   std::vector<size_t> fixed_bytes_;
   std::vector<augment::PixelConverter> converters_;  // per field; used where dtype != uint8
   size_t num_strings_ = 0;

@@ -136,11 +136,20 @@ void register_engine(py::module_& m) {
              }
              return out;
            })
-      .def("slots",
-           [](const Pipeline& p, size_t i) {
-             const auto& sl = p.processor->slots(i);
-             return py::make_tuple(sl.fixed, sl.strings);
-           })
+      .def(
+          "outputs",
+          [](const Pipeline& p, size_t i) {
+            const auto& sl = p.processor->slots(i);
+            py::list out;
+            for (size_t k = 0; k < sl.outputs.size(); ++k) {
+              const auto& o = sl.outputs[k];
+              out.append(py::make_tuple(o.suffix, pipeline::type_name(o.type),
+                                        py::tuple(py::cast(o.shape)), sl.at[k]));
+            }
+            return out;
+          },
+          "Field i's outputs: (suffix, type, per-sample shape, index into the batch's fixed or "
+          "string area), as the field declares them (pipeline/outputs.h).")
       .def(
           "start",
           [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,

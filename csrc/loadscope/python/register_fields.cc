@@ -209,6 +209,40 @@ void register_fields(py::module_& m) {
       py::arg("start") = "");
 
   m.def(
+      "audio_field",
+      [](std::string name, std::vector<std::string> keys, int sample_rate, int channels,
+         double seconds, double max_seconds, const std::string& position, int stream,
+         std::string align, bool optional) {
+        pipeline::FieldSpec f;
+        f.name = std::move(name);
+        f.keys = std::move(keys);
+        f.kind = pipeline::FieldKind::kAudio;
+        f.optional = optional;
+        auto& a = f.audio;
+        a.sample_rate = sample_rate;
+        a.channels = channels;
+        a.seconds = seconds;
+        a.max_seconds = max_seconds;
+        if (position == "random") {
+          a.position = pipeline::AudioPosition::kRandom;
+        } else if (position == "center") {
+          a.position = pipeline::AudioPosition::kCenter;
+        } else if (position == "start") {
+          a.position = pipeline::AudioPosition::kStart;
+        } else {
+          throw ConfigError("unknown audio position '" + position +
+                            "' (allowed: random, center, start)");
+        }
+        a.stream = stream;
+        a.align = std::move(align);
+        pipeline::validate({f});  // align= names another field: checked by the Pipeline
+        return f;
+      },
+      py::arg("name"), py::arg("keys"), py::arg("sample_rate"), py::arg("channels"),
+      py::arg("seconds"), py::arg("max_seconds"), py::arg("position"), py::arg("stream"),
+      py::arg("align"), py::arg("optional"));
+
+  m.def(
       "plain_field",
       [](std::string name, std::vector<std::string> keys, const std::string& kind, bool optional) {
         pipeline::FieldSpec f;

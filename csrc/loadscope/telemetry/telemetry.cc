@@ -25,6 +25,7 @@ const char* kind_name(Kind k) {
   switch (k) {
     case Kind::kImage: return "image";
     case Kind::kVideo: return "video";
+    case Kind::kAudio: return "audio";
     case Kind::kOther: return "other";
     case Kind::kSource: return "source";
     default: return "?";

@@ -21,9 +21,9 @@
 namespace loadscope::telemetry {
 
 enum class Stage { kRead, kDecode, kAugment, kCollate, kCount };
-// What a stage worked on: images, video clips, other fields (labels, text), or the source
+// What a stage worked on: images, video clips, audio, other fields (labels, text), or the source
 // itself (reading tar shards, done by the planner before the sample exists).
-enum class Kind { kImage, kVideo, kOther, kSource, kCount };
+enum class Kind { kImage, kVideo, kAudio, kOther, kSource, kCount };
 constexpr int kStages = static_cast<int>(Stage::kCount);
 constexpr int kKinds = static_cast<int>(Kind::kCount);
 const char* stage_name(Stage s);

@@ -17,84 +17,16 @@ extern "C" {
 
 #include "loadscope/core/error.h"
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
+#include "loadscope/decode/ffmpeg/input.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 
 namespace loadscope::decode {
 
 using ffmpeg::error_string;
+using ffmpeg::with_log;
 
 namespace {
-
-// Where FFmpeg reads a video from, through one custom AVIO: a local file (positioned reads), an
-// in-memory file (a tar member) or a remote object (ranged GETs in blocks of kBlock: a clip
-// takes the blocks its packets lie in, never the whole file). Counts the bytes it really
-// fetched. An exception must not cross FFmpeg's C frames: a failed read is kept in `error`
-// and rethrown once FFmpeg gives up.
-struct Input {
-  static constexpr uint64_t kBlock = 1 << 20;
-  std::unique_ptr<io::LocalFile> file;
-  std::unique_ptr<io::RandomAccess> remote;
-  const uint8_t* data = nullptr;  // in memory
-  uint64_t size = 0;
-  uint64_t pos = 0;
-  uint64_t fetched = 0;
-  // Answer reads without fetching anything: the demuxer then walks the packets the container's
-  // tables list, at no I/O cost (Note [index from the container's tables]).
-  bool skip = false;
-  uint64_t block_at = UINT64_MAX;
-  std::string block;
-  std::string error;
-};
-
-int input_read(void* opaque, uint8_t* buf, int n) {
-  auto* in = static_cast<Input*>(opaque);
-  if (in->pos >= in->size) return AVERROR_EOF;
-  size_t k = static_cast<size_t>(std::min<uint64_t>(in->size - in->pos, static_cast<uint64_t>(n)));
-  if (in->skip) {  // the bytes are left as they are: nothing looks at them
-    in->pos += k;
-    return static_cast<int>(k);
-  }
-  try {
-    if (in->data != nullptr) {
-      std::memcpy(buf, in->data + in->pos, k);
-    } else if (in->file) {
-      k = in->file->read_at(in->pos, buf, k);
-      if (k == 0) return AVERROR_EOF;  // the file shrank since it was opened
-    } else {
-      const uint64_t at = in->pos / Input::kBlock * Input::kBlock;
-      if (at != in->block_at) {
-        in->block_at = UINT64_MAX;
-        in->remote->read(at, std::min(Input::kBlock, in->size - at), in->block);
-        in->block_at = at;
-        in->fetched += in->block.size();
-      }
-      const size_t within = static_cast<size_t>(in->pos - at);
-      k = std::min(in->block.size() - within, k);
-      std::memcpy(buf, in->block.data() + within, k);
-    }
-  } catch (const std::exception& e) {
-    in->error = e.what();
-    return AVERROR(EIO);
-  }
-  if (!in->remote) in->fetched += k;
-  in->pos += k;
-  return static_cast<int>(k);
-}
-
-int64_t input_seek(void* opaque, int64_t offset, int whence) {
-  auto* in = static_cast<Input*>(opaque);
-  const auto size = static_cast<int64_t>(in->size);
-  if (whence & AVSEEK_SIZE) return size;
-  whence &= ~AVSEEK_FORCE;
-  int64_t p = whence == SEEK_SET   ? offset
-              : whence == SEEK_CUR ? static_cast<int64_t>(in->pos) + offset
-              : whence == SEEK_END ? size + offset
-                                   : -1;
-  if (p < 0 || p > size) return AVERROR(EINVAL);
-  in->pos = static_cast<uint64_t>(p);
-  return p;
-}
 
 // Clockwise rotation (0/90/180/270) that shows the stream's frames upright.
 int stream_rotation(const AVStream* st) {
@@ -199,7 +131,7 @@ struct VideoDecoder::State {
   // Declared in this order so that the input is closed before its AVIOContext goes.
   ffmpeg::AvioPtr avio;
   ffmpeg::FormatInputPtr fmt;
-  Input input;
+  ffmpeg::Input input;
   ffmpeg::CodecContextPtr codec;
   AVStream* stream = nullptr;
   VideoInfo info;
@@ -221,7 +153,7 @@ struct VideoDecoder::State {
     avio.reset();
     stream = nullptr;
     keys.clear();
-    input = Input{};
+    input = ffmpeg::Input{};
   }
 };
 
@@ -230,37 +162,11 @@ VideoDecoder::VideoDecoder() : s_(std::make_unique<State>()) {
 }
 VideoDecoder::~VideoDecoder() = default;
 
-namespace {
-
-// Note [demuxer whitelist]
-// A dataset is untrusted input. FFmpeg would open an HLS playlist saved as .mp4 and read the
-// local files it names, or treat a JPEG as a one-frame video; only real video containers are
-// allowed, and only the plain file protocol (nested opens by a demuxer included).
-constexpr const char* kFormats =
-    "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts,mpeg,mpegvideo,flv,ogg,asf,ivf,h264,hevc,"
-    "m4v,mxf,nut,rm,yuv4mpegpipe,dv";
-
-AVDictionary* open_options() {
-  AVDictionary* opts = nullptr;
-  av_dict_set(&opts, "protocol_whitelist", "file", 0);
-  av_dict_set(&opts, "format_whitelist", kFormats, 0);
-  return opts;
-}
-
-std::string with_log(std::string what, const ffmpeg::LogCapture& log) {
-  if (!log.text().empty()) what += " (" + log.text() + ")";
-  return what;
-}
-}  // namespace
-
 const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bool rotate,
                                          int threads) {
   if (io::remote::is_url(path)) return open_remote(path, stream, rotate, threads);
   s_->close();
-  // Refuses what is not a regular file (a FIFO would block the thread forever).
-  s_->input.file = std::make_unique<io::LocalFile>(path);  // throws ReadFailure
-  s_->input.size = s_->input.file->size();
-  cache_key_ = path + '\n' + s_->input.file->version() + '\n' + std::to_string(stream);
+  cache_key_ = s_->input.set_file(path) + '\n' + std::to_string(stream);
   // The path goes with the custom I/O so that probing may use its extension, as it would if
   // FFmpeg opened the file itself.
   return open_custom(path.c_str(), stream, rotate, threads);
@@ -269,9 +175,7 @@ const VideoInfo& VideoDecoder::open_file(const std::string& path, int stream, bo
 const VideoInfo& VideoDecoder::open_remote(const std::string& url, int stream, bool rotate,
                                            int threads) {
   s_->close();
-  s_->input.remote = std::make_unique<io::RandomAccess>(url);  // throws ReadFailure
-  s_->input.size = s_->input.remote->size();
-  cache_key_ = url + '\n' + s_->input.remote->version() + '\n' + std::to_string(stream);
+  cache_key_ = s_->input.set_remote(url) + '\n' + std::to_string(stream);
   return open_custom(nullptr, stream, rotate, threads);
 }
 
@@ -279,36 +183,12 @@ const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int
                                            bool rotate, int threads) {
   s_->close();
   cache_key_.clear();
-  s_->input.data = data;
-  s_->input.size = size;
+  s_->input.set_memory(data, size);
   return open_custom(nullptr, stream, rotate, threads);
 }
 
 const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rotate, int threads) {
-  ffmpeg::LogCapture log;
-  constexpr int kBuffer = 1 << 16;
-  auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
-  if (buffer == nullptr) throw std::bad_alloc();
-  AVIOContext* avio =
-      avio_alloc_context(buffer, kBuffer, 0, &s_->input, &input_read, nullptr, &input_seek);
-  if (avio == nullptr) {
-    av_free(buffer);
-    throw std::bad_alloc();
-  }
-  s_->avio.reset(avio);
-  AVFormatContext* fmt = avformat_alloc_context();
-  if (fmt == nullptr) throw std::bad_alloc();
-  fmt->pb = avio;
-  fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
-  AVDictionary* opts = open_options();
-  const int rc = avformat_open_input(&fmt, url, nullptr, &opts);  // frees fmt when it fails
-  av_dict_free(&opts);
-  if (rc < 0) {
-    if (!s_->input.error.empty()) throw ReadFailure(s_->input.error);
-    throw DecodeFailure(with_log(
-        "video: cannot open (not a video container loadscope reads?): " + error_string(rc), log));
-  }
-  s_->fmt.reset(fmt);
+  s_->fmt = ffmpeg::open_input(s_->input, s_->avio, url, ffmpeg::kVideoFormats, "video");
   s_->mov = std::strstr(s_->fmt->iformat->name, "mov") != nullptr;
   open_common(stream, rotate, threads);
   return s_->info;
@@ -474,7 +354,7 @@ void VideoDecoder::scan_index(const ffmpeg::LogCapture& log) {
   // Skipping: reads bypass AVIO's buffer (`direct`), so that no unread bytes are left there for
   // the decoding after it, and the buffer is emptied at the end all the same.
   struct Skipping {
-    Input& in;
+    ffmpeg::Input& in;
     AVIOContext* pb;
     AVFormatContext* fmt;
     int direct = 0, flags = 0;  // as they were before the walk

@@ -1,0 +1,129 @@
+#include "loadscope/decode/ffmpeg/input.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "loadscope/core/error.h"
+#include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
+
+namespace loadscope::decode::ffmpeg {
+
+Input::Input() = default;
+Input::~Input() = default;
+Input::Input(Input&&) noexcept = default;
+Input& Input::operator=(Input&&) noexcept = default;
+
+std::string Input::set_file(const std::string& path) {
+  file = std::make_unique<io::LocalFile>(path);  // throws ReadFailure
+  size = file->size();
+  return path + '\n' + file->version();
+}
+
+std::string Input::set_remote(const std::string& url) {
+  remote = std::make_unique<io::RandomAccess>(url);  // throws ReadFailure
+  size = remote->size();
+  return url + '\n' + remote->version();
+}
+
+void Input::set_memory(const uint8_t* bytes, size_t n) {
+  data = bytes;
+  size = n;
+}
+
+namespace {
+
+int input_read(void* opaque, uint8_t* buf, int n) {
+  auto* in = static_cast<Input*>(opaque);
+  if (in->pos >= in->size) return AVERROR_EOF;
+  size_t k = static_cast<size_t>(std::min<uint64_t>(in->size - in->pos, static_cast<uint64_t>(n)));
+  if (in->skip) {  // the bytes are left as they are: nothing looks at them
+    in->pos += k;
+    return static_cast<int>(k);
+  }
+  try {
+    if (in->data != nullptr) {
+      std::memcpy(buf, in->data + in->pos, k);
+    } else if (in->file) {
+      k = in->file->read_at(in->pos, buf, k);
+      if (k == 0) return AVERROR_EOF;  // the file shrank since it was opened
+    } else {
+      const uint64_t at = in->pos / Input::kBlock * Input::kBlock;
+      if (at != in->block_at) {
+        in->block_at = UINT64_MAX;
+        in->remote->read(at, std::min(Input::kBlock, in->size - at), in->block);
+        in->block_at = at;
+        in->fetched += in->block.size();
+      }
+      const size_t within = static_cast<size_t>(in->pos - at);
+      k = std::min(in->block.size() - within, k);
+      std::memcpy(buf, in->block.data() + within, k);
+    }
+  } catch (const std::exception& e) {
+    in->error = e.what();
+    return AVERROR(EIO);
+  }
+  if (!in->remote) in->fetched += k;
+  in->pos += k;
+  return static_cast<int>(k);
+}
+
+int64_t input_seek(void* opaque, int64_t offset, int whence) {
+  auto* in = static_cast<Input*>(opaque);
+  const auto size = static_cast<int64_t>(in->size);
+  if (whence & AVSEEK_SIZE) return size;
+  whence &= ~AVSEEK_FORCE;
+  int64_t p = whence == SEEK_SET   ? offset
+              : whence == SEEK_CUR ? static_cast<int64_t>(in->pos) + offset
+              : whence == SEEK_END ? size + offset
+                                   : -1;
+  if (p < 0 || p > size) return AVERROR(EINVAL);
+  in->pos = static_cast<uint64_t>(p);
+  return p;
+}
+
+}  // namespace
+
+#define LOADSCOPE_VIDEO_FORMATS                                                                 \
+  "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts,mpeg,mpegvideo,flv,ogg,asf,ivf,h264,hevc," \
+  "m4v,mxf,nut,rm,yuv4mpegpipe,dv"
+const char* const kVideoFormats = LOADSCOPE_VIDEO_FORMATS;
+const char* const kAudioFormats = LOADSCOPE_VIDEO_FORMATS ",wav,w64,mp3,flac,aac,aiff,caf,au";
+#undef LOADSCOPE_VIDEO_FORMATS
+
+std::string with_log(std::string what, const LogCapture& log) {
+  if (!log.text().empty()) what += " (" + log.text() + ")";
+  return what;
+}
+
+FormatInputPtr open_input(Input& in, AvioPtr& avio, const char* url, const char* formats,
+                          const std::string& what) {
+  LogCapture log;
+  constexpr int kBuffer = 1 << 16;
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kBuffer));
+  if (buffer == nullptr) throw std::bad_alloc();
+  AVIOContext* io = avio_alloc_context(buffer, kBuffer, 0, &in, &input_read, nullptr, &input_seek);
+  if (io == nullptr) {
+    av_free(buffer);
+    throw std::bad_alloc();
+  }
+  avio.reset(io);
+  AVFormatContext* fmt = avformat_alloc_context();
+  if (fmt == nullptr) throw std::bad_alloc();
+  fmt->pb = io;
+  fmt->flags |= AVFMT_FLAG_CUSTOM_IO;
+  AVDictionary* opts = nullptr;
+  av_dict_set(&opts, "protocol_whitelist", "file", 0);
+  av_dict_set(&opts, "format_whitelist", formats, 0);
+  const int rc = avformat_open_input(&fmt, url, nullptr, &opts);  // frees fmt when it fails
+  av_dict_free(&opts);
+  if (rc < 0) {
+    if (!in.error.empty()) throw ReadFailure(in.error);
+    throw DecodeFailure(with_log(what + ": cannot open (not a " + what +
+                                     " container loadscope reads?): " + error_string(rc),
+                                 log));
+  }
+  return FormatInputPtr(fmt);
+}
+
+}  // namespace loadscope::decode::ffmpeg

@@ -1,0 +1,65 @@
+#pragma once
+// Where FFmpeg reads a container from, for the video and the audio decoder alike: one custom
+// AVIO over a local file (positioned reads), an in-memory file (a tar member) or a remote
+// object (ranged GETs in blocks of kBlock: a clip takes the blocks its packets lie in, never
+// the whole file). Counts the bytes it really fetched. An exception must not cross FFmpeg's C
+// frames: a failed read is kept in `error` and rethrown once FFmpeg gives up.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "loadscope/decode/ffmpeg/ffmpeg_common.h"
+
+namespace loadscope::io {
+class LocalFile;
+class RandomAccess;
+}  // namespace loadscope::io
+
+namespace loadscope::decode::ffmpeg {
+
+struct Input {
+  static constexpr uint64_t kBlock = 1 << 20;
+  Input();
+  ~Input();
+  Input(Input&&) noexcept;
+  Input& operator=(Input&&) noexcept;
+
+  std::unique_ptr<io::LocalFile> file;
+  std::unique_ptr<io::RandomAccess> remote;
+  const uint8_t* data = nullptr;  // in memory
+  uint64_t size = 0;
+  uint64_t pos = 0;
+  uint64_t fetched = 0;
+  // Answer reads without fetching anything: the demuxer then walks the packets the container's
+  // tables list, at no I/O cost (Note [index from the container's tables] in video_decoder.cc).
+  bool skip = false;
+  uint64_t block_at = UINT64_MAX;
+  std::string block;
+  std::string error;
+
+  // Points the input at a local file (refusing what is not a regular file: a FIFO would block
+  // the thread forever), a remote object or memory that must outlive the reads. The first two
+  // throw ReadFailure. Each returns a key that changes when the file does ("" for memory).
+  std::string set_file(const std::string& path);
+  std::string set_remote(const std::string& url);
+  void set_memory(const uint8_t* bytes, size_t n);
+};
+
+// Note [demuxer whitelist]
+// A dataset is untrusted input. FFmpeg would open an HLS playlist saved as .mp4 and read the
+// local files it names, or treat a JPEG as a one-frame video; only real media containers are
+// allowed, and only the plain file protocol (nested opens by a demuxer included).
+extern const char* const kVideoFormats;
+extern const char* const kAudioFormats;  // the video containers and audio-only files
+
+// An opened container reading through `in`: avformat_open_input with the whitelist `formats`.
+// `url` (may be null) only helps probing by its extension. The returned input must be closed
+// before `avio` is released. Throws ReadFailure (the input's) or DecodeFailure naming `what`.
+FormatInputPtr open_input(Input& in, AvioPtr& avio, const char* url, const char* formats,
+                          const std::string& what);
+
+// `what` with FFmpeg's logged reason appended, if it logged one.
+std::string with_log(std::string what, const LogCapture& log);
+
+}  // namespace loadscope::decode::ffmpeg

@@ -1,0 +1,29 @@
+#pragma once
+// The seam between a field kind and the batch: every kind declares its outputs up front (name
+// suffix, element type, per-sample shape), the batch layout is made from the declarations, and
+// Python builds its tensors and lists from them (Pipeline.outputs), knowing no kind.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loadscope::pipeline {
+
+enum class OutputType {
+  // fixed-size, in the batch block: a tensor [B, *shape]
+  kUint8, kBool, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64,
+  // one string per sample: a list
+  kText, kBytes, kJson
+};
+
+struct Output {
+  std::string suffix;          // appended to the field's name: "" (the field's own), ".time", ...
+  OutputType type;
+  std::vector<int64_t> shape;  // per sample; fixed types only
+  bool fixed() const { return type < OutputType::kText; }
+  size_t bytes_per_sample() const;
+};
+
+const char* type_name(OutputType t);  // torch's dtype names, and "text", "bytes", "json"
+
+}  // namespace loadscope::pipeline
