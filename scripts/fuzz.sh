@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${FUZZ_SECONDS:-60}
-TARGETS=${FUZZ_TARGETS:-jpeg png webp tar video manifest}
+TARGETS=${FUZZ_TARGETS:-jpeg png webp tar video audio manifest}
 B=build/fuzz
 REAL=../shared/data/real
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -g -O1"
@@ -30,6 +30,7 @@ seed png yes -iname '*.png' -o -iname '*.bmp' -o -iname '*.gif' -o -iname '*.tif
 seed webp yes -iname '*.webp'
 seed tar no -iname '*.tar' -o -iname '*.tgz' -o -iname '*.tar.gz' -o -iname '*.idx'
 seed manifest no -iname '*.jsonl' -o -iname '*.csv'
+seed audio yes -iname '*.wav' -o -iname '*.mp3' -o -iname '*.mp4' -o -iname '*.mkv' -o -iname '*.webm'
 seed video yes -iname '*.mp4' -o -iname '*.avi' -o -iname '*.mkv' -o -iname '*.webm' -o -iname '*.mov' -o -iname '*.flv' -o -iname '*.ts'
 
 status=0

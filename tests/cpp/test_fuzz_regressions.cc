@@ -19,6 +19,7 @@ TEST_CASE("inputs that once broke a fuzz target are handled", "[fuzz]") {
            {"webp", loadscope::fuzz::webp},
            {"tar", loadscope::fuzz::tar},
            {"video", loadscope::fuzz::video},
+           {"audio", loadscope::fuzz::audio},
            {"manifest", loadscope::fuzz::manifest}}) {
     if (!fs::is_directory(root / name)) continue;
     for (const auto& entry : fs::directory_iterator(root / name)) {

@@ -15,6 +15,7 @@
 
 #include "loadscope/core/error.h"
 #include "loadscope/core/rng.h"
+#include "loadscope/decode/audio/audio_decoder.h"
 #include "loadscope/decode/ffmpeg/image_decoder.h"
 #include "loadscope/decode/video/video_decoder.h"
 #include "loadscope/decode/webp/webp_decoder.h"
@@ -156,6 +157,30 @@ inline int video(const uint8_t* data, size_t size) {
     std::vector<decode::VideoDecoder::Request> requests;
     for (size_t t = 0; t < targets.size(); ++t) requests.push_back({targets[t], pixels.data() + t * 768, &o});
     dec.decode(requests);
+  } catch (const DecodeFailure&) {
+  }
+  return 0;
+}
+
+// Audio: demux from memory, then a window at the start (from open()'s frames), one after a
+// seek, and one past the end, each resampled (rate and channels from the options byte).
+inline int audio(const uint8_t* data, size_t size) {
+  if (size < 1) return 0;
+  try {
+    decode::AudioDecoder dec;
+    const decode::AudioInfo& info = dec.open_memory(data + 1, size - 1, -1, true);
+    if (info.stream < 0) return 0;
+    const int rate = (data[0] & 1) ? 16000 : info.sample_rate;
+    const int channels = 1 + ((data[0] >> 1) & 1);
+    const int64_t n = 4000;
+    std::vector<float> out(static_cast<size_t>(n) * channels);
+    dec.read(0, n, rate, channels, out.data());
+    const int64_t later = (data[0] >> 2) * 977;  // 0 .. 61551 samples in
+    try {
+      dec.read(later, n, rate, channels, out.data());
+    } catch (const DecodeFailure&) {  // past the real end, or damaged there
+    }
+    dec.read(-n / 2, n, rate, channels, out.data());  // half before the start: zeros
   } catch (const DecodeFailure&) {
   }
   return 0;

@@ -48,7 +48,9 @@ decode::AudioDecoder& decoder() {
 }
 }  // namespace
 
-size_t audio_scratch_bytes() { return decoder().buffer_bytes(); }
+size_t audio_scratch_bytes() {
+  return decoder().buffer_bytes();
+}
 
 AudioResult fill_audio(const AudioSpec& spec, const Member& m, const std::string& bytes,
                        bool missing_ok, double draw, const ClipSpan* span,
@@ -59,8 +61,8 @@ AudioResult fill_audio(const AudioSpec& spec, const Member& m, const std::string
   AudioResult result;
   const decode::AudioInfo& info =
       m.whole_file() ? dec.open_file(m.path, spec.stream, missing_ok)
-                     : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                       bytes.size(), spec.stream, missing_ok);
+                     : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
+                                       spec.stream, missing_ok);
   if (info.stream < 0) {
     result.missing = true;
     return result;
@@ -99,6 +101,7 @@ AudioResult fill_audio(const AudioSpec& spec, const Member& m, const std::string
   const double time = info.start + static_cast<double>(first) / rate;
   std::memcpy(out[2], &time, sizeof time);
   result.bytes_read = m.whole_file() ? dec.bytes_read() : bytes.size();
+  result.warning = dec.warning();
   return result;
 }
 

@@ -48,6 +48,7 @@ void validate_audio(const std::string& field, const AudioSpec& spec);
 struct AudioResult {
   uint64_t bytes_read = 0;
   bool missing = false;  // no audio stream (allowed for optional fields)
+  std::string warning;   // the decoder's complaint about data it decoded anyway
 };
 AudioResult fill_audio(const AudioSpec& spec, const Member& m, const std::string& bytes,
                        bool missing_ok, double draw, const ClipSpan* span,

@@ -893,28 +893,31 @@ void FieldProcessor::process_audio(const FieldSpec& f, size_t index, const Membe
   const ClipSpan* span = nullptr;
   if (aligned_to_[index] >= 0) {
     span = &spans[static_cast<size_t>(aligned_to_[index])];
-    if (!span->set) {  // the video was optional and absent: no clip to follow
-      throw SampleError(where,
-                        m.name + ": field '" + f.name + "' aligns to '" + f.audio.align +
-                            "', which has no clip in this sample",
-                        FailureKind::kField);
-    }
   }
   std::vector<uint8_t*> ptrs;
   for (int fx : out.fixed) ptrs.push_back(slot_ptr(batch, fx, slot));
+  auto absent = [&] {  // zeros, presence 0
+    for (size_t k = 0; k < out.fixed.size(); ++k) {
+      std::memset(ptrs[k], 0,
+                  batch.layout->fixed[static_cast<size_t>(out.fixed[k])].bytes_per_sample);
+    }
+  };
+  if (span != nullptr && !span->set) {  // the video field was optional and absent
+    if (f.optional) return absent();
+    throw SampleError(where,
+                      m.name + ": field '" + f.name + "' aligns to '" + f.audio.align +
+                          "', which has no clip in this sample",
+                      FailureKind::kField);
+  }
   Rng rng(ctx.order->seed, static_cast<uint64_t>(ctx.order->epoch),
           static_cast<RngStream>(static_cast<uint64_t>(RngStream::kAugment) + index),
           static_cast<uint64_t>(sample.position));
   const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
   try {
     const AudioResult r = fill_audio(f.audio, m, bytes, f.optional, rng.uniform(), span, ptrs);
-    if (r.missing) {  // optional, and the file has no audio: zeros, presence 0
-      for (size_t k = 0; k < out.fixed.size(); ++k) {
-        std::memset(ptrs[k], 0,
-                    batch.layout->fixed[static_cast<size_t>(out.fixed[k])].bytes_per_sample);
-      }
-    }
+    if (r.missing) absent();  // optional, and the file has no audio stream
     ctx.bytes_read += m.whole_file() ? r.bytes_read : 0;
+    if (!r.warning.empty() && ctx.warning.empty()) ctx.warning = m.name + ": " + r.warning;
     if (ctx.telemetry) {
       ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kAudio,
                             telemetry::now_ns() - t0, r.bytes_read);

@@ -11,13 +11,21 @@ namespace loadscope::pipeline {
 
 enum class OutputType {
   // fixed-size, in the batch block: a tensor [B, *shape]
-  kUint8, kBool, kInt64, kFloat16, kBFloat16, kFloat32, kFloat64,
+  kUint8,
+  kBool,
+  kInt64,
+  kFloat16,
+  kBFloat16,
+  kFloat32,
+  kFloat64,
   // one string per sample: a list
-  kText, kBytes, kJson
+  kText,
+  kBytes,
+  kJson
 };
 
 struct Output {
-  std::string suffix;          // appended to the field's name: "" (the field's own), ".time", ...
+  std::string suffix;  // appended to the field's name: "" (the field's own), ".time", ...
   OutputType type;
   std::vector<int64_t> shape;  // per sample; fixed types only
   bool fixed() const { return type < OutputType::kText; }

@@ -98,7 +98,8 @@ struct AudioDecoder::State {
       }
       if (packet->stream_index == stream->index) {
         rc = avcodec_send_packet(codec.get(), packet.get());
-        const double at = packet->pts == AV_NOPTS_VALUE ? -1 : packet->pts * av_q2d(stream->time_base);
+        const double at =
+            packet->pts == AV_NOPTS_VALUE ? -1 : packet->pts * av_q2d(stream->time_base);
         av_packet_unref(packet.get());
         if (rc < 0 && rc != AVERROR(EAGAIN)) {
           throw DecodeFailure("audio: cannot decode the packet at " + std::to_string(at) +
@@ -235,6 +236,8 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
 
 int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, float* dst) {
   State& s = *s_;
+  ffmpeg::LogCapture log;  // what the decoder complains of without failing: warning()
+  warning_.clear();
   std::fill(dst, dst + static_cast<size_t>(n) * channels, 0.0f);
   const double tb = av_q2d(s.stream->time_base);
   const double target = info_.start + static_cast<double>(first) / rate;  // the window's start
@@ -256,12 +259,12 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
   // sample k is grid sample s0 * rate / in_rate + k exactly.
   const int in_rate = info_.sample_rate;
   const int64_t g = std::gcd<int64_t>(rate, in_rate);
-  const int64_t step = in_rate / g;   // input samples per grid cell
-  const int64_t per = rate / g;       // output samples per grid cell
-  int64_t next_out = INT64_MIN;       // grid index of the resampler's next output sample
-  int64_t reached = 0;                // one past the last window sample written from the stream
+  const int64_t step = in_rate / g;  // input samples per grid cell
+  const int64_t per = rate / g;      // output samples per grid cell
+  int64_t next_out = INT64_MIN;      // grid index of the resampler's next output sample
+  int64_t reached = 0;               // one past the last window sample written from the stream
   bool draining = false;
-  int64_t expected_in = INT64_MIN;    // input index the next frame should start at
+  int64_t expected_in = INT64_MIN;  // input index the next frame should start at
   s.swr.reset();
   AVChannelLayout out_layout;
   av_channel_layout_default(&out_layout, channels);
@@ -307,7 +310,7 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
       const bool at_start = to_start || pts == AV_NOPTS_VALUE || pts * tb - info_.start < tb;
       i0 = at_start ? 0 : std::llround((pts * tb - info_.start) * in_rate);
     }
-    int offset = 0;               // samples of this frame skipped
+    int offset = 0;  // samples of this frame skipped
     if (!s.swr) {
       const int64_t s0 = std::max<int64_t>((i0 + step - 1) / step * step, 0);
       if (i0 + f->nb_samples <= s0) {  // all of this frame lies before the first grid point
@@ -350,20 +353,26 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
   if (s.swr && next_out < first + n) convert(nullptr, 0);  // the resampler's tail at the end
   av_channel_layout_uninit(&out_layout);
   if (reached == 0 && first > 0 && n > 0) {
-    throw DecodeFailure("audio: no samples at " + std::to_string(target) + " s (the stream " +
-                        (next_out == INT64_MIN
-                             ? std::string("has none there")
-                             : "ends at " + std::to_string(info_.start + double(next_out) / rate) +
-                                   " s") +
-                        (info_.duration > 0
-                             ? ", its header states " + std::to_string(info_.duration) + " s)"
-                             : ")"));
+    throw DecodeFailure(
+        "audio: no samples at " + std::to_string(target) + " s (the stream " +
+        (next_out == INT64_MIN
+             ? std::string("has none there")
+             : "ends at " + std::to_string(info_.start + double(next_out) / rate) + " s") +
+        (info_.duration > 0 ? ", its header states " + std::to_string(info_.duration) + " s)"
+                            : ")"));
   }
+  warning_ = log.text();
   return reached;
 }
 
-uint64_t AudioDecoder::bytes_read() const { return s_->input.fetched; }
-const std::string& AudioDecoder::input_error() const { return s_->input.error; }
-size_t AudioDecoder::buffer_bytes() const { return s_->out.capacity() * sizeof(float); }
+uint64_t AudioDecoder::bytes_read() const {
+  return s_->input.fetched;
+}
+const std::string& AudioDecoder::input_error() const {
+  return s_->input.error;
+}
+size_t AudioDecoder::buffer_bytes() const {
+  return s_->out.capacity() * sizeof(float);
+}
 
 }  // namespace loadscope::decode

@@ -48,6 +48,10 @@ class AudioDecoder {
   // Throws DecodeFailure on damaged data, ReadFailure when a remote read fails.
   int64_t read(int64_t first, int64_t n, int rate, int channels, float* dst);
 
+  // What the decoder logged as errors during the last read() without failing it (a damaged MP3
+  // frame it concealed), else empty.
+  const std::string& warning() const { return warning_; }
+
   // Bytes read from the input since open().
   uint64_t bytes_read() const;
   // The remote read that failed, if one did (else empty).
@@ -59,6 +63,7 @@ class AudioDecoder {
   struct State;
   std::unique_ptr<State> s_;
   AudioInfo info_;
+  std::string warning_;
   const AudioInfo& open_custom(const char* url, int stream, bool missing_ok);
 };
 

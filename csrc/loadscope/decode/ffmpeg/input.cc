@@ -84,7 +84,7 @@ int64_t input_seek(void* opaque, int64_t offset, int whence) {
 
 }  // namespace
 
-#define LOADSCOPE_VIDEO_FORMATS                                                                 \
+#define LOADSCOPE_VIDEO_FORMATS                                                                \
   "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts,mpeg,mpegvideo,flv,ogg,asf,ivf,h264,hevc," \
   "m4v,mxf,nut,rm,yuv4mpegpipe,dv"
 const char* const kVideoFormats = LOADSCOPE_VIDEO_FORMATS;
@@ -119,7 +119,8 @@ FormatInputPtr open_input(Input& in, AvioPtr& avio, const char* url, const char*
   av_dict_free(&opts);
   if (rc < 0) {
     if (!in.error.empty()) throw ReadFailure(in.error);
-    throw DecodeFailure(with_log(what + ": cannot open (not a " + what +
+    const char* article = what == "audio" ? "an " : "a ";
+    throw DecodeFailure(with_log(what + ": cannot open (not " + article + what +
                                      " container loadscope reads?): " + error_string(rc),
                                  log));
   }
