@@ -27,16 +27,16 @@ def small_demo(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def small_videos(tmp_path_factory) -> Path:
-    """Four demo videos (the video experiment's root)."""
+    """Four demo videos with soundtracks (the video and audio experiments' root)."""
     out = tmp_path_factory.mktemp("videos") / "demo"
-    datasets.generate(str(out), images=1, seed=0, quiet=True, videos=4, video_shard_size=4)
+    datasets.generate(str(out), images=1, seed=0, quiet=True, videos=4, video_shard_size=4, audio=True)
     return out
 
 
 def test_every_experiment_is_listed():
     names = {Path(p).stem for p in EXPERIMENTS}
     assert {"loader", "threads", "prefetch", "batch_size", "pin_memory", "staging", "layout", "decode",
-            "world_size", "peers", "storage", "remote-shards", "video"} <= names
+            "world_size", "peers", "storage", "remote-shards", "video", "audio"} <= names
 
 
 @pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: Path(p).stem)
@@ -49,7 +49,7 @@ def test_experiment_runs_small_and_passes_its_checks(path, small_demo, tmp_path,
         put_bucket(request.getfixturevalue("s3"), exp.name)
         dataset["url"] = f"s3://{exp.name}/demo"
     raw = dict(exp.raw, dataset=dataset)
-    if "root" in raw.get("pipeline", {}):  # the video experiment: its factory reads a folder of videos
+    if "root" in raw.get("pipeline", {}):  # video and audio: their factories read a folder of videos
         videos = str(request.getfixturevalue("small_videos"))
         raw.update(pipeline=dict(raw["pipeline"], root=videos), dataset={"path": videos})
     exp = bench.from_dict(raw, source=path).with_overrides(repetitions=2, samples=64, warmup_samples=32,

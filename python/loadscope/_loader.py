@@ -18,7 +18,7 @@ import torch
 
 from . import _native, _transfer, telemetry
 from ._errors import ConfigError, LoadscopeError
-from ._fields import Bytes, Field, Image, Int, Json, Text, VideoClip, int_arg, normalize
+from ._fields import Field, Image, VideoClip, int_arg, normalize
 from ._sources import Source
 from .telemetry import Sink
 

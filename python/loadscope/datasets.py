@@ -17,6 +17,9 @@ photographs, 5 s at 30 fps, 640x360 / 854x480 / 1280x720, GOP of 10, 30, 60 or 1
 each with a label and a caption (``--video-profile``: "realistic" and "dataset" make videos like
 those of real datasets, see VIDEO_PROFILES):
 
+``--audio`` gives every video a soundtrack (48 kHz stereo AAC, Opus in WebM: two gliding
+tones with a syllable-rate tremolo over pink noise, like speech over room tone).
+
     <out>/videos/<class>/<key>.mp4 (+ .txt, .json)
     <out>/video_shards/videos-{000000..}.tar   key.mp4 key.cls key.txt key.json
     <out>/videos.jsonl                          {"path", "cls", "txt"}
@@ -136,7 +139,18 @@ def _tar_add(tar: Optional[tarfile.TarFile], name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np.ndarray], profile: str = "demo"):
+# The soundtrack of --audio: per channel a tone gliding around a pitch, 3 Hz tremolo (syllables),
+# and noise; the pitches and glide rates come from the video's key so that videos differ.
+def _soundtrack(seconds: float, i: int) -> List[str]:
+    f0, f1 = 140 + 17 * (i % 7), 210 + 13 * (i % 5)
+    tone = "0.25*sin(2*PI*({f}+{d}*sin(2*PI*{g}*t))*t)*(0.55+0.45*sin(2*PI*3*t))+0.04*(random({r})-0.5)"
+    left = tone.format(f=f0, d=30, g=0.4, r=0)
+    right = tone.format(f=f1, d=25, g=0.6, r=1)
+    return ["-f", "lavfi", "-i", f"aevalsrc='{left}|{right}':s=48000:d={seconds}"]
+
+
+def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np.ndarray], profile: str = "demo",
+                audio: bool = False):
     """Plans the videos: one ffmpeg command each (a pan or a zoom over a photograph)."""
     from PIL import Image
 
@@ -183,9 +197,11 @@ def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np
         if profile == "dataset":
             meta.update(codec=codec, rotation=rotation)
         ext, encoder = _ENCODERS[codec]
-        cmd = ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-i", still, "-t", str(seconds),
-               "-r", str(fps), "-vf", f"{motion},noise=alls=4:allf=t,format=yuv420p",
-               *encoder(gop), "-threads", "1", "-an"]
+        sound = (["-map", "0:v", "-map", "1:a", "-ar", "48000", "-ac", "2", "-b:a", "128k", "-c:a",
+                  "libopus" if ext == ".webm" else "aac", "-shortest"] if audio else ["-an"])
+        cmd = ["ffmpeg", "-v", "error", "-y", "-loop", "1", "-i", still, *(_soundtrack(seconds, i) if audio else []),
+               "-t", str(seconds), "-r", str(fps), "-vf", f"{motion},noise=alls=4:allf=t,format=yuv420p",
+               *encoder(gop), "-threads", "1", *sound]
         # FFmpeg 5.1 sets a rotation only when it copies a stream: a second, copying pass.
         rotate = (["ffmpeg", "-v", "error", "-y", "-i", "{tmp}", "-c", "copy", "-metadata:s:v:0",
                    f"rotate={rotation}", "-movflags", "+faststart"] if rotation else None)
@@ -194,7 +210,7 @@ def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np
 
 
 def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_size: int, quiet: bool,
-                 profile: str = "demo") -> int:
+                 profile: str = "demo", audio: bool = False) -> int:
     import concurrent.futures
     import subprocess
 
@@ -202,7 +218,7 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
         return 0
     if shutil.which("ffmpeg") is None:
         raise RuntimeError("making demo videos needs the ffmpeg CLI (Debian package ffmpeg)")
-    jobs = _video_jobs(tmp, videos, rng, photos, profile)
+    jobs = _video_jobs(tmp, videos, rng, photos, profile, audio)
     labels = sorted(p[0] for p in PHOTOS)
     outputs = {}
     for key, cls, _caption, _meta, _cmd, ext, _rotate in jobs:
@@ -256,7 +272,7 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
 
 
 def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200, quiet: bool = False,
-             videos: int = 24, video_shard_size: int = 8, video_profile: str = "demo") -> dict:
+             videos: int = 24, video_shard_size: int = 8, video_profile: str = "demo", audio: bool = False) -> dict:
     """Writes the demo dataset to `out` (replacing a demo dataset there) and returns its
     metadata. Refuses a non-empty directory that is not a demo dataset: it would be deleted."""
     if video_profile not in VIDEO_PROFILES:
@@ -309,11 +325,11 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
         for m in manifest:
             f.write(json.dumps(m) + "\n")
     video_bytes = _make_videos(tmp, videos, np.random.default_rng([seed, 1]), photos, video_shard_size, quiet,
-                               video_profile)
+                               video_profile, audio)
     info = {
         "generator_version": GENERATOR_VERSION, "images": images, "seed": seed, "shards": n_shards,
         "shard_size": shard_size, "classes": sorted(p[0] for p in PHOTOS), "jpeg_bytes": total_bytes,
-        "videos": videos, "video_profile": video_profile, "video_bytes": video_bytes,
+        "videos": videos, "video_profile": video_profile, "audio": audio, "video_bytes": video_bytes,
         "seconds": round(time.time() - t0, 1),
     }
     with open(os.path.join(tmp, "dataset.json"), "w") as f:
@@ -324,20 +340,20 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
 
 
 def ensure(out: str, images: int = 2000, seed: int = 0, quiet: bool = False, videos: int = 24,
-           video_profile: str = "demo") -> dict:
+           video_profile: str = "demo", audio: bool = False) -> dict:
     """Generates the dataset unless `out` already holds this exact one."""
     try:
         with open(os.path.join(out, "dataset.json")) as f:
             info = json.load(f)
         if (info.get("generator_version") == GENERATOR_VERSION and info.get("images") == images
                 and info.get("seed") == seed and info.get("videos") == videos
-                and info.get("video_profile", "demo") == video_profile):
+                and info.get("video_profile", "demo") == video_profile and info.get("audio", False) == audio):
             return info
     except (OSError, ValueError):
         pass
     if not quiet:
         print(f"generating {images} demo images and {videos} videos in {out} ...", file=sys.stderr)
-    return generate(out, images=images, seed=seed, quiet=quiet, videos=videos, video_profile=video_profile)
+    return generate(out, images=images, seed=seed, quiet=quiet, videos=videos, video_profile=video_profile, audio=audio)
 
 
 def main(argv=None) -> int:
@@ -349,12 +365,13 @@ def main(argv=None) -> int:
     p.add_argument("--video-profile", choices=sorted(VIDEO_PROFILES), default="demo",
                    help="demo: 5 s videos of every size and GOP; realistic: 10 s, GOP 60, 720p/360p; "
                         "dataset: 8-12 s, 256p-720p, GOP 250/60/30, some HEVC, VP9 and rotated (for 500+ videos)")
+    p.add_argument("--audio", action="store_true", help="give the videos a soundtrack (48 kHz stereo AAC; Opus in WebM)")
     p.add_argument("--force", action="store_true", help="regenerate even if present")
     a = p.parse_args(argv)
     if a.images < 1 or a.videos < 0:
         p.error("--images must be >= 1 and --videos >= 0")
-    info = (generate(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile) if a.force
-            else ensure(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile))
+    info = (generate(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile, audio=a.audio) if a.force
+            else ensure(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile, audio=a.audio))
     print(json.dumps(info))
     return 0
 

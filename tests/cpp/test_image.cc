@@ -8,7 +8,7 @@
 #include "loadscope/core/error.h"
 #include "loadscope/decode/ffmpeg/image_decoder.h"
 #include "loadscope/decode/image.h"
-#include "loadscope/pipeline/fields.h"
+#include "loadscope/pipeline/image_field.h"
 
 using namespace loadscope;
 using namespace testing;

@@ -24,7 +24,7 @@
 #include "loadscope/io/tar.h"
 #include "loadscope/io/tar_index.h"
 #include "loadscope/pipeline/clips.h"
-#include "loadscope/pipeline/fields.h"
+#include "loadscope/pipeline/image_field.h"
 
 namespace loadscope::fuzz {
 

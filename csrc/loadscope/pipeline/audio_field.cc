@@ -15,13 +15,14 @@ int64_t audio_window_samples(const AudioSpec& spec) {
   return std::llround(seconds * spec.sample_rate);
 }
 
-std::vector<Output> audio_outputs(const AudioSpec& spec) {
-  return {{"", OutputType::kFloat32, {spec.channels, audio_window_samples(spec)}},
+std::vector<Output> AudioField::outputs() const {
+  return {{"", OutputType::kFloat32, {spec_.channels, audio_window_samples(spec_)}},
           {".length", OutputType::kInt64, {}},
           {".time", OutputType::kFloat64, {}}};
 }
 
-void validate_audio(const std::string& field, const AudioSpec& s) {
+void AudioField::validate(const std::string& field) const {
+  const AudioSpec& s = spec_;
   auto fail = [&](const std::string& what) { throw ConfigError("field '" + field + "': " + what); };
   if (s.sample_rate < 1 || s.sample_rate > 768000) fail("sample_rate must be 1..768000");
   if (s.channels < 1 || s.channels > 8) fail("channels must be 1..8");
@@ -48,25 +49,41 @@ decode::AudioDecoder& decoder() {
 }
 }  // namespace
 
-size_t audio_scratch_bytes() {
+size_t AudioField::scratch_bytes() const {
   return decoder().buffer_bytes();
 }
 
-AudioResult fill_audio(const AudioSpec& spec, const Member& m, const std::string& bytes,
-                       bool missing_ok, double draw, const ClipSpan* span,
-                       const std::vector<uint8_t*>& out) {
+void AudioField::fill(FieldCall& call) const {
+  const AudioSpec& spec = spec_;
+  const Member& m = call.member;
+  const std::string& bytes = call.bytes;
+  const ClipSpan* span = nullptr;
+  if (!spec.align.empty()) {
+    span = &call.spans[static_cast<size_t>(call.follows)];
+    if (!span->set) {  // the video field was optional and absent: no clip to follow
+      if (call.optional) {
+        call.absent = true;
+        return;
+      }
+      throw SampleError(call.where,
+                        m.name + ": field '" + call.name + "' aligns to '" + spec.align +
+                            "', which has no clip in this sample",
+                        FailureKind::kField);
+    }
+  }
+  const uint64_t t0 = call.ctx.telemetry ? telemetry::now_ns() : 0;
   decode::AudioDecoder& dec = decoder();
   const int64_t n = audio_window_samples(spec);
-  auto* samples = reinterpret_cast<float*>(out[0]);
-  AudioResult result;
+  auto* samples = reinterpret_cast<float*>(call.fixed[0]);
   const decode::AudioInfo& info =
-      m.whole_file() ? dec.open_file(m.path, spec.stream, missing_ok)
+      m.whole_file() ? dec.open_file(m.path, spec.stream, call.optional)
                      : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(),
-                                       spec.stream, missing_ok);
-  if (info.stream < 0) {
-    result.missing = true;
-    return result;
+                                       spec.stream, call.optional);
+  if (info.stream < 0) {  // no audio stream, and the field is optional
+    call.absent = true;
+    return;
   }
+  const double draw = call.rng(RngStream::kAugment).uniform();
   const int rate = spec.sample_rate;
   int64_t first = 0;  // output grid index of the window's first sample
   int64_t want = n;   // window samples the stream is asked for (an aligned clip may be shorter)
@@ -97,12 +114,18 @@ AudioResult fill_audio(const AudioSpec& spec, const Member& m, const std::string
     std::fill(samples, samples + static_cast<size_t>(n) * spec.channels, 0.0f);
   }
   const int64_t length = reached;
-  std::memcpy(out[1], &length, sizeof length);
+  std::memcpy(call.fixed[1], &length, sizeof length);
   const double time = info.start + static_cast<double>(first) / rate;
-  std::memcpy(out[2], &time, sizeof time);
-  result.bytes_read = m.whole_file() ? dec.bytes_read() : bytes.size();
-  result.warning = dec.warning();
-  return result;
+  std::memcpy(call.fixed[2], &time, sizeof time);
+  const uint64_t read = m.whole_file() ? dec.bytes_read() : bytes.size();
+  call.ctx.bytes_read += m.whole_file() ? read : 0;
+  if (!dec.warning().empty() && call.ctx.warning.empty()) {
+    call.ctx.warning = m.name + ": " + dec.warning();
+  }
+  if (call.ctx.telemetry) {
+    call.ctx.telemetry->record(*call.ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kAudio,
+                               telemetry::now_ns() - t0, read);
+  }
 }
 
 }  // namespace loadscope::pipeline

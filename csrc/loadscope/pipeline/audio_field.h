@@ -5,9 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "loadscope/core/engine.h"
-#include "loadscope/core/sample.h"
-#include "loadscope/pipeline/outputs.h"
+#include "loadscope/pipeline/field.h"
 
 namespace loadscope::pipeline {
 
@@ -27,32 +25,24 @@ struct AudioSpec {
   std::string align;
 };
 
-// A clip's time span, which a video field leaves for an aligned audio field.
-struct ClipSpan {
-  double start = 0, end = 0;  // seconds
-  bool set = false;
-};
-
-// Outputs: "" float32 [channels, N]; ".length" int64 (window samples from the stream; the rest
-// are zeros); ".time" float64 (the window's first sample, seconds).
-std::vector<Output> audio_outputs(const AudioSpec& spec);
 int64_t audio_window_samples(const AudioSpec& spec);
 
-// Throws ConfigError naming the field.
-void validate_audio(const std::string& field, const AudioSpec& spec);
+class AudioField : public Field {
+ public:
+  explicit AudioField(AudioSpec spec) : spec_(std::move(spec)) {}
+  const AudioSpec& spec() const { return spec_; }
+  // "" float32 [channels, N]; ".length" int64 (window samples from the stream; the rest are
+  // zeros); ".time" float64 (the window's first sample, seconds).
+  std::vector<Output> outputs() const override;
+  telemetry::Kind kind() const override { return telemetry::Kind::kAudio; }
+  void validate(const std::string& name) const override;
+  bool reads_by_path() const override { return true; }
+  std::string follows() const override { return spec_.align; }
+  void fill(FieldCall& call) const override;
+  size_t scratch_bytes() const override;
 
-// One sample's audio into its slots: `out[k]` points at output k of audio_outputs. `bytes` is
-// the member's content unless the member is a whole file (then read by FFmpeg by path). `rng`
-// draws the position; `span` is the aligned clip (align only). Returns the bytes read. Throws
-// DecodeFailure / ReadFailure; optional: `missing` set when the file has no audio stream.
-struct AudioResult {
-  uint64_t bytes_read = 0;
-  bool missing = false;  // no audio stream (allowed for optional fields)
-  std::string warning;   // the decoder's complaint about data it decoded anyway
+ private:
+  AudioSpec spec_;
 };
-AudioResult fill_audio(const AudioSpec& spec, const Member& m, const std::string& bytes,
-                       bool missing_ok, double draw, const ClipSpan* span,
-                       const std::vector<uint8_t*>& out);
-size_t audio_scratch_bytes();
 
 }  // namespace loadscope::pipeline

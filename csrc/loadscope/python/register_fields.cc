@@ -4,17 +4,21 @@
 #include "loadscope/augment/color.h"
 #include "loadscope/augment/randaugment.h"
 #include "loadscope/core/rng.h"
+#include "loadscope/pipeline/audio_field.h"
 #include "loadscope/pipeline/fields.h"
+#include "loadscope/pipeline/image_field.h"
+#include "loadscope/pipeline/plain_fields.h"
+#include "loadscope/pipeline/video_field.h"
 
 namespace loadscope::binding {
 
 namespace {
 
-pipeline::FieldKind parse_kind(const std::string& kind) {
-  if (kind == "int") return pipeline::FieldKind::kInt;
-  if (kind == "text") return pipeline::FieldKind::kText;
-  if (kind == "json") return pipeline::FieldKind::kJson;
-  if (kind == "bytes") return pipeline::FieldKind::kBytes;
+pipeline::PlainKind parse_kind(const std::string& kind) {
+  if (kind == "int") return pipeline::PlainKind::kInt;
+  if (kind == "text") return pipeline::PlainKind::kText;
+  if (kind == "json") return pipeline::PlainKind::kJson;
+  if (kind == "bytes") return pipeline::PlainKind::kBytes;
   throw ConfigError("unknown field kind '" + kind + "' (allowed: int, text, json, bytes)");
 }
 
@@ -76,33 +80,30 @@ void register_fields(py::module_& m) {
          std::array<double, 3> std, double color_p, std::array<double, 8> color_ranges,
          double grayscale, double erase_p, std::array<double, 4> erase_geometry,
          std::array<double, 3> erase_value, std::array<int, 3> randaugment) {
-        pipeline::FieldSpec f;
-        f.name = std::move(name);
-        f.keys = std::move(keys);
-        f.kind = pipeline::FieldKind::kImage;
-        f.image =
+        pipeline::ImageSpec image =
             geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
-        f.image.exif = exif;
-        f.image.dct_scaling = dct_scaling;
-        f.image.dtype = pixel_type(dtype);
-        f.image.mean = mean;
-        f.image.std = std;
-        f.image.color.p = color_p;
+        image.exif = exif;
+        image.dct_scaling = dct_scaling;
+        image.dtype = pixel_type(dtype);
+        image.mean = mean;
+        image.std = std;
+        image.color.p = color_p;
         for (int k = 0; k < 4; ++k) {
-          f.image.color.lo[k] = color_ranges[2 * k];
-          f.image.color.hi[k] = color_ranges[2 * k + 1];
+          image.color.lo[k] = color_ranges[2 * k];
+          image.color.hi[k] = color_ranges[2 * k + 1];
         }
-        f.image.grayscale = grayscale;
-        f.image.erase.p = erase_p;
-        f.image.erase.scale_min = erase_geometry[0];
-        f.image.erase.scale_max = erase_geometry[1];
-        f.image.erase.ratio_min = erase_geometry[2];
-        f.image.erase.ratio_max = erase_geometry[3];
-        f.image.erase.value = erase_value;
-        f.image.randaugment.num_ops = randaugment[0];
-        f.image.randaugment.magnitude = randaugment[1];
-        f.image.randaugment.bins = randaugment[2];
-        f.optional = optional;
+        image.grayscale = grayscale;
+        image.erase.p = erase_p;
+        image.erase.scale_min = erase_geometry[0];
+        image.erase.scale_max = erase_geometry[1];
+        image.erase.ratio_min = erase_geometry[2];
+        image.erase.ratio_max = erase_geometry[3];
+        image.erase.value = erase_value;
+        image.randaugment.num_ops = randaugment[0];
+        image.randaugment.magnitude = randaugment[1];
+        image.randaugment.bins = randaugment[2];
+        pipeline::FieldSpec f{std::move(name), std::move(keys), optional,
+                              std::make_shared<pipeline::ImageField>(image)};
         pipeline::validate({f});
         return f;
       },
@@ -162,12 +163,8 @@ void register_fields(py::module_& m) {
          std::pair<double, double> ratio, int resize, double flip, bool channels_last, int stream,
          int decoder_threads, bool rotate, bool color_tags, bool optional, int64_t max_pixels,
          std::string start) {
-        pipeline::FieldSpec f;
-        f.name = std::move(name);
-        f.keys = std::move(keys);
-        f.kind = pipeline::FieldKind::kVideo;
-        f.optional = optional;
-        auto& c = f.video.clip;
+        pipeline::VideoSpec video;
+        auto& c = video.clip;
         c.frames = frames;
         c.stride = stride;
         c.fps = fps;
@@ -190,14 +187,16 @@ void register_fields(py::module_& m) {
           throw ConfigError("unknown short-video policy '" + short_video +
                             "' (allowed: pad, fail)");
         }
-        f.video.stream = stream;
-        f.video.decoder_threads = decoder_threads;
-        f.video.rotate = rotate;
-        f.video.color_tags = color_tags;
-        f.video.start_key = std::move(start);
-        f.image =
+        video.stream = stream;
+        video.decoder_threads = decoder_threads;
+        video.rotate = rotate;
+        video.color_tags = color_tags;
+        video.start_key = std::move(start);
+        pipeline::ImageSpec frame =
             geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
-        f.image.dct_scaling = false;
+        frame.dct_scaling = false;
+        pipeline::FieldSpec f{std::move(name), std::move(keys), optional,
+                              std::make_shared<pipeline::VideoField>(video, frame)};
         pipeline::validate({f});
         return f;
       },
@@ -213,12 +212,7 @@ void register_fields(py::module_& m) {
       [](std::string name, std::vector<std::string> keys, int sample_rate, int channels,
          double seconds, double max_seconds, const std::string& position, int stream,
          std::string align, bool optional) {
-        pipeline::FieldSpec f;
-        f.name = std::move(name);
-        f.keys = std::move(keys);
-        f.kind = pipeline::FieldKind::kAudio;
-        f.optional = optional;
-        auto& a = f.audio;
+        pipeline::AudioSpec a;
         a.sample_rate = sample_rate;
         a.channels = channels;
         a.seconds = seconds;
@@ -235,6 +229,8 @@ void register_fields(py::module_& m) {
         }
         a.stream = stream;
         a.align = std::move(align);
+        pipeline::FieldSpec f{std::move(name), std::move(keys), optional,
+                              std::make_shared<pipeline::AudioField>(a)};
         pipeline::validate({f});  // align= names another field: checked by the Pipeline
         return f;
       },
@@ -245,12 +241,8 @@ void register_fields(py::module_& m) {
   m.def(
       "plain_field",
       [](std::string name, std::vector<std::string> keys, const std::string& kind, bool optional) {
-        pipeline::FieldSpec f;
-        f.name = std::move(name);
-        f.keys = std::move(keys);
-        f.kind = parse_kind(kind);
-        f.optional = optional;
-        return f;
+        return pipeline::FieldSpec{std::move(name), std::move(keys), optional,
+                                   std::make_shared<pipeline::PlainField>(parse_kind(kind))};
       },
       py::arg("name"), py::arg("keys"), py::arg("kind"), py::arg("optional") = false);
 
@@ -260,7 +252,10 @@ void register_fields(py::module_& m) {
          int64_t position) {
         // One image through the same path as the loader (tests, debugging).
         std::string bytes = data;
-        const auto& spec = field.image;
+        const auto* image = dynamic_cast<const pipeline::ImageField*>(field.field.get());
+        if (image == nullptr)
+          throw ConfigError("decode_image: field '" + field.name + "' is not an Image");
+        const auto& spec = image->spec();
         std::string out(static_cast<size_t>(spec.height) * spec.width * 3, '\0');
         std::string warning;
         {

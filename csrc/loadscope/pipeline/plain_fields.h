@@ -1,0 +1,31 @@
+#pragma once
+// The plain field kinds: Int (decimal text as int64), Text (UTF-8), Json (validated here,
+// parsed in Python) and Bytes (passed through).
+
+#include <string>
+#include <vector>
+
+#include "loadscope/pipeline/field.h"
+
+namespace loadscope::pipeline {
+
+enum class PlainKind { kInt, kText, kJson, kBytes };
+
+class PlainField : public Field {
+ public:
+  explicit PlainField(PlainKind kind) : kind_(kind) {}
+  PlainKind plain_kind() const { return kind_; }
+  std::vector<Output> outputs() const override;
+  telemetry::Kind kind() const override { return telemetry::Kind::kOther; }
+  void validate(const std::string&) const override {}
+  void fill(FieldCall& call) const override;
+
+ private:
+  PlainKind kind_;
+};
+
+// Checks that bytes are a syntactically valid JSON text (RFC 8259), nesting at most 256 deep.
+bool is_valid_json(const std::string& text, std::string* reason);
+bool is_valid_utf8(const std::string& text);
+
+}  // namespace loadscope::pipeline

@@ -1,0 +1,203 @@
+#include "loadscope/pipeline/video_field.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "loadscope/core/error.h"
+#include "loadscope/decode/video/video_decoder.h"
+#include "loadscope/io/file.h"
+#include "loadscope/io/remote.h"
+
+namespace loadscope::pipeline {
+
+namespace {
+
+decode::VideoDecoder& decoder() {
+  thread_local decode::VideoDecoder d;
+  return d;
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// Always with a decimal point, so JSON readers give a float (5.0, not 5).
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+// The clip's start in seconds from the sample's member `key` (VideoClip(start=)): a number
+// >= 0, as a manifest column or a tar member holds it (an indexed tar's member is a byte range
+// of its shard, read here: a few bytes). Parsed with from_chars: no locale's decimal comma.
+double clip_start(const Sample& sample, const std::string& key, const std::string& field) {
+  const Member* m = sample.find(key);
+  if (m == nullptr) {
+    throw SampleError(sample.key,
+                      "no member '" + key + "' for the start of field '" + field +
+                          "' (sample has: " + member_list(sample) + ")",
+                      FailureKind::kField);
+  }
+  std::string text = m->data;
+  if (m->is_path) {
+    try {
+      read_member(*m, text);
+    } catch (const ReadFailure& e) {
+      throw SampleError(sample.key, key + ": " + e.what(), FailureKind::kRead);
+    }
+  }
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  while (first < last && space(*first)) ++first;
+  while (last > first && space(last[-1])) --last;
+  double v = -1;
+  const auto [end, ec] = std::from_chars(first, last, v);
+  if (ec != std::errc() || end != last || first == last || !(v >= 0) || !std::isfinite(v)) {
+    throw SampleError(sample.key,
+                      key + ": the start of field '" + field + "' must be seconds >= 0, got '" +
+                          preview(text) + "'",
+                      FailureKind::kField);
+  }
+  return v;
+}
+}  // namespace
+
+std::vector<Output> VideoField::outputs() const {
+  const int64_t h = frame_.height, w = frame_.width;
+  std::vector<int64_t> clips{video_.clip.frames};
+  if (video_.clip.clips > 1) clips.insert(clips.begin(), video_.clip.clips);
+  std::vector<int64_t> pixels = clips;
+  for (int64_t d : frame_.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w})
+    pixels.push_back(d);
+  return {{"", OutputType::kUint8, pixels},
+          {".time", OutputType::kFloat64, clips},
+          {".meta", OutputType::kJson, {}}};
+}
+
+void VideoField::validate(const std::string& name) const {
+  const VideoSpec& v = video_;
+  check_bound(name, "frames", v.clip.frames);
+  check_bound(name, "clips", v.clip.clips);
+  if (v.clip.fps < 0 || (v.clip.fps == 0 && v.clip.stride < 1)) {
+    throw ConfigError("field '" + name + "': give stride >= 1 or fps > 0");
+  }
+  check_bound(name, "decoder_threads", v.decoder_threads);
+  if (!v.start_key.empty() && v.clip.clips != 1) {
+    throw ConfigError("field '" + name + "': start= gives one clip's start; clips must be 1");
+  }
+  validate_image(name, frame_, true);
+}
+
+size_t VideoField::scratch_bytes() const { return decoder().buffer_bytes(); }
+
+void VideoField::fill(FieldCall& call) const {
+  decode::VideoDecoder& dec = decoder();
+  const VideoSpec& v = video_;
+  const ImageSpec& image = frame_;
+  const Member& m = call.member;
+  const std::string& bytes = call.bytes;
+  const Sample& sample = call.sample;
+  SampleContext& ctx = call.ctx;
+  const std::string& where = call.where;
+  ClipSpan& span = call.spans[call.index];
+  const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
+  if (m.whole_file() && !io::remote::is_url(m.path)) {
+    try {
+      io::check_regular_file(m.path);  // before FFmpeg opens it: a FIFO would block it forever
+    } catch (const ReadFailure& e) {
+      throw SampleError(m.path, e.what(), FailureKind::kRead);
+    }
+  }
+  // Before the video is opened and indexed: a bad start costs no index pass.
+  const double start = v.start_key.empty() ? 0.0 : clip_start(sample, v.start_key, call.name);
+  try {
+    const decode::VideoInfo& info =
+        m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
+                       : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                         bytes.size(), v.stream, v.rotate, v.decoder_threads);
+    const uint64_t opened = ctx.telemetry ? telemetry::now_ns() : 0;
+    check_pixels(info.width, info.height, image);  // a frame size no real video has
+    Rng rng = call.rng(RngStream::kAugment);
+    const std::vector<int64_t> targets =
+        plan_clips(dec.pts(), info.time_base, v.clip, rng, v.start_key.empty() ? nullptr : &start);
+    const int frames = v.clip.frames;
+    const size_t frame_bytes = static_cast<size_t>(image.height) * image.width * 3;
+    uint8_t* pixels = call.fixed[0];
+    auto* times = reinterpret_cast<double*>(call.fixed[1]);
+    std::vector<decode::FrameOutput> outputs(static_cast<size_t>(v.clip.clips));
+    std::vector<decode::VideoDecoder::Request> requests;
+    requests.reserve(targets.size());
+    for (int k = 0; k < v.clip.clips; ++k) {
+      const augment::CropPlan plan = make_plan(image, info.width, info.height, rng);  // one per clip
+      decode::FrameOutput& o = outputs[static_cast<size_t>(k)];
+      o.x0 = plan.box.x0, o.y0 = plan.box.y0, o.x1 = plan.box.x1, o.y1 = plan.box.y1;
+      o.out_w = image.width;
+      o.out_h = image.height;
+      o.chw = !image.channels_last;
+      o.flip = plan.flip;
+      o.color_tags = v.color_tags;
+      for (int j = 0; j < frames; ++j) {
+        const size_t t = static_cast<size_t>(k) * frames + j;
+        requests.push_back({targets[t], pixels + t * frame_bytes, &o, times + t});
+      }
+    }
+    dec.decode(requests);
+    {
+      // The first clip's span, for aligned audio: its first frame's time to its last frame's
+      // end (the next frame's time, or one frame at the average rate after the last frame).
+      const std::vector<int64_t>& pts = dec.pts();
+      const double tb = info.time_base;
+      const int64_t last = std::llround(times[frames - 1] / tb);
+      const auto next = std::upper_bound(pts.begin(), pts.end(), last);
+      span.start = times[0];
+      span.end = next != pts.end() ? *next * tb
+                                   : times[frames - 1] + (info.fps > 0 ? 1.0 / info.fps : 0.0);
+      span.set = true;
+    }
+    const uint64_t read = m.whole_file() ? dec.bytes_read() : bytes.size();
+    ctx.bytes_read += m.whole_file() ? read : 0;
+    if (ctx.telemetry) {  // decode = open, index, seek, decode; augment = frame conversion
+      const uint64_t total = telemetry::now_ns() - t0;
+      const uint64_t convert = std::min(dec.convert_ns(), total);
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kVideo,
+                            total - convert, read);
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, telemetry::Kind::kVideo,
+                            convert);
+      const decode::VideoDecoder::Work& w = dec.work();
+      ctx.telemetry->record_video(
+          *ctx.slot, telemetry::VideoTotals{1, requests.size(), w.frames_decoded, w.packets,
+                                            w.seeks, opened - t0});
+    }
+    *call.strings[0] = "{\"duration\": " + json_number(info.duration) +
+                                          ", \"fps\": " + json_number(info.fps) +
+                                          ", \"frames\": " + std::to_string(dec.pts().size()) +
+                                          ", \"width\": " + std::to_string(info.width) +
+                                          ", \"height\": " + std::to_string(info.height) +
+                                          ", \"rotation\": " + std::to_string(info.rotation) +
+                                          ", \"codec\": " + json_string(info.codec) +
+                                          ", \"stream\": " + std::to_string(info.stream) + "}";
+  } catch (const DecodeFailure& e) {
+    // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
+    if (!dec.input_error().empty()) throw SampleError(where, dec.input_error(), FailureKind::kRead);
+    throw SampleError(where, m.name + ": " + e.what(), FailureKind::kDecode);
+  } catch (const ReadFailure& e) {
+    throw SampleError(where, e.what(), FailureKind::kRead);
+  }
+}
+
+
+}  // namespace loadscope::pipeline
