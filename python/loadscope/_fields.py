@@ -47,7 +47,7 @@ def _bool(owner: str, name: str, value) -> bool:
     return value
 
 
-# The engine's ranges of integer options (pipeline/fields.h), the one source of truth.
+# The engine's ranges of integer options (pipeline/field.h), the one source of truth.
 BOUNDS = _native.option_bounds()
 
 

@@ -166,7 +166,7 @@ def now_ns() -> int:
     ...
 def option_bounds() -> dict:
     """
-    {option: (min, max)}: the integer options' ranges validate() enforces (pipeline/fields.h).
+    {option: (min, max)}: the integer options' ranges the field kinds enforce (pipeline/field.h).
     """
 def plain_field(name: str, keys: list[str], kind: str, optional: bool = False) -> FieldSpec:
     ...
