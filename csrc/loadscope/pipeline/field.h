@@ -31,14 +31,14 @@ struct FieldCall {
   const std::string& bytes;  // the member's content (empty for a whole file read by path)
   Sample& sample;
   SampleContext& ctx;
-  const std::string& name;             // the field's name
-  size_t index;                        // the field's position: its random streams
-  std::vector<uint8_t*> fixed;         // per fixed-size output, in order: this sample's slot
-  std::vector<std::string*> strings;   // per string output, in order
-  std::vector<ClipSpan>& spans;        // per field: the clips video fields left this sample
-  int follows = -1;                    // the index of the field named by follows(), if any
-  std::string where;                   // names the sample in errors
-  bool optional = false;               // the field's optional=
+  const std::string& name;            // the field's name
+  size_t index;                       // the field's position: its random streams
+  std::vector<uint8_t*> fixed;        // per fixed-size output, in order: this sample's slot
+  std::vector<std::string*> strings;  // per string output, in order
+  std::vector<ClipSpan>& spans;       // per field: the clips video fields left this sample
+  int follows = -1;                   // the index of the field named by follows(), if any
+  std::string where;                  // names the sample in errors
+  bool optional = false;              // the field's optional=
   // Set by a kind when the member holds no such content (a video without an audio stream):
   // for an optional field the processor then gives zeros and presence 0.
   bool absent = false;

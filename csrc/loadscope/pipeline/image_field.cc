@@ -306,8 +306,7 @@ void validate_image(const std::string& field, const ImageSpec& s, bool video) {
     }
     for (int c = 0; c < 3; ++c) {
       if (!std::isfinite(s.mean[c]) || !std::isfinite(s.std[c]) || s.std[c] == 0.0) {
-        throw ConfigError("field '" + field +
-                          "': mean must be finite and std finite and non-zero");
+        throw ConfigError("field '" + field + "': mean must be finite and std finite and non-zero");
       }
     }
   }
@@ -334,7 +333,9 @@ std::vector<Output> ImageField::outputs() const {
            spec_.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w}}};
 }
 
-size_t ImageField::scratch_bytes() const { return scratch().bytes(); }
+size_t ImageField::scratch_bytes() const {
+  return scratch().bytes();
+}
 
 void ImageField::fill(FieldCall& call) const {
   Scratch& s = scratch();
@@ -348,20 +349,22 @@ void ImageField::fill(FieldCall& call) const {
   uint8_t* dst = call.fixed[0];
   if (convert) s.pixels.resize(pixels * 3);
   const std::string warning =
-      decode_image(reinterpret_cast<const uint8_t*>(call.bytes.data()), call.bytes.size(), spec, rng,
-                   convert ? s.pixels.data() : dst, t ? &split : nullptr);
+      decode_image(reinterpret_cast<const uint8_t*>(call.bytes.data()), call.bytes.size(), spec,
+                   rng, convert ? s.pixels.data() : dst, t ? &split : nullptr);
   if (convert || spec.color.p > 0 || spec.grayscale > 0 || spec.erase.p > 0 ||
       spec.randaugment.num_ops > 0) {
     const uint64_t t0 = t ? telemetry::now_ns() : 0;
     const bool chw = !spec.channels_last;
     Rng prng = call.rng(RngStream::kPixels);
     const augment::ColorDraw color = augment::draw_color(spec.color, prng);
-    const bool gray = spec.grayscale > 0 && (spec.grayscale >= 1 || prng.uniform() < spec.grayscale);
+    const bool gray =
+        spec.grayscale > 0 && (spec.grayscale >= 1 || prng.uniform() < spec.grayscale);
     const augment::EraseBox box = augment::draw_erase(spec.erase, spec.height, spec.width, prng);
     uint8_t* u8 = convert ? s.pixels.data() : dst;
     if (spec.randaugment.num_ops > 0) {  // its own stream: the other draws stay as they were
       Rng rrng = call.rng(RngStream::kRandAugment);
-      for (const auto& op : augment::draw_randaugment(spec.randaugment, spec.height, spec.width, rrng)) {
+      for (const auto& op :
+           augment::draw_randaugment(spec.randaugment, spec.height, spec.width, rrng)) {
         augment::apply_op(u8, spec.height, spec.width, chw, op, s.oriented);
       }
     }

@@ -81,7 +81,8 @@ std::vector<Output> VideoField::outputs() const {
   std::vector<int64_t> clips{video_.clip.frames};
   if (video_.clip.clips > 1) clips.insert(clips.begin(), video_.clip.clips);
   std::vector<int64_t> pixels = clips;
-  for (int64_t d : frame_.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w})
+  for (int64_t d :
+       frame_.channels_last ? std::vector<int64_t>{h, w, 3} : std::vector<int64_t>{3, h, w})
     pixels.push_back(d);
   return {{"", OutputType::kUint8, pixels},
           {".time", OutputType::kFloat64, clips},
@@ -102,7 +103,9 @@ void VideoField::validate(const std::string& name) const {
   validate_image(name, frame_, true);
 }
 
-size_t VideoField::scratch_bytes() const { return decoder().buffer_bytes(); }
+size_t VideoField::scratch_bytes() const {
+  return decoder().buffer_bytes();
+}
 
 void VideoField::fill(FieldCall& call) const {
   decode::VideoDecoder& dec = decoder();
@@ -142,7 +145,8 @@ void VideoField::fill(FieldCall& call) const {
     std::vector<decode::VideoDecoder::Request> requests;
     requests.reserve(targets.size());
     for (int k = 0; k < v.clip.clips; ++k) {
-      const augment::CropPlan plan = make_plan(image, info.width, info.height, rng);  // one per clip
+      const augment::CropPlan plan =
+          make_plan(image, info.width, info.height, rng);  // one per clip
       decode::FrameOutput& o = outputs[static_cast<size_t>(k)];
       o.x0 = plan.box.x0, o.y0 = plan.box.y0, o.x1 = plan.box.x1, o.y1 = plan.box.y1;
       o.out_w = image.width;
@@ -183,13 +187,13 @@ void VideoField::fill(FieldCall& call) const {
                                             w.seeks, opened - t0});
     }
     *call.strings[0] = "{\"duration\": " + json_number(info.duration) +
-                                          ", \"fps\": " + json_number(info.fps) +
-                                          ", \"frames\": " + std::to_string(dec.pts().size()) +
-                                          ", \"width\": " + std::to_string(info.width) +
-                                          ", \"height\": " + std::to_string(info.height) +
-                                          ", \"rotation\": " + std::to_string(info.rotation) +
-                                          ", \"codec\": " + json_string(info.codec) +
-                                          ", \"stream\": " + std::to_string(info.stream) + "}";
+                       ", \"fps\": " + json_number(info.fps) +
+                       ", \"frames\": " + std::to_string(dec.pts().size()) +
+                       ", \"width\": " + std::to_string(info.width) +
+                       ", \"height\": " + std::to_string(info.height) +
+                       ", \"rotation\": " + std::to_string(info.rotation) +
+                       ", \"codec\": " + json_string(info.codec) +
+                       ", \"stream\": " + std::to_string(info.stream) + "}";
   } catch (const DecodeFailure& e) {
     // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
     if (!dec.input_error().empty()) throw SampleError(where, dec.input_error(), FailureKind::kRead);
@@ -198,6 +202,5 @@ void VideoField::fill(FieldCall& call) const {
     throw SampleError(where, e.what(), FailureKind::kRead);
   }
 }
-
 
 }  // namespace loadscope::pipeline

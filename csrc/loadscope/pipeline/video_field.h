@@ -28,7 +28,8 @@ struct VideoSpec {
 class VideoField : public Field {
  public:
   // `frame`: the frames' geometry (size, crop, flip, layout, max_pixels).
-  VideoField(VideoSpec video, ImageSpec frame) : video_(std::move(video)), frame_(std::move(frame)) {}
+  VideoField(VideoSpec video, ImageSpec frame)
+      : video_(std::move(video)), frame_(std::move(frame)) {}
   const VideoSpec& spec() const { return video_; }
   // Outputs: "" uint8 [T, 3, H, W] ([K, T, ...] for K > 1 clips; channels last on request),
   // ".time" float64 [T] or [K, T] (each frame's presentation time, seconds), ".meta" JSON.

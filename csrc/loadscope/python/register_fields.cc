@@ -66,7 +66,8 @@ void register_fields(py::module_& m) {
         for (const auto& b : pipeline::kIntBounds) d[b.name] = py::make_tuple(b.min, b.max);
         return d;
       },
-      "{option: (min, max)}: the integer options' ranges the field kinds enforce (pipeline/field.h).");
+      "{option: (min, max)}: the integer options' ranges the field kinds enforce "
+      "(pipeline/field.h).");
   py::class_<pipeline::FieldSpec>(m, "FieldSpec")
       .def_readonly("name", &pipeline::FieldSpec::name)
       .def_readonly("keys", &pipeline::FieldSpec::keys);

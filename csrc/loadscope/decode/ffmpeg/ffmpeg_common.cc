@@ -2,7 +2,6 @@
 
 #include <cstdarg>
 #include <cstdio>
-#include <mutex>
 
 extern "C" {
 #include <libavutil/error.h>
@@ -32,9 +31,16 @@ std::string error_string(int code) {
   return buf;
 }
 
+// Note [log callback]
+// FFmpeg has one log callback per process, and no way to read it back. PyAV (Debian's
+// python3-av shares these libraries) installs its own at import: one that takes the GIL for
+// every message, filtered ones too. Left in place, it halved loadscope's audio throughput while
+// the main thread held the GIL (70 vs 133 windows/s, benchmarks/bench_audio.py before this
+// fix), and FFmpeg's reasons went to Python logging instead of into loadscope's exceptions.
+// So every capture installs loadscope's callback again (a pointer store); messages outside a
+// capture still reach FFmpeg's default logger (stderr), PyAV's routing to `logging` does not.
 LogCapture::LogCapture() : previous_(g_capture) {
-  static std::once_flag once;
-  std::call_once(once, [] { av_log_set_callback(&log_callback); });
+  av_log_set_callback(&log_callback);
   g_capture = this;
 }
 
