@@ -7,6 +7,7 @@ telemetry.ProcessTreeSampler)."""
 
 from __future__ import annotations
 
+import gc
 import glob
 import json
 import math
@@ -468,6 +469,10 @@ def video_torch_arm(rows: List[dict], *, workers: int, frames: int = 16, stride:
     def run(plan: ClipPlan) -> List[tuple]:
         sampler.plan = plan
         got: List[tuple] = []
+        # PyAV objects of this process (the plan's probes) that only a collection frees must not
+        # be freed in a forked worker: their codecs' FFmpeg slice threads do not exist there, and
+        # avcodec_close then waits forever (seen in a test run after other tests).
+        gc.collect()
         for _, idx, start in dl:
             got.extend((os.path.basename(rows[i]["path"]), s) for i, s in zip(idx.tolist(), start.tolist()))
         return got
