@@ -317,3 +317,16 @@ def test_mixed_dataset_images_webp_videos_with_aligned_audio_and_text(real, tmp_
     assert len(rest) == len(batches) - 2
     for x, y in zip(batches[2:], rest):
         same(x, y)
+
+
+def test_a_clip_after_the_soundtracks_end_is_zeros(real, tmp_path):
+    # The video's 10 s with only its first 2 s of sound (made by the ffmpeg CLI): a clip at 5 s
+    # has no audio; aligned, that is zeros and length 0, not a failed sample.
+    short = tmp_path / "short-sound.mp4"
+    subprocess.run(["ffmpeg", "-v", "error", "-i", str(real / "vision/test/assets/videos/R6llTwEh07w.mp4"),
+                    "-c:v", "copy", "-af", "atrim=0:2", "-c:a", "aac", str(short)], check=True)
+    src = manifest(tmp_path, [short, short], t=["5.0", "0.5"])
+    b = batch(src, {"mp4": ls.VideoClip(32, frames=4, stride=2, start="t"),
+                    "audio": ls.Audio(seconds=1.0, align="mp4", keys="mp4")}, batch_size=2)
+    assert b["audio.length"].tolist()[0] == 0 and not b["audio"][0].any()
+    assert b["audio.length"].tolist()[1] > 0 and b["audio"][1].any()

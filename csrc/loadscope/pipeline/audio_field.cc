@@ -53,7 +53,22 @@ size_t AudioField::scratch_bytes() const {
   return decoder().buffer_bytes();
 }
 
+namespace {
+void fill_window(const AudioSpec& spec, FieldCall& call);
+}  // namespace
+
 void AudioField::fill(FieldCall& call) const {
+  try {
+    fill_window(spec_, call);
+  } catch (const DecodeFailure&) {
+    // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
+    if (!decoder().input_error().empty()) throw ReadFailure(decoder().input_error());
+    throw;
+  }
+}
+
+namespace {
+void fill_window(const AudioSpec& spec_, FieldCall& call) {
   const AudioSpec& spec = spec_;
   const Member& m = call.member;
   const std::string& bytes = call.bytes;
@@ -103,7 +118,9 @@ void AudioField::fill(FieldCall& call) const {
   if (want > 0) {
     // Read into the output's first `want` samples a channel, then spread the planes out to
     // stride n (in place, from the last plane backwards).
-    reached = dec.read(first, want, rate, spec.channels, samples);
+    // An aligned clip after the audio's end (a soundtrack a little shorter than the video)
+    // is zeros and length 0, not a failure.
+    reached = dec.read(first, want, rate, spec.channels, samples, span != nullptr);
     if (want < n) {
       for (int c = spec.channels - 1; c >= 0; --c) {
         std::memmove(samples + c * n, samples + c * want, static_cast<size_t>(want) * 4);
@@ -127,5 +144,7 @@ void AudioField::fill(FieldCall& call) const {
                                telemetry::now_ns() - t0, read);
   }
 }
+
+}  // namespace
 
 }  // namespace loadscope::pipeline

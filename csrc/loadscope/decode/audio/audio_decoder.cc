@@ -84,6 +84,8 @@ struct AudioDecoder::State {
       }
       if (draining) return false;
       rc = av_read_frame(fmt.get(), packet.get());
+      // A failed read makes some demuxers (Matroska's) report the end: it is not one.
+      if (rc < 0 && !input.error.empty()) throw ReadFailure(input.error);
       if (rc == AVERROR_EOF) {
         draining = true;
         rc = avcodec_send_packet(codec.get(), nullptr);
@@ -207,6 +209,9 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
   info_.stream = s.stream->index;
   info_.sample_rate = f->sample_rate;
   info_.channels = f->ch_layout.nb_channels;
+  if (info_.channels > 64) {
+    throw DecodeFailure("audio: " + std::to_string(info_.channels) + " channels (at most 64)");
+  }
   info_.codec = avcodec_get_name(s.stream->codecpar->codec_id);
   info_.start = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp * tb : 0.0;
   const int first_samples = f->nb_samples;
@@ -234,15 +239,29 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
   return info_;
 }
 
-int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, float* dst) {
+int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, float* dst,
+                           bool past_end_ok) {
   State& s = *s_;
   ffmpeg::LogCapture log;  // what the decoder complains of without failing: warning()
   warning_.clear();
   std::fill(dst, dst + static_cast<size_t>(n) * channels, 0.0f);
   const double tb = av_q2d(s.stream->time_base);
   const double target = info_.start + static_cast<double>(first) / rate;  // the window's start
-  // Seek to the window less the pre-roll, or to the stream's start (every format seeks there).
-  const double from = target - kPreRollSeconds;
+  const int in_rate = info_.sample_rate;
+  if (rate > 256.0 * in_rate) {  // the resampler's buffer grows with the ratio
+    throw DecodeFailure("audio: resampling " + std::to_string(in_rate) + " Hz to " +
+                        std::to_string(rate) + " Hz: more than 256x");
+  }
+  const int64_t g = std::gcd<int64_t>(rate, in_rate);
+  const int64_t step = in_rate / g;  // input samples per grid cell
+  const int64_t per = rate / g;      // output samples per grid cell
+  // Seek to the window less the pre-roll and one grid cell (the resampler starts on the first
+  // input sample on the grid: up to a cell after the seek), or to the stream's start (every
+  // format seeks there).
+  const double from = target - kPreRollSeconds - static_cast<double>(step) / in_rate;
+  if (!(from / tb < 9e18)) {
+    throw DecodeFailure("audio: no samples at " + std::to_string(target) + " s");
+  }
   const int64_t stream_start = s.stream->start_time != AV_NOPTS_VALUE ? s.stream->start_time : 0;
   const bool to_start = from <= info_.start;
   if (to_start && s.at_beginning) {
@@ -257,12 +276,8 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
   // Input sample i (from the stream's start) lies at start + i / in_rate. The resampler is fed
   // from an input sample on the output grid (s0 * rate / in_rate whole), so that its output
   // sample k is grid sample s0 * rate / in_rate + k exactly.
-  const int in_rate = info_.sample_rate;
-  const int64_t g = std::gcd<int64_t>(rate, in_rate);
-  const int64_t step = in_rate / g;  // input samples per grid cell
-  const int64_t per = rate / g;      // output samples per grid cell
-  int64_t next_out = INT64_MIN;      // grid index of the resampler's next output sample
-  int64_t reached = 0;               // one past the last window sample written from the stream
+  int64_t next_out = INT64_MIN;  // grid index of the resampler's next output sample
+  int64_t reached = 0;           // one past the last window sample written from the stream
   bool draining = false;
   int64_t expected_in = INT64_MIN;  // input index the next frame should start at
   s.swr.reset();
@@ -281,7 +296,7 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
     if (hi > lo) reached = hi - first;
     next_out += produced;
   };
-  auto convert = [&](const uint8_t** in, int count) {
+  auto convert_chunk = [&](const uint8_t** in, int count) {
     const int room = swr_get_out_samples(s.swr.get(), count);
     if (room < 0) throw DecodeFailure("audio: resampler: " + error_string(room));
     if (s.out.size() < static_cast<size_t>(room) * channels)
@@ -292,6 +307,23 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
     const int got = swr_convert(s.swr.get(), planes, room, in, count);
     if (got < 0) throw DecodeFailure("audio: resampler: " + error_string(got));
     emit(got);
+  };
+  // At most 1024 input samples a call, so the output buffer stays small whatever the ratio.
+  int in_channels = 0, in_format = -1;  // what the resampler was made for
+  auto convert = [&](const uint8_t** in, int count) {
+    if (in == nullptr) return convert_chunk(nullptr, 0);
+    const bool planar = av_sample_fmt_is_planar(static_cast<AVSampleFormat>(in_format));
+    const int bytes = av_get_bytes_per_sample(static_cast<AVSampleFormat>(in_format));
+    for (int done = 0; done < count;) {
+      const int k = std::min(count - done, 1024);
+      const uint8_t* part[64] = {};
+      for (int c = 0; c < (planar ? in_channels : 1); ++c) {
+        part[c] = in[c] + static_cast<size_t>(done) * bytes * (planar ? 1 : in_channels);
+      }
+      convert_chunk(part, k);
+      done += k;
+      if (next_out >= first + n) break;  // the window is full
+    }
   };
 
   while (next_out == INT64_MIN || next_out < first + n) {
@@ -331,18 +363,21 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
       av_channel_layout_uninit(&in_layout);
       if (rc < 0) throw DecodeFailure("audio: resampler: " + error_string(rc));
       s.swr.reset(swr);
+      in_channels = f->ch_layout.nb_channels;
+      in_format = f->format;
       rc = swr_init(swr);
       if (rc < 0) throw DecodeFailure("audio: resampler: " + error_string(rc));
       // Grid samples from `first` to here, if any, have no input: zeros (a window that starts
       // before the stream does).
       next_out = s0 / step * per;
-    } else if (f->ch_layout.nb_channels != info_.channels) {
-      throw DecodeFailure("audio: the channel count changes within the stream");
+    } else if (f->ch_layout.nb_channels != in_channels || f->format != in_format) {
+      // The resampler reads the layout it was made for: a frame of another would be overread.
+      throw DecodeFailure("audio: the channel count or sample format changes within the stream");
     }
     expected_in = i0 + f->nb_samples;
     const int bytes = av_get_bytes_per_sample(static_cast<AVSampleFormat>(f->format));
     const bool planar = av_sample_fmt_is_planar(static_cast<AVSampleFormat>(f->format));
-    const uint8_t* in[64];
+    const uint8_t* in[64] = {};
     const int nc = std::min(f->ch_layout.nb_channels, 64);
     for (int c = 0; c < (planar ? nc : 1); ++c) {
       in[c] = f->extended_data[c] + static_cast<size_t>(offset) * bytes * (planar ? 1 : nc);
@@ -352,7 +387,8 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
   }
   if (s.swr && next_out < first + n) convert(nullptr, 0);  // the resampler's tail at the end
   av_channel_layout_uninit(&out_layout);
-  if (reached == 0 && first > 0 && n > 0) {
+  if (!s.input.error.empty()) throw ReadFailure(s.input.error);
+  if (reached == 0 && first > 0 && n > 0 && !past_end_ok) {
     throw DecodeFailure(
         "audio: no samples at " + std::to_string(target) + " s (the stream " +
         (next_out == INT64_MIN

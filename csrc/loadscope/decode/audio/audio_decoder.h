@@ -46,7 +46,9 @@ class AudioDecoder {
   // its end). Channels are mixed as FFmpeg mixes them. Returns one past the last window sample
   // the stream reached (0: none; a window wholly past a stream's real end fails instead).
   // Throws DecodeFailure on damaged data, ReadFailure when a remote read fails.
-  int64_t read(int64_t first, int64_t n, int rate, int channels, float* dst);
+  // past_end_ok: a window wholly past the end gives zeros and 0 instead.
+  int64_t read(int64_t first, int64_t n, int rate, int channels, float* dst,
+               bool past_end_ok = false);
 
   // What the decoder logged as errors during the last read() without failing it (a damaged MP3
   // frame it concealed), else empty.
