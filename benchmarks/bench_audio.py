@@ -124,8 +124,9 @@ def main() -> int:
         return len(seen_ls)
 
     ds = Windows(rows)
-    # Spawned workers: forked ones hung in their second epoch here (FFmpeg state inherited from a
-    # parent that had decoded with it).
+    # Spawned workers: the check round leaves PyAV objects in this process, and a forked worker
+    # that frees one by garbage collection hangs in avcodec_close (its codec's slice threads
+    # exist only here; the read_video arm of bench/arms.py collects before forking instead).
     dl = torch.utils.data.DataLoader(ds, batch_size=16, shuffle=True, num_workers=a.threads,
                                      persistent_workers=a.threads > 0, multiprocessing_context="spawn")
 

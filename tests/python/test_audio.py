@@ -325,8 +325,14 @@ def test_a_clip_after_the_soundtracks_end_is_zeros(real, tmp_path):
     short = tmp_path / "short-sound.mp4"
     subprocess.run(["ffmpeg", "-v", "error", "-i", str(real / "vision/test/assets/videos/R6llTwEh07w.mp4"),
                     "-c:v", "copy", "-af", "atrim=0:2", "-c:a", "aac", str(short)], check=True)
+    ref = cli(short, 16000, 1)
+    assert 32000 <= ref.shape[1] < 34000  # the file holds about 2 s of sound (AAC pads its last frame)
     src = manifest(tmp_path, [short, short], t=["5.0", "0.5"])
     b = batch(src, {"mp4": ls.VideoClip(32, frames=4, stride=2, start="t"),
                     "audio": ls.Audio(seconds=1.0, align="mp4", keys="mp4")}, batch_size=2)
     assert b["audio.length"].tolist()[0] == 0 and not b["audio"][0].any()
-    assert b["audio.length"].tolist()[1] > 0 and b["audio"][1].any()
+    # The clip at 0.5 s has its sound: the CLI's samples of its span (7 frames of 30 fps).
+    n = int(b["audio.length"][1])
+    assert abs(n - 7 / 30 * 16000) <= 1
+    j = round(float(b["audio.time"][1]) * 16000)  # the stream starts at 0
+    np.testing.assert_allclose(b["audio"][1, 0, :n].numpy(), ref[0, j:j + n], atol=1e-4, rtol=0)

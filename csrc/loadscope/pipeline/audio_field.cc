@@ -53,22 +53,7 @@ size_t AudioField::scratch_bytes() const {
   return decoder().buffer_bytes();
 }
 
-namespace {
-void fill_window(const AudioSpec& spec, FieldCall& call);
-}  // namespace
-
 void AudioField::fill(FieldCall& call) const {
-  try {
-    fill_window(spec_, call);
-  } catch (const DecodeFailure&) {
-    // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
-    if (!decoder().input_error().empty()) throw ReadFailure(decoder().input_error());
-    throw;
-  }
-}
-
-namespace {
-void fill_window(const AudioSpec& spec_, FieldCall& call) {
   const AudioSpec& spec = spec_;
   const Member& m = call.member;
   const std::string& bytes = call.bytes;
@@ -144,7 +129,5 @@ void fill_window(const AudioSpec& spec_, FieldCall& call) {
                                telemetry::now_ns() - t0, read);
   }
 }
-
-}  // namespace
 
 }  // namespace loadscope::pipeline

@@ -34,6 +34,18 @@ using SwrPtr = std::unique_ptr<SwrContext, SwrDeleter>;
 // Opus's recommended 80 ms), and the resampler's filter needs input on both sides of a sample:
 // starting 0.25 s early gives a window the same samples as a decode from the file's start.
 constexpr double kPreRollSeconds = 0.25;
+
+// A read that failed under FFmpeg surfaces as whatever FFmpeg made of it (a bad header, no
+// stream, the end): the read's own reason is the one to report, as a ReadFailure.
+template <class F>
+decltype(auto) reading(const ffmpeg::Input& in, F&& f) {
+  try {
+    return f();
+  } catch (const DecodeFailure&) {
+    if (!in.error.empty()) throw ReadFailure(in.error);
+    throw;
+  }
+}
 }  // namespace
 
 struct AudioDecoder::State {
@@ -94,10 +106,7 @@ struct AudioDecoder::State {
         }
         continue;
       }
-      if (rc < 0) {
-        if (!input.error.empty()) throw ReadFailure(input.error);
-        throw DecodeFailure("audio: cannot read a packet: " + error_string(rc));
-      }
+      if (rc < 0) throw DecodeFailure("audio: cannot read a packet: " + error_string(rc));
       if (packet->stream_index == stream->index) {
         rc = avcodec_send_packet(codec.get(), packet.get());
         const double at =
@@ -156,17 +165,21 @@ const AudioInfo& AudioDecoder::open_file(const std::string& path, int stream, bo
   s_->close();
   if (io::remote::is_url(path)) {
     s_->input.set_remote(path);
-    return open_custom(nullptr, stream, missing_ok);
+    return reading(s_->input,
+                   [&]() -> const AudioInfo& { return open_custom(nullptr, stream, missing_ok); });
   }
   s_->input.set_file(path);
-  return open_custom(path.c_str(), stream, missing_ok);
+  return reading(s_->input, [&]() -> const AudioInfo& {
+    return open_custom(path.c_str(), stream, missing_ok);
+  });
 }
 
 const AudioInfo& AudioDecoder::open_memory(const uint8_t* data, size_t size, int stream,
                                            bool missing_ok) {
   s_->close();
   s_->input.set_memory(data, size);
-  return open_custom(nullptr, stream, missing_ok);
+  return reading(s_->input,
+                 [&]() -> const AudioInfo& { return open_custom(nullptr, stream, missing_ok); });
 }
 
 const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool missing_ok) {
@@ -175,10 +188,8 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
   s.fmt = ffmpeg::open_input(s.input, s.avio, url, ffmpeg::kAudioFormats, "audio");
   ffmpeg::LogCapture log;
   int rc = avformat_find_stream_info(s.fmt.get(), nullptr);
-  if (rc < 0) {
-    if (!s.input.error.empty()) throw ReadFailure(s.input.error);
+  if (rc < 0)
     throw DecodeFailure(with_log("audio: cannot read stream info: " + error_string(rc), log));
-  }
   const AVCodec* codec = nullptr;
   rc = av_find_best_stream(s.fmt.get(), AVMEDIA_TYPE_AUDIO, stream, -1, &codec, 0);
   if (rc < 0) {
@@ -241,6 +252,12 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
 
 int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, float* dst,
                            bool past_end_ok) {
+  return reading(s_->input,
+                 [&] { return read_window(first, n, rate, channels, dst, past_end_ok); });
+}
+
+int64_t AudioDecoder::read_window(int64_t first, int64_t n, int rate, int channels, float* dst,
+                                  bool past_end_ok) {
   State& s = *s_;
   ffmpeg::LogCapture log;  // what the decoder complains of without failing: warning()
   warning_.clear();
@@ -296,7 +313,7 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
     if (hi > lo) reached = hi - first;
     next_out += produced;
   };
-  auto convert_chunk = [&](const uint8_t** in, int count) {
+  auto convert = [&](const uint8_t** in, int count) {
     const int room = swr_get_out_samples(s.swr.get(), count);
     if (room < 0) throw DecodeFailure("audio: resampler: " + error_string(room));
     if (s.out.size() < static_cast<size_t>(room) * channels)
@@ -308,21 +325,22 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
     if (got < 0) throw DecodeFailure("audio: resampler: " + error_string(got));
     emit(got);
   };
-  // At most 1024 input samples a call, so the output buffer stays small whatever the ratio.
+  // Feeds `f` from its sample `offset` on, at most 1024 input samples a call, so the output
+  // buffer stays small whatever the ratio; stops once the window is full.
   int in_channels = 0, in_format = -1;  // what the resampler was made for
-  auto convert = [&](const uint8_t** in, int count) {
-    if (in == nullptr) return convert_chunk(nullptr, 0);
-    const bool planar = av_sample_fmt_is_planar(static_cast<AVSampleFormat>(in_format));
-    const int bytes = av_get_bytes_per_sample(static_cast<AVSampleFormat>(in_format));
-    for (int done = 0; done < count;) {
-      const int k = std::min(count - done, 1024);
-      const uint8_t* part[64] = {};
+  auto feed = [&](const AVFrame* f, int offset) {
+    const auto format = static_cast<AVSampleFormat>(f->format);
+    const bool planar = av_sample_fmt_is_planar(format);
+    const size_t bytes = static_cast<size_t>(av_get_bytes_per_sample(format));
+    const size_t stride = planar ? bytes : bytes * static_cast<size_t>(in_channels);
+    for (int done = offset; done < f->nb_samples && next_out < first + n;) {
+      const int k = std::min(f->nb_samples - done, 1024);
+      const uint8_t* in[64] = {};
       for (int c = 0; c < (planar ? in_channels : 1); ++c) {
-        part[c] = in[c] + static_cast<size_t>(done) * bytes * (planar ? 1 : in_channels);
+        in[c] = f->extended_data[c] + static_cast<size_t>(done) * stride;
       }
-      convert_chunk(part, k);
+      convert(in, k);
       done += k;
-      if (next_out >= first + n) break;  // the window is full
     }
   };
 
@@ -375,19 +393,11 @@ int64_t AudioDecoder::read(int64_t first, int64_t n, int rate, int channels, flo
       throw DecodeFailure("audio: the channel count or sample format changes within the stream");
     }
     expected_in = i0 + f->nb_samples;
-    const int bytes = av_get_bytes_per_sample(static_cast<AVSampleFormat>(f->format));
-    const bool planar = av_sample_fmt_is_planar(static_cast<AVSampleFormat>(f->format));
-    const uint8_t* in[64] = {};
-    const int nc = std::min(f->ch_layout.nb_channels, 64);
-    for (int c = 0; c < (planar ? nc : 1); ++c) {
-      in[c] = f->extended_data[c] + static_cast<size_t>(offset) * bytes * (planar ? 1 : nc);
-    }
-    convert(in, f->nb_samples - offset);
+    feed(f, offset);
     av_frame_unref(f);
   }
   if (s.swr && next_out < first + n) convert(nullptr, 0);  // the resampler's tail at the end
   av_channel_layout_uninit(&out_layout);
-  if (!s.input.error.empty()) throw ReadFailure(s.input.error);
   if (reached == 0 && first > 0 && n > 0 && !past_end_ok) {
     throw DecodeFailure(
         "audio: no samples at " + std::to_string(target) + " s (the stream " +

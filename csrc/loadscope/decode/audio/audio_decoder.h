@@ -67,6 +67,8 @@ class AudioDecoder {
   AudioInfo info_;
   std::string warning_;
   const AudioInfo& open_custom(const char* url, int stream, bool missing_ok);
+  int64_t read_window(int64_t first, int64_t n, int rate, int channels, float* dst,
+                      bool past_end_ok);
 };
 
 }  // namespace loadscope::decode

@@ -35,10 +35,12 @@ std::string error_string(int code) {
 // FFmpeg has one log callback per process, and no way to read it back. PyAV (Debian's
 // python3-av shares these libraries) installs its own at import: one that takes the GIL for
 // every message, filtered ones too. Left in place, it halved loadscope's audio throughput while
-// the main thread held the GIL (70 vs 133 windows/s, benchmarks/bench_audio.py before this
-// fix), and FFmpeg's reasons went to Python logging instead of into loadscope's exceptions.
-// So every capture installs loadscope's callback again (a pointer store); messages outside a
-// capture still reach FFmpeg's default logger (stderr), PyAV's routing to `logging` does not.
+// the main thread held the GIL (benchmarks/bench_audio.py: 70.6 windows/s before this change,
+// 132.6 after, in two runs; docs/benchmarks.md), and FFmpeg's reasons went to Python logging
+// instead of into loadscope's exceptions. So every capture installs loadscope's callback again:
+// a store of the same pointer from any thread (FFmpeg's global is a plain pointer; the value
+// never differs between loadscope's threads). Messages outside a capture still reach FFmpeg's
+// default logger (stderr); PyAV's routing to `logging` does not survive loadscope's decodes.
 LogCapture::LogCapture() : previous_(g_capture) {
   av_log_set_callback(&log_callback);
   g_capture = this;
