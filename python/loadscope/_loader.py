@@ -12,13 +12,13 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import torch
 
 from . import _native, _transfer, telemetry
 from ._errors import ConfigError, LoadscopeError
-from ._fields import Field, Image, VideoClip, int_arg, normalize
+from ._fields import Field, Image, int_arg, normalize
 from ._sources import Source
 from .telemetry import Sink
 
@@ -86,31 +86,15 @@ def _cache_args(cache_dir: Any, cache_limit: Any) -> Optional[Tuple[str, int]]:
     return os.path.abspath(path), limit
 
 
-def batch_entries(fields: Mapping[str, Field]) -> Tuple[str, ...]:
-    """The names of a batch's entries, in the order a dict batch has them."""
-    names = []
-    for name, f in fields.items():
-        names.append(name)
-        if isinstance(f, VideoClip):
-            names += [name + ".time", name + ".meta"]
-        if f.optional:
-            names.append(name + ".present")
-    return tuple(names) + ("__key__", "__index__")
-
-
-def _output_arg(output: Any, fields: Mapping[str, Field]) -> Optional[Tuple[str, ...]]:
-    """None for dict batches, else the entries of a tuple batch in their order."""
+def _output_arg(output: Any) -> Optional[Tuple[str, ...]]:
+    """None for dict batches, else the entries of a tuple batch in their order (checked against
+    the batch's entries once the fields have declared them: Loader._build)."""
     if output == "dict":
         return None
-    allowed = batch_entries(fields)
     if isinstance(output, str) or not isinstance(output, (tuple, list)) or not output \
             or not all(isinstance(k, str) for k in output):
-        raise ConfigError(f"output={output!r}: 'dict', or a tuple of entry names such as "
-                          f"{tuple(n for n in allowed if not n.startswith('__'))[:2]!r}; entries: {', '.join(allowed)}")
-    unknown = [k for k in output if k not in allowed]
-    if unknown:
-        raise ConfigError(f"output: {', '.join(map(repr, unknown))} is not an entry of the batch; "
-                          f"entries: {', '.join(allowed)}")
+        raise ConfigError(f"output={output!r}: 'dict', or a tuple of entry names of the batch, "
+                          f"such as ('image', 'label')")
     return tuple(output)
 
 
@@ -218,13 +202,13 @@ class Loader:
                 f"source must be a loadscope Folder, FileList or WebDataset, got {type(source).__name__}"
             )
         if not isinstance(fields, Mapping) or not fields:
-            raise ConfigError("fields must be a non-empty dict of name -> loadscope field (Image, VideoClip, Int, Text, Json, Bytes)")
+            raise ConfigError("fields must be a non-empty dict of name -> loadscope field (Image, VideoClip, Audio, Int, Text, Json, Bytes)")
         for name, f in fields.items():
             if not isinstance(name, str) or not name:
                 raise ConfigError(f"fields: names must be non-empty strings, got {name!r}")
             if not isinstance(f, Field) or type(f) is Field:
                 raise ConfigError(
-                    f"fields[{name!r}] must be one of Image, VideoClip, Int, Text, Json, Bytes, got {type(f).__name__}"
+                    f"fields[{name!r}] must be one of Image, VideoClip, Audio, Int, Text, Json, Bytes, got {type(f).__name__}"
                 )
             if name.startswith("__"):
                 raise ConfigError(f"fields[{name!r}]: names starting with '__' are reserved")
@@ -247,7 +231,7 @@ class Loader:
             device=device, telemetry=_bool_arg("telemetry", telemetry),
             distributed=resolve_rank(rank, world_size),
             cache=_cache_args(cache_dir, cache_limit),
-            output=_output_arg(output, fields),
+            output=_output_arg(output),
             map=_map_arg(map),
         )
         self._build()
@@ -307,11 +291,17 @@ class Loader:
         self._baseline = {"wall": time.monotonic(), "cpu_user": p0["cpu_user"], "cpu_system": p0["cpu_system"],
                           "io_rchar": p0["io_rchar"], "io_read_bytes": p0["io_read_bytes"], "io_syscr": p0["io_syscr"],
                           "network": _native.network_stats()}
-        # Every output as its field declares it in C++ (pipeline/outputs.h): (output name, type,
-        # per-sample shape, index into the batch's fixed or string area). No kind is known here.
-        self._outputs = [(name + suffix, kind, tuple(shape), at)
+        # Every output as its field declares it in C++ (pipeline/outputs.h): (field, output name,
+        # type, per-sample shape, index into the batch's fixed or string area, record key). No
+        # kind is known here.
+        self._outputs = [(name, name + suffix, kind, tuple(shape), at, key)
                          for i, name in enumerate(self.fields)
-                         for suffix, kind, shape, at in self._pipeline.outputs(i)]
+                         for suffix, kind, shape, at, key in self._pipeline.outputs(i)]
+        self.entries: Tuple[str, ...] = tuple(dict.fromkeys(o[1] for o in self._outputs)) + ("__key__", "__index__")
+        unknown = [k for k in self.output or () if k not in self.entries]
+        if unknown:
+            raise ConfigError(f"output: {', '.join(map(repr, unknown))} is not an entry of the batch; "
+                              f"entries: {', '.join(self.entries)}")
 
     # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
     def __getstate__(self):
@@ -611,15 +601,29 @@ class Loader:
     def _convert(self, b) -> Batch:
         n = b.size
         out: Dict[str, Any] = {}
-        for name, kind, shape, at in self._outputs:
+        records: Dict[str, Tuple[str, List[Tuple[str, List[Any]]]]] = {}
+        for field, name, kind, shape, at, key in self._outputs:
             if kind == "text":
-                out[name] = b.strings(at, False)
+                value = b.strings(at, False)
             elif kind == "bytes":
-                out[name] = b.strings(at, True)
+                value = b.strings(at, True)
             elif kind == "json":
-                out[name] = [json.loads(s) if s else None for s in b.strings(at, False)]
+                value = [json.loads(s) if s else None for s in b.strings(at, False)]
             else:
-                out[name] = torch.frombuffer(b.fixed(at), dtype=getattr(torch, kind)).view((n,) + shape)
+                value = torch.frombuffer(b.fixed(at), dtype=getattr(torch, kind)).view((n,) + shape)
+            if not key:
+                out[name] = value
+                continue
+            # One entry of a record: a dict per sample, made once all its entries are read.
+            out.setdefault(name, None)  # its place among the entries
+            records.setdefault(name, (field, []))[1].append(
+                (key, value if isinstance(value, list) else value.tolist()))
+        for name, (field, entries) in records.items():
+            keys = [k for k, _ in entries]
+            rows: List[Optional[Dict[str, Any]]] = [dict(zip(keys, row)) for row in zip(*(v for _, v in entries))]
+            if self.fields[field].optional:
+                rows = [r if p else None for r, p in zip(rows, out[field + ".present"].tolist())]
+            out[name] = rows
         out["__key__"] = list(b.keys)
         out["__index__"] = torch.tensor(b.positions, dtype=torch.int64)
         return out

@@ -105,7 +105,7 @@ class Pipeline:
         ...
     def outputs(self, arg0: int) -> list:
         """
-        Field i's outputs: (suffix, type, per-sample shape, index into the batch's fixed or string area), as the field declares them (pipeline/outputs.h).
+        Field i's outputs: (suffix, type, per-sample shape, index into the batch's fixed or string area, record key or ''), as the field declares them (pipeline/outputs.h).
         """
     def set_tracing(self, on: bool, max_spans: int = 500000) -> None:
         ...

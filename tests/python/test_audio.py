@@ -144,6 +144,23 @@ def test_aligned_audio_is_the_clip_span(real, tmp_path, rel):
             assert not b["audio"][i, :, n:].any()
 
 
+def test_tuple_batches_name_every_declared_entry(real, tmp_path):
+    """output= takes every entry the fields declare (audio's .length and .time, a video's .meta
+    record, .present of an optional field), in the order given; an unknown name lists them."""
+    src = manifest(tmp_path, [real / "vision/test/assets/videos/R6llTwEh07w.mp4"] * 2)
+    fields = {"clip": ls.VideoClip(32, frames=4), "audio": ls.Audio(sample_rate=16000, seconds=1.0, align="clip",
+                                                                     optional=True)}
+    d = batch(src, fields, batch_size=2)
+    names = ("audio.length", "clip.meta", "audio.present", "audio.time", "clip")
+    t = batch(src, fields, batch_size=2, output=names)
+    assert len(t) == len(names)
+    for name, value in zip(names, t):
+        assert value == d[name] if name == "clip.meta" else torch.equal(value, d[name])
+    with pytest.raises(ls.ConfigError, match=r"'audio.len' is not an entry of the batch; entries: clip, clip.time, "
+                                             r"clip.meta, audio, audio.length, audio.time, audio.present, __key__"):
+        batch(src, fields, output=("audio.len",))
+
+
 def test_no_audio_stream(real, tmp_path):
     src = manifest(tmp_path, [real / r for r in WITHOUT_AUDIO])
     with pytest.raises(ls.DecodeError, match="video_0.mov.*no decodable audio stream"):

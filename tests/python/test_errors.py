@@ -133,7 +133,7 @@ def test_corrupt_shard_is_a_read_error_naming_the_shard(demo, tmp_path):
         (dict(batch_size=4, error_budget=1.5), r"fraction must be in \[0, 1\)"),
         (dict(batch_size=4, prefetch=0), "prefetch must be an int >= 1"),
         (dict(batch_size=4, fields={}), "non-empty dict"),
-        (dict(batch_size=4, fields={"jpg": "image"}), "must be one of Image, VideoClip, Int, Text, Json, Bytes"),
+        (dict(batch_size=4, fields={"jpg": "image"}), "must be one of Image, VideoClip, Audio, Int, Text, Json, Bytes"),
         (dict(batch_size=4, fields={"jpg": ls.Image(32, scale=(0.5, 0.1))}), "scale must satisfy"),
         (dict(batch_size=4, fields={"jpg": ls.Image(64, crop="center", resize=32)}), "must be >= the output size"),
         (dict(batch_size=4, fields={"__key__": ls.Text()}), "reserved"),

@@ -231,6 +231,9 @@ def test_clips_through_the_loader(real, tmp_path):
     assert b["mp4.time"].shape == (3, 8) and b["mp4.time"].dtype == torch.float64
     assert b["mp4.meta"][0] == {"duration": 10.1, "fps": 30, "frames": 303, "width": 340, "height": 256,
                                 "rotation": 0, "codec": "h264", "stream": 0}
+    # Typed as the field declares its record (no JSON between C++ and Python): the same dict
+    # as ffprobe's figures, float seconds and rate, int counts.
+    assert [type(v) for v in b["mp4.meta"][0].values()] == [float, float, int, int, int, int, str, int]
     ix = _native.video_index(str(real / rel))
     times = [p * ix["time_base"] for p in ix["pts"]]
     for row in torch.cat([x["mp4.time"] for x in batches]).tolist():

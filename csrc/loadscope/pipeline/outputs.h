@@ -28,6 +28,10 @@ struct Output {
   std::string suffix;  // appended to the field's name: "" (the field's own), ".time", ...
   OutputType type;
   std::vector<int64_t> shape;  // per sample; fixed types only
+  // Non-empty: one entry of a record. The outputs sharing a suffix, each with its key, are one
+  // dict per sample in Python ({key: value} in declaration order; None where an optional field
+  // is absent): typed metadata with no text format between C++ and Python.
+  std::string key;
   bool fixed() const { return type < OutputType::kText; }
   size_t bytes_per_sample() const;
 };

@@ -4,7 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
-#include <cstdio>
+#include <cstring>
 #include <memory>
 
 #include "loadscope/core/error.h"
@@ -19,25 +19,6 @@ namespace {
 decode::VideoDecoder& decoder() {
   thread_local decode::VideoDecoder d;
   return d;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-// Always with a decimal point, so JSON readers give a float (5.0, not 5).
-std::string json_number(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[40];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
-  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
-  return s;
 }
 
 // The clip's start in seconds from the sample's member `key` (VideoClip(start=)): a number
@@ -86,7 +67,15 @@ std::vector<Output> VideoField::outputs() const {
     pixels.push_back(d);
   return {{"", OutputType::kUint8, pixels},
           {".time", OutputType::kFloat64, clips},
-          {".meta", OutputType::kJson, {}}};
+          // the video's metadata: a dict per sample (a record, outputs.h), filled in fill()
+          {".meta", OutputType::kFloat64, {}, "duration"},
+          {".meta", OutputType::kFloat64, {}, "fps"},
+          {".meta", OutputType::kInt64, {}, "frames"},
+          {".meta", OutputType::kInt64, {}, "width"},
+          {".meta", OutputType::kInt64, {}, "height"},
+          {".meta", OutputType::kInt64, {}, "rotation"},
+          {".meta", OutputType::kText, {}, "codec"},
+          {".meta", OutputType::kInt64, {}, "stream"}};
 }
 
 void VideoField::validate(const std::string& name) const {
@@ -186,14 +175,16 @@ void VideoField::fill(FieldCall& call) const {
           *ctx.slot, telemetry::VideoTotals{1, requests.size(), w.frames_decoded, w.packets,
                                             w.seeks, opened - t0});
     }
-    *call.strings[0] = "{\"duration\": " + json_number(info.duration) +
-                       ", \"fps\": " + json_number(info.fps) +
-                       ", \"frames\": " + std::to_string(dec.pts().size()) +
-                       ", \"width\": " + std::to_string(info.width) +
-                       ", \"height\": " + std::to_string(info.height) +
-                       ", \"rotation\": " + std::to_string(info.rotation) +
-                       ", \"codec\": " + json_string(info.codec) +
-                       ", \"stream\": " + std::to_string(info.stream) + "}";
+    // The ".meta" record, in outputs()'s order: fixed outputs 2..8, the codec the one string.
+    const auto put = [&call](size_t k, auto v) { std::memcpy(call.fixed[k], &v, sizeof v); };
+    put(2, info.duration);
+    put(3, info.fps);
+    put(4, static_cast<int64_t>(dec.pts().size()));
+    put(5, static_cast<int64_t>(info.width));
+    put(6, static_cast<int64_t>(info.height));
+    put(7, static_cast<int64_t>(info.rotation));
+    *call.strings[0] = info.codec;
+    put(8, static_cast<int64_t>(info.stream));
   } catch (const DecodeFailure& e) {
     // A remote read that failed under FFmpeg surfaces as a decode error: say what it was.
     if (!dec.input_error().empty()) throw SampleError(where, dec.input_error(), FailureKind::kRead);

@@ -144,12 +144,12 @@ void register_engine(py::module_& m) {
             for (size_t k = 0; k < sl.outputs.size(); ++k) {
               const auto& o = sl.outputs[k];
               out.append(py::make_tuple(o.suffix, pipeline::type_name(o.type),
-                                        py::tuple(py::cast(o.shape)), sl.at[k]));
+                                        py::tuple(py::cast(o.shape)), sl.at[k], o.key));
             }
             return out;
           },
           "Field i's outputs: (suffix, type, per-sample shape, index into the batch's fixed or "
-          "string area), as the field declares them (pipeline/outputs.h).")
+          "string area, record key or ''), as the field declares them (pipeline/outputs.h).")
       .def(
           "start",
           [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,
