@@ -165,7 +165,8 @@ void FieldProcessor::process(Sample& sample, Batch& batch, int slot, SampleConte
     size_t bytes = file_buffer().capacity();
     std::set<std::type_index> seen;
     for (const auto& f : fields_) {
-      if (seen.insert(std::type_index(typeid(*f.field))).second) bytes += f.field->scratch_bytes();
+      const Field& kind = *f.field;
+      if (seen.insert(std::type_index(typeid(kind))).second) bytes += kind.scratch_bytes();
     }
     ctx.slot->scratch_bytes.store(bytes, std::memory_order_relaxed);
   }
@@ -260,10 +261,18 @@ void FieldProcessor::process_field(size_t i, Sample& sample, Batch& batch, int s
     }
     bytes = &file_buffer();
   }
-  FieldCall call{*m, *bytes, sample, ctx, f.name, i, {}, {}, spans};
-  call.follows = follows_[i];
-  call.where = m->whole_file() ? io::remote::redact(m->path) : sample.key;
-  call.optional = f.optional;
+  FieldCall call{*m,
+                 *bytes,
+                 sample,
+                 ctx,
+                 f.name,
+                 i,
+                 {},
+                 {},
+                 spans,
+                 follows_[i],
+                 m->whole_file() ? io::remote::redact(m->path) : sample.key,
+                 f.optional};
   const size_t own = out.outputs.size() - (f.optional ? 1 : 0);  // the kind's, not ".present"
   for (size_t k = 0; k < own; ++k) {
     if (out.outputs[k].fixed()) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loadscope::pipeline {
@@ -25,6 +26,8 @@ enum class OutputType {
 };
 
 struct Output {
+  Output(std::string suffix, OutputType type, std::vector<int64_t> shape = {}, std::string key = {})
+      : suffix(std::move(suffix)), type(type), shape(std::move(shape)), key(std::move(key)) {}
   std::string suffix;  // appended to the field's name: "" (the field's own), ".time", ...
   OutputType type;
   std::vector<int64_t> shape;  // per sample; fixed types only
