@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import loadscope as ls
 from loadscope import _native, shards
@@ -203,3 +204,36 @@ def test_a_huge_file_is_refused_before_it_is_read(data, tmp_path):
     manifest.write_text(json.dumps({"path": str(sparse), "cls": 0}) + "\n")
     with pytest.raises(ls.ReadError, match="over the 1 GiB a sample member may have"):  # checked before reading
         drain(loader(ls.FileList(manifest)), timeout=30)
+
+
+@pytest.mark.parametrize("kind", ["audio", "video"])
+def test_a_read_that_fails_anywhere_in_a_decode_is_a_read_error(real, tmp_path, kind):
+    """FFmpeg reads a video file piece by piece (a custom AVIO over positioned reads). Whichever of
+    those reads fails -- at open, in the index, at the seek, in the middle of the window -- the
+    sample fails as a ReadError naming the file with the read's reason: never zeros, a short
+    .length or a DecodeError. With every read good, the batch is the one without faults."""
+    victim = tmp_path / "victim.mp4"
+    shutil.copy(real / "vision/test/assets/videos/R6llTwEh07w.mp4", victim)  # AAC soundtrack
+    (tmp_path / "m.jsonl").write_text(json.dumps({"path": str(victim)}) + "\n")
+    field = (ls.Audio(sample_rate=16000, seconds=2.0, position="center") if kind == "audio"
+             else ls.VideoClip(32, frames=4, stride=2, position="center"))
+
+    def first():
+        return next(iter(ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"mp4": field}, batch_size=1, threads=1)))
+
+    clean = first()
+    failed = 0
+    for after in range(1000):  # the first `after` reads of the file succeed, every later one fails
+        _native._set_read_faults([("victim.mp4", "eio", -1, after)])
+        try:
+            b = first()
+        except ls.ReadError as e:
+            assert "victim.mp4" in str(e) and "Input/output error (injected)" in str(e), str(e)
+            failed += 1
+            continue
+        for name, value in clean.items():
+            assert torch.equal(b[name], value) if isinstance(value, torch.Tensor) else b[name] == value, name
+        break
+    else:
+        pytest.fail("the file never decoded")
+    assert failed == after > 3  # every read can fail, and a window takes several

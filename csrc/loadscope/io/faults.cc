@@ -29,6 +29,10 @@ void check_read_fault(const std::string& path) {
       if (path.find(it->match) != std::string::npos && it->times != 0) break;
     }
     if (it == g_faults.end()) return;
+    if (it->after > 0) {
+      --it->after;
+      return;
+    }
     if (it->times > 0) --it->times;
     kind = it->kind;
   }

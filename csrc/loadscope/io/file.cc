@@ -162,7 +162,7 @@ RandomAccess::RandomAccess(const std::string& path) : path_(path) {
   version_ = file.version();
 }
 
-LocalFile::LocalFile(const std::string& path) {
+LocalFile::LocalFile(const std::string& path) : path_(path) {
   struct stat st {};
   fd_ = open_regular(path, st);
   size_ = static_cast<uint64_t>(st.st_size);
@@ -175,6 +175,7 @@ LocalFile::~LocalFile() {
 }
 
 size_t LocalFile::read_at(uint64_t offset, uint8_t* dst, size_t n) const {
+  check_read_fault(path_);
   size_t done = 0;
   while (done < n) {
     ssize_t got = ::pread(fd_, dst + done, n - done, static_cast<off_t>(offset + done));

@@ -60,6 +60,7 @@ class LocalFile {
   int fd_ = -1;
   uint64_t size_ = 0;
   std::string version_;
+  std::string path_;  // for injected faults (faults.h)
 };
 
 // A sequential reader (a streamed tar shard). read() returns 0 at the end; throws ReadFailure.

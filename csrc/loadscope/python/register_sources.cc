@@ -171,15 +171,20 @@ void register_sources(py::module_& m) {
            }),
            py::arg("shards"), py::arg("shuffle_buffer"));
 
-  // Test hook (tests/python/test_faults.py): [(path substring, "eio"|"short"|"vanished", times)].
+  // Test hook (tests/python/test_faults.py): [(path substring, "eio"|"short"|"vanished", times
+  // [, after])]: `times` reads fail (-1: all) after `after` reads that succeed (default 0).
   m.def(
       "_set_read_faults",
-      [](const std::vector<std::tuple<std::string, std::string, int64_t>>& faults) {
+      [](const std::vector<py::tuple>& faults) {
         std::vector<io::ReadFault> out;
-        for (const auto& [match, kind, times] : faults) {
+        for (const py::tuple& t : faults) {
+          if (t.size() != 3 && t.size() != 4)
+            throw ConfigError("a fault is (match, kind, times[, after])");
           io::ReadFault f;
-          f.match = match;
-          f.times = times;
+          f.match = t[0].cast<std::string>();
+          const auto kind = t[1].cast<std::string>();
+          f.times = t[2].cast<int64_t>();
+          f.after = t.size() == 4 ? t[3].cast<int64_t>() : 0;
           if (kind == "eio") {
             f.kind = io::FaultKind::kIoError;
           } else if (kind == "short") {
