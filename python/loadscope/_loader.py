@@ -125,8 +125,9 @@ class Loader:
 
     Args:
         source: ``Folder``, ``FileList`` or ``WebDataset``.
-        fields: output name -> field (``Image``, ``Int``, ``Text``, ``Json``, ``Bytes``). Each
-            field reads the sample member of the same name unless it says ``keys=``.
+        fields: output name -> field (``Image``, ``VideoClip``, ``Audio``, ``Int``, ``Text``,
+            ``Json``, ``Bytes``). Each field reads the sample member of the same name unless it
+            says ``keys=``.
         batch_size: samples per batch.
         threads: decoding threads (default: the cores this process may use).
         shuffle: a new order every epoch, drawn from ``(seed, epoch)``.
@@ -297,11 +298,11 @@ class Loader:
         self._outputs = [(name, name + suffix, kind, tuple(shape), at, key)
                          for i, name in enumerate(self.fields)
                          for suffix, kind, shape, at, key in self._pipeline.outputs(i)]
-        self.entries: Tuple[str, ...] = tuple(dict.fromkeys(o[1] for o in self._outputs)) + ("__key__", "__index__")
-        unknown = [k for k in self.output or () if k not in self.entries]
+        self._entries: Tuple[str, ...] = tuple(dict.fromkeys(o[1] for o in self._outputs)) + ("__key__", "__index__")
+        unknown = [k for k in self.output or () if k not in self._entries]
         if unknown:
             raise ConfigError(f"output: {', '.join(map(repr, unknown))} is not an entry of the batch; "
-                              f"entries: {', '.join(self.entries)}")
+                              f"entries: {', '.join(self._entries)}")
 
     # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
     def __getstate__(self):

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <set>
+#include <stdexcept>
 #include <typeindex>
 
 #include "loadscope/core/error.h"
@@ -79,6 +80,16 @@ FieldProcessor::FieldProcessor(std::vector<FieldSpec> fields) : fields_(std::mov
   for (const auto& f : fields_) {
     FieldSlots slots;
     slots.outputs = outputs_of(f);
+    // A suffix names one output, or one record whose entries all carry distinct keys.
+    for (size_t a = 0; a < slots.outputs.size(); ++a) {
+      for (size_t b = 0; b < a; ++b) {
+        const Output &x = slots.outputs[a], &y = slots.outputs[b];
+        if (x.suffix == y.suffix && (x.key.empty() || y.key.empty() || x.key == y.key)) {
+          throw std::logic_error("field '" + f.name + "': output '" + f.name + x.suffix +
+                                 "' declared twice");
+        }
+      }
+    }
     for (const Output& o : slots.outputs) {
       if (o.fixed()) {
         slots.at.push_back(static_cast<int>(fixed_bytes_.size()));

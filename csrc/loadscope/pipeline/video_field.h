@@ -32,7 +32,8 @@ class VideoField : public Field {
       : video_(std::move(video)), frame_(std::move(frame)) {}
   const VideoSpec& spec() const { return video_; }
   // Outputs: "" uint8 [T, 3, H, W] ([K, T, ...] for K > 1 clips; channels last on request),
-  // ".time" float64 [T] or [K, T] (each frame's presentation time, seconds), ".meta" JSON.
+  // ".time" float64 [T] or [K, T] (each frame's presentation time, seconds), ".meta" a record
+  // (duration, fps, frames, width, height, rotation, codec, stream).
   std::vector<Output> outputs() const override;
   telemetry::Kind kind() const override { return telemetry::Kind::kVideo; }
   void validate(const std::string& name) const override;

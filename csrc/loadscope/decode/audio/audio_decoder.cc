@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 extern "C" {
@@ -46,27 +47,34 @@ decltype(auto) reading(const ffmpeg::Input& in, F&& f) {
     throw;
   }
 }
-// Before the stream info is read, where the header already tells which stream is the audio to
-// decode (the one asked for, or the only audio stream, every stream's type known): the other
-// streams are discarded, so that avformat_find_stream_info does not decode a video frame to
-// learn what an audio field never uses. On the 48 kHz AAC soundtracks of 720p MP4s that was
-// 2.95 of 3.3 ms of an open (0.47 ms without; benchmarks.md, "Audio"). Otherwise (several
-// audio streams, types still unknown) every stream is read as before: the choice is the same
-// as without this.
-void discard_all_but_audio(AVFormatContext* fmt, int stream) {
+// MP4/MOV and Matroska headers state each stream's codec, rate, channels and extradata:
+// everything an audio decoder needs. There avformat_find_stream_info is skipped when the audio
+// stream to decode is known from the header (the one asked for, or the only audio stream) and
+// complete, and the other streams are discarded before any packet is read. The probe decoded an
+// H.264 frame to learn a pixel format the audio field never uses: 2.95 of 3.3 ms of an open on
+// the benchmark's 720p MP4s (benchmarks.md, "Audio"). Discarding the video and probing anyway
+// is no better: the probe then waits for the video's parameters until 5 s of audio are read
+// (228 KB a file instead of 21). Other containers are probed as before, as the CLI does.
+bool header_is_enough(AVFormatContext* fmt, int stream) {
+  const std::string format = fmt->iformat->name;
+  if (format.find("mov") == std::string::npos && format.find("matroska") == std::string::npos)
+    return false;
   int audio = -1, audio_streams = 0;
   for (unsigned i = 0; i < fmt->nb_streams; ++i) {
     const AVCodecParameters* p = fmt->streams[i]->codecpar;
-    if (p->codec_type == AVMEDIA_TYPE_UNKNOWN || p->codec_id == AV_CODEC_ID_NONE) return;
-    if (p->codec_type == AVMEDIA_TYPE_AUDIO) {
-      ++audio_streams;
-      if (stream < 0 || static_cast<int>(i) == stream) audio = static_cast<int>(i);
-    }
+    if (p->codec_type == AVMEDIA_TYPE_UNKNOWN) return false;
+    if (p->codec_type != AVMEDIA_TYPE_AUDIO) continue;
+    ++audio_streams;
+    if (stream < 0 || static_cast<int>(i) == stream) audio = static_cast<int>(i);
   }
-  if (audio < 0 || (stream < 0 && audio_streams != 1)) return;
+  if (audio < 0 || (stream < 0 && audio_streams != 1)) return false;
+  const AVCodecParameters* p = fmt->streams[audio]->codecpar;
+  if (p->codec_id == AV_CODEC_ID_NONE || p->sample_rate <= 0 || p->ch_layout.nb_channels <= 0)
+    return false;
   for (unsigned i = 0; i < fmt->nb_streams; ++i) {
     if (static_cast<int>(i) != audio) fmt->streams[i]->discard = AVDISCARD_ALL;
   }
+  return true;
 }
 
 }  // namespace
@@ -210,8 +218,8 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
   info_ = AudioInfo{};
   s.fmt = ffmpeg::open_input(s.input, s.avio, url, ffmpeg::kAudioFormats, "audio");
   ffmpeg::LogCapture log;
-  discard_all_but_audio(s.fmt.get(), stream);
-  int rc = avformat_find_stream_info(s.fmt.get(), nullptr);
+  int rc =
+      header_is_enough(s.fmt.get(), stream) ? 0 : avformat_find_stream_info(s.fmt.get(), nullptr);
   if (rc < 0)
     throw DecodeFailure(with_log("audio: cannot read stream info: " + error_string(rc), log));
   const AVCodec* codec = nullptr;
