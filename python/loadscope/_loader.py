@@ -274,6 +274,13 @@ class Loader:
                                      if on_device and isinstance(f, Image) and f.dtype != "uint8"]
         specs = [f._native(name, _native, on_device) if isinstance(f, Image) else f._native(name, _native)
                  for name, f in self.fields.items()]
+        # The entries the fields declare (C++, pipeline/outputs.h): output= is checked against
+        # them before any source is read (a manifest of 10^7 rows takes a while to index).
+        self._entries: Tuple[str, ...] = tuple(dict.fromkeys(e for s in specs for e in s.entries)) + ("__key__", "__index__")
+        unknown = [k for k in self.output or () if k not in self._entries]
+        if unknown:
+            raise ConfigError(f"output: {', '.join(map(repr, unknown))} is not an entry of the batch; "
+                              f"entries: {', '.join(self._entries)}")
         # Several ranks need the epoch's size before reading it (tar shards: their index).
         self._source = self.source._native(_native, need_size=self.world_size > 1)
         self.samples: Optional[int] = self._source.size if self._source.size >= 0 else None
@@ -298,11 +305,6 @@ class Loader:
         self._outputs = [(name, name + suffix, kind, tuple(shape), at, key)
                          for i, name in enumerate(self.fields)
                          for suffix, kind, shape, at, key in self._pipeline.outputs(i)]
-        self._entries: Tuple[str, ...] = tuple(dict.fromkeys(o[1] for o in self._outputs)) + ("__key__", "__index__")
-        unknown = [k for k in self.output or () if k not in self._entries]
-        if unknown:
-            raise ConfigError(f"output: {', '.join(map(repr, unknown))} is not an entry of the batch; "
-                              f"entries: {', '.join(self._entries)}")
 
     # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
     def __getstate__(self):

@@ -7,6 +7,11 @@ import typing
 import typing_extensions
 class FieldSpec:
     @property
+    def entries(self) -> list[str]:
+        """
+        The batch entries the field declares (its name, then e.g. '.time'), in order: known before any data is read.
+        """
+    @property
     def keys(self) -> list[str]:
         ...
     @property

@@ -32,6 +32,17 @@ def test_a_wrong_output_lists_the_entries(demo, output, message):
                   output=output)
 
 
+def test_a_wrong_output_fails_before_any_shard_is_read(tmp_path):
+    """The entries come from the fields' declarations, known before the source: a typo in output=
+    is named at once, not after the shards were indexed (here: a shard that cannot be indexed)."""
+    (tmp_path / "bad.tar").write_bytes(bytes(range(256)) * 12)
+    src = ls.WebDataset(str(tmp_path / "bad.tar"), index="scan")
+    with pytest.raises(ls.ConfigError, match=r"'jpg.len' is not an entry of the batch; entries: jpg, __key__"):
+        ls.Loader(src, fields={"jpg": ls.Image(32)}, batch_size=2, output=("jpg", "jpg.len"))
+    with pytest.raises(ls.ReadError, match="corrupt tar header"):
+        ls.Loader(src, fields={"jpg": ls.Image(32)}, batch_size=2, output=("jpg",))
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("batch_args", [{"batch_size": 4}, {}])
 def test_a_dataloader_that_batches_again_is_refused_by_name(demo, workers, batch_args):

@@ -70,7 +70,18 @@ void register_fields(py::module_& m) {
       "(pipeline/field.h).");
   py::class_<pipeline::FieldSpec>(m, "FieldSpec")
       .def_readonly("name", &pipeline::FieldSpec::name)
-      .def_readonly("keys", &pipeline::FieldSpec::keys);
+      .def_readonly("keys", &pipeline::FieldSpec::keys)
+      .def_property_readonly(
+          "entries",
+          [](const pipeline::FieldSpec& f) {
+            std::vector<std::string> out;  // a record's entries share one name
+            for (const auto& o : pipeline::outputs_of(f)) {
+              if (out.empty() || out.back() != f.name + o.suffix) out.push_back(f.name + o.suffix);
+            }
+            return out;
+          },
+          "The batch entries the field declares (its name, then e.g. '.time'), in order: known "
+          "before any data is read.");
 
   m.def(
       "image_field",
