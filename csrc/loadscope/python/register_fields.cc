@@ -74,10 +74,8 @@ void register_fields(py::module_& m) {
       .def_property_readonly(
           "entries",
           [](const pipeline::FieldSpec& f) {
-            std::vector<std::string> out;  // a record's entries share one name
-            for (const auto& o : pipeline::outputs_of(f)) {
-              if (out.empty() || out.back() != f.name + o.suffix) out.push_back(f.name + o.suffix);
-            }
+            std::vector<std::string> out;  // a record's entries repeat its name
+            for (const auto& o : pipeline::outputs_of(f)) out.push_back(f.name + o.suffix);
             return out;
           },
           "The batch entries the field declares (its name, then e.g. '.time'), in order: known "

@@ -47,18 +47,16 @@ decltype(auto) reading(const ffmpeg::Input& in, F&& f) {
     throw;
   }
 }
-// MP4/MOV and Matroska headers state each stream's codec, rate, channels and extradata:
-// everything an audio decoder needs. There avformat_find_stream_info is skipped when the audio
-// stream to decode is known from the header (the one asked for, or the only audio stream) and
-// complete, and the other streams are discarded before any packet is read. The probe decoded an
-// H.264 frame to learn a pixel format the audio field never uses: 2.95 of 3.3 ms of an open on
-// the benchmark's 720p MP4s (benchmarks.md, "Audio"). Discarding the video and probing anyway
-// is no better: the probe then waits for the video's parameters until 5 s of audio are read
-// (228 KB a file instead of 21). Other containers are probed as before, as the CLI does.
+// Where the header states the codecs (ffmpeg::header_states_codecs) and says which audio stream
+// to decode (the one asked for, or the only audio stream), with its codec, rate and channels,
+// avformat_find_stream_info is skipped and the other streams are discarded before any packet
+// is read. The probe decoded an H.264 frame to learn a pixel format the audio field never uses:
+// 2.9 ms an MP4 of the audio benchmark, against 0.3 ms to open it (benchmarks/probe_cost.c).
+// Discarding the video and probing anyway is no better: the probe then waits for the video's
+// parameters until 5 s of audio are read (228 KB a file instead of 21). Other files are probed as
+// before.
 bool header_is_enough(AVFormatContext* fmt, int stream) {
-  const std::string format = fmt->iformat->name;
-  if (format.find("mov") == std::string::npos && format.find("matroska") == std::string::npos)
-    return false;
+  if (!ffmpeg::header_states_codecs(fmt)) return false;
   int audio = -1, audio_streams = 0;
   for (unsigned i = 0; i < fmt->nb_streams; ++i) {
     const AVCodecParameters* p = fmt->streams[i]->codecpar;

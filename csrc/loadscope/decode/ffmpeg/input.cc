@@ -91,6 +91,11 @@ const char* const kVideoFormats = LOADSCOPE_VIDEO_FORMATS;
 const char* const kAudioFormats = LOADSCOPE_VIDEO_FORMATS ",wav,w64,mp3,flac,aac,aiff,caf,au";
 #undef LOADSCOPE_VIDEO_FORMATS
 
+bool header_states_codecs(const AVFormatContext* fmt) {
+  const char* name = fmt->iformat->name;
+  return std::strstr(name, "mov") != nullptr || std::strstr(name, "matroska") != nullptr;
+}
+
 std::string with_log(std::string what, const LogCapture& log) {
   if (!log.text().empty()) what += " (" + log.text() + ")";
   return what;

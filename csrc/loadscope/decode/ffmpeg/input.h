@@ -59,6 +59,12 @@ extern const char* const kAudioFormats;  // the video containers and audio-only 
 FormatInputPtr open_input(Input& in, AvioPtr& avio, const char* url, const char* formats,
                           const std::string& what);
 
+// Whether the container's header states each stream's codec parameters (MP4/MOV, Matroska/
+// WebM: codec, size or rate and channels, extradata), so that avformat_find_stream_info — which
+// decodes frames of every stream to learn them — can be skipped for a stream whose parameters
+// are complete. Other containers (AVI, MPEG-TS, raw streams, ...) may say too little.
+bool header_states_codecs(const AVFormatContext* fmt);
+
 // `what` with FFmpeg's logged reason appended, if it logged one.
 std::string with_log(std::string what, const LogCapture& log);
 
