@@ -25,6 +25,7 @@ BYTES = {
     "scan_folder": ["root", "extensions"],
     "read_manifest": ["manifest", "root", "cache_dir"],
     "turbojpeg_decode_only": ["jpegs"],
+    "webp_decode_only": ["webps"],
     "TarSource.__init__": ["shards"],
 }
 

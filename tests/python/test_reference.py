@@ -87,6 +87,26 @@ def test_resize_center_crop_matches_torchvision(real, rel):
     assert diff.max() <= 2, f"{rel}: max |diff| {diff.max()}"
 
 
+@pytest.mark.parametrize("hw", [(224, 224), (23, 37), (200, 13), (61, 100), (17, 300), (1, 5), (450, 680)])
+def test_resampling_any_size_layout_and_flip_matches_pillow(real, hw):
+    """The resampler's output, in both layouts and mirrored, against Pillow's resize (BILINEAR,
+    antialiased) of a real photo kept lossless in a PNG: down- and upscales, sizes that are not
+    multiples of the 8 x 16 blocks it transposes in, within one level per channel."""
+    photo = PILImage.open(real / "imageio/chelsea.jpg").convert("RGB")
+    png = io.BytesIO()
+    photo.save(png, format="PNG")
+    h, w = hw
+    ref = np.asarray(photo.resize((w, h), PILImage.BILINEAR)).astype(int)
+    for flip in (0.0, 1.0):
+        want = ref[:, ::-1] if flip else ref
+        chw = decode(png.getvalue(), size=hw, crop="resize", flip=flip)
+        field = ls.Image(size=hw, crop="resize", flip=flip, channels_last=True)
+        out, _ = _native.decode_image(png.getvalue(), field._native("img", _native))
+        hwc = np.frombuffer(out, np.uint8).reshape(h, w, 3)
+        assert np.array_equal(hwc, chw), f"{hw} flip={flip}: the layouts differ"
+        assert np.abs(chw.astype(int) - want).max() <= 1, f"{hw} flip={flip}"
+
+
 def test_random_resized_crop_of_the_whole_image_matches_torchvision(real):
     """With scale=(1, 1) and the image's own aspect ratio, RandomResizedCrop keeps the whole
     image in torchvision too, so the outputs are comparable pixel for pixel."""
@@ -246,6 +266,19 @@ def test_webp_random_crops_decode_only_their_region_exactly(real, rel):
         a, _ = _native.decode_image(webp, field._native("img", _native), seed=3, epoch=1, position=position)
         b, _ = _native.decode_image(png.getvalue(), field._native("img", _native), seed=3, epoch=1, position=position)
         assert a == b, f"{rel}: crop at position {position} differs"
+
+
+def test_the_webp_decode_only_ceiling_decodes_and_counts_failures(real):
+    """The WebP benchmark's ceiling (libwebp alone, from memory) decodes real files whole and
+    cropped, and counts a truncated file as a failure, so that a broken ceiling cannot pass for
+    a fast one."""
+    flower = (real / "pillow/Tests/images/flower.webp").read_bytes()
+    hopper = (real / "pillow/Tests/images/hopper.webp").read_bytes()
+    _, images, failures = _native.webp_decode_only([flower, hopper, flower[:-100]],
+                                                   [[0, 0, 0, 0], [3, 5, 60, 40], [0, 0, 0, 0]], 2)
+    assert (images, failures) == (2, 1)
+    with pytest.raises(ls.ConfigError, match="webps and crops differ in length"):
+        _native.webp_decode_only([flower], [], 1)
 
 
 @pytest.mark.parametrize("rel", BMPS)

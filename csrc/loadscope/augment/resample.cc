@@ -4,6 +4,10 @@
 #include <cmath>
 #include <cstring>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 namespace loadscope::augment {
 
 namespace {
@@ -97,6 +101,45 @@ void Resampler::precompute(int in_size, double in0_d, double in1_d, int out_size
   }
 }
 
+namespace {
+
+// Note [transposes]
+// Both passes leave their results transposed (pass 1 as columns of tmp, pass 2 as columns of the
+// output), and moving those bytes one by one cost as much as the filtering. They move as 8 x 16
+// byte blocks instead: 8 rows of 16 bytes in, 16 groups of 8 bytes out (group k holds byte k
+// of each row, in row order); with SSE2, 24 unpacks.
+using Groups = uint8_t[16][8];
+
+inline void transpose_8x16(const uint8_t* const rows[8], size_t at, Groups out) {
+#if defined(__SSE2__)
+  __m128i a[8];
+  for (int r = 0; r < 8; ++r)
+    a[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[r] + at));
+  __m128i b[8], c[8];
+  for (int i = 0; i < 4; ++i) {  // bytes of rows 2i, 2i+1 interleaved
+    b[2 * i] = _mm_unpacklo_epi8(a[2 * i], a[2 * i + 1]);
+    b[2 * i + 1] = _mm_unpackhi_epi8(a[2 * i], a[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {  // then 2-byte pairs: rows 4i..4i+3 per byte
+    c[4 * i] = _mm_unpacklo_epi16(b[4 * i], b[4 * i + 2]);
+    c[4 * i + 1] = _mm_unpackhi_epi16(b[4 * i], b[4 * i + 2]);
+    c[4 * i + 2] = _mm_unpacklo_epi16(b[4 * i + 1], b[4 * i + 3]);
+    c[4 * i + 3] = _mm_unpackhi_epi16(b[4 * i + 1], b[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {  // then 4-byte quads: all 8 rows, two groups a register
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[4 * i]), _mm_unpacklo_epi32(c[i], c[i + 4]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out[4 * i + 2]),
+                     _mm_unpackhi_epi32(c[i], c[i + 4]));
+  }
+#else
+  for (int k = 0; k < 16; ++k) {
+    for (int r = 0; r < 8; ++r) out[k][r] = rows[r][at + k];
+  }
+#endif
+}
+
+}  // namespace
+
 void Resampler::resample(const uint8_t* src, int width, int height, size_t stride, const Box& box,
                          uint8_t* dst, int out_w, int out_h, Layout layout, bool flip) {
   precompute(width, box.x0, box.x1, out_w, horizontal_);
@@ -111,13 +154,23 @@ void Resampler::resample(const uint8_t* src, int width, int height, size_t strid
   }
   if (x_first >= x_last) x_first = x_last = 0;
   const int cols = x_last - x_first;
-  const size_t col_stride = static_cast<size_t>(out_h) * 3;  // one transposed column of tmp
-  temp_.resize(std::max<size_t>(static_cast<size_t>(cols) * col_stride, 1));
-  accum_.resize(std::max(static_cast<size_t>(cols) * 3, col_stride));
-
-  // 1. Vertical: output rows from source rows, kBlock at a time, then stored transposed.
+  // A column of tmp holds the R, G and B planes of one source column after the vertical pass,
+  // each padded to a multiple of 16 rows for the transposes (the padding is filtered in pass 2
+  // and never written out).
+  const size_t h_pad = (static_cast<size_t>(out_h) + 15) / 16 * 16;
+  const size_t col_stride = 3 * h_pad;
   const size_t row_values = static_cast<size_t>(cols) * 3;
-  block_.resize(kBlock * std::max(row_values, col_stride));
+  const size_t row_pad = (row_values + 15) / 16 * 16;
+  temp_.resize(std::max<size_t>(static_cast<size_t>(cols) * col_stride, 1));
+  accum_.resize(std::max(row_values, col_stride));
+  block_.resize(kBlock * std::max(row_pad, col_stride));
+  static_assert(kBlock == 8, "the transposes move 8 rows");
+  Groups groups;
+
+  // 1. Vertical: output rows from source rows, 8 at a time, then stored transposed. A last block
+  // of fewer rows transposes stale rows too, into tmp's padding.
+  const uint8_t* rows1[kBlock];
+  for (int r = 0; r < kBlock; ++r) rows1[r] = block_.data() + r * row_pad;
   for (int y0 = 0; y0 < out_h; y0 += kBlock) {
     const int rows = std::min(kBlock, out_h - y0);
     for (int r = 0; r < rows; ++r) {
@@ -126,17 +179,26 @@ void Resampler::resample(const uint8_t* src, int width, int height, size_t strid
       const int16_t* k = &vertical_.k[static_cast<size_t>(yy) * vertical_.ksize];
       filter_rows(accum_.data(), src + static_cast<size_t>(ymin) * stride + 3 * x_first, stride, k,
                   n, row_values);
-      narrow(accum_.data(), block_.data() + r * row_values, row_values);
+      narrow(accum_.data(), block_.data() + r * row_pad, row_values);
     }
-    for (int x = 0; x < cols; ++x) {
-      uint8_t* d = temp_.data() + static_cast<size_t>(x) * col_stride + static_cast<size_t>(y0) * 3;
-      const uint8_t* s = block_.data() + 3 * x;
-      for (int r = 0; r < rows; ++r) std::memcpy(d + 3 * r, s + r * row_values, 3);
+    for (size_t at = 0; at < row_values; at += 16) {
+      transpose_8x16(rows1, at, groups);
+      const size_t n = std::min<size_t>(16, row_values - at);
+      for (size_t g = 0; g < n; ++g) {  // byte at + g of a row: channel c of source column x
+        const size_t x = (at + g) / 3, c = (at + g) % 3;
+        std::memcpy(temp_.data() + x * col_stride + c * h_pad + y0, groups[g], 8);
+      }
     }
   }
 
-  // 2. Horizontal: output columns from columns of tmp, kBlock at a time, then written out.
+  // 2. Horizontal: output columns from columns of tmp, 8 at a time, then written out.
   const size_t plane = static_cast<size_t>(out_w) * out_h;
+  // A group of the second transpose is one output row's ncols pixels of one channel. Mirrored,
+  // the columns go in reverse order, so that a group's bytes are the row's left to right;
+  // unused rows (ncols < 8) are stale and never stored.
+  const uint8_t* rows2[kBlock];
+  for (int j = 0; j < kBlock; ++j)
+    rows2[flip ? kBlock - 1 - j : j] = block_.data() + j * col_stride;
   for (int x0 = 0; x0 < out_w; x0 += kBlock) {
     const int ncols = std::min(kBlock, out_w - x0);
     for (int j = 0; j < ncols; ++j) {
@@ -147,21 +209,28 @@ void Resampler::resample(const uint8_t* src, int width, int height, size_t strid
                   k, n, col_stride);
       narrow(accum_.data(), block_.data() + j * col_stride, col_stride);
     }
-    int col[kBlock];
-    for (int j = 0; j < ncols; ++j) col[j] = flip ? out_w - 1 - (x0 + j) : x0 + j;
-    if (layout == Layout::kHWC) {
-      for (int y = 0; y < out_h; ++y) {
-        uint8_t* d = dst + static_cast<size_t>(y) * out_w * 3;
-        for (int j = 0; j < ncols; ++j) {
-          std::memcpy(d + 3 * col[j], block_.data() + j * col_stride + 3 * y, 3);
+    const size_t x_at = flip ? static_cast<size_t>(out_w - x0 - ncols) : static_cast<size_t>(x0);
+    const size_t skip = flip ? kBlock - ncols : 0;
+    for (size_t y0 = 0; y0 < static_cast<size_t>(out_h); y0 += 16) {
+      const size_t n = std::min<size_t>(16, out_h - y0);
+      if (layout == Layout::kCHW) {
+        for (int c = 0; c < 3; ++c) {
+          transpose_8x16(rows2, c * h_pad + y0, groups);
+          uint8_t* d = dst + c * plane + y0 * out_w + x_at;
+          if (ncols == kBlock) {
+            for (size_t g = 0; g < n; ++g) std::memcpy(d + g * out_w, groups[g], kBlock);
+          } else {
+            for (size_t g = 0; g < n; ++g) std::memcpy(d + g * out_w, groups[g] + skip, ncols);
+          }
         }
-      }
-    } else {
-      for (int c = 0; c < 3; ++c) {
-        for (int y = 0; y < out_h; ++y) {
-          uint8_t* d = dst + c * plane + static_cast<size_t>(y) * out_w;
-          const uint8_t* s = block_.data() + 3 * y + c;
-          for (int j = 0; j < ncols; ++j) d[col[j]] = s[j * col_stride];
+      } else {
+        Groups rgb[3];
+        for (int c = 0; c < 3; ++c) transpose_8x16(rows2, c * h_pad + y0, rgb[c]);
+        for (size_t g = 0; g < n; ++g) {
+          uint8_t* d = dst + ((y0 + g) * out_w + x_at) * 3;
+          for (int i = 0; i < ncols; ++i) {
+            for (int c = 0; c < 3; ++c) d[3 * i + c] = rgb[c][g][skip + i];
+          }
         }
       }
     }

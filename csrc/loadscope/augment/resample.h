@@ -10,6 +10,7 @@
 // multiply-accumulates over whole rows, which compilers vectorise on any target:
 //   1. vertical: each output row = sum of source rows, written transposed (a column of tmp);
 //   2. horizontal: each output column = sum of rows of tmp, written to the destination.
+// Both write their results transposed, 8 x 16 bytes at a time (Note [transposes]).
 // Weights are 14-bit fixed point (int16) so the products widen cheaply; the different pass
 // order and precision are why results may differ from Pillow's by one level.
 //

@@ -1,6 +1,7 @@
 #include "loadscope/bench/decode_only.h"
 
 #include <turbojpeg.h>
+#include <webp/decode.h>
 
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 
@@ -45,6 +46,51 @@ DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, in
           continue;
         }
         images.fetch_add(1);
+      }
+    });
+  });
+  DecodeOnlyResult r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.images = images.load();
+  r.failures = failures.load();
+  return r;
+}
+
+DecodeOnlyResult webp_decode_only(const std::vector<std::string>& webps,
+                                  const std::vector<std::array<int, 4>>& crops, int threads) {
+  tbb::global_control workers(tbb::global_control::max_allowed_parallelism, threads + 1);
+  tbb::task_arena arena(threads, 0);
+  std::atomic<long> images{0}, failures{0};
+  const auto t0 = std::chrono::steady_clock::now();
+  arena.execute([&] {
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, webps.size(), 1), [&](const auto& range) {
+      thread_local std::vector<uint8_t> pixels;
+      for (size_t i = range.begin(); i != range.end(); ++i) {
+        const auto* data = reinterpret_cast<const uint8_t*>(webps[i].data());
+        WebPDecoderConfig config;
+        if (!WebPInitDecoderConfig(&config) ||
+            WebPGetFeatures(data, webps[i].size(), &config.input) != VP8_STATUS_OK) {
+          failures.fetch_add(1);
+          continue;
+        }
+        int w = config.input.width, h = config.input.height;
+        const auto& [x, y, cw, ch] = crops[i];
+        if (cw > 0) {
+          config.options.use_cropping = 1;
+          config.options.crop_left = x;
+          config.options.crop_top = y;
+          config.options.crop_width = w = cw;
+          config.options.crop_height = h = ch;
+        }
+        pixels.resize(static_cast<size_t>(w) * h * 3);
+        config.output.colorspace = MODE_RGB;
+        config.output.is_external_memory = 1;
+        config.output.u.RGBA.rgba = pixels.data();
+        config.output.u.RGBA.stride = w * 3;
+        config.output.u.RGBA.size = pixels.size();
+        const bool ok = WebPDecode(data, webps[i].size(), &config) == VP8_STATUS_OK;
+        WebPFreeDecBuffer(&config.output);
+        (ok ? images : failures).fetch_add(1);
       }
     });
   });

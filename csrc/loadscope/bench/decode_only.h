@@ -4,6 +4,7 @@
 // An independent code path (the TurboJPEG API, not loadscope's decoder), so the ratio
 // "loader / ceiling" measures the loader, not a shared routine.
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,14 @@ struct DecodeOnlyResult {
 // Decodes every buffer `repeat` times, `threads` ways in parallel (oneTBB).
 DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, int threads,
                                        int repeat);
+
+// The WebP ceiling: libwebp decodes of each buffer to RGB from memory, `threads` ways in
+// parallel, with no augmentation, batching or copy-out. crops[i] = {x, y, width, height} is the
+// region of buffer i decoded with libwebp's cropping (the least an exact decoder of that crop
+// does: rows below it and colour outside it skipped); width 0 decodes the whole image. Like
+// the JPEG ceiling it calls libwebp's API directly, not loadscope's decoder.
+DecodeOnlyResult webp_decode_only(const std::vector<std::string>& webps,
+                                  const std::vector<std::array<int, 4>>& crops, int threads);
 
 // The video ceiling: for each (file, start second), seek to the keyframe before the start and
 // decode up to the clip's last frame (frames x stride at the stream's frame rate), with no

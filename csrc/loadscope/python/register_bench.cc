@@ -26,6 +26,20 @@ void register_bench(py::module_& m) {
       py::arg("jpegs"), py::arg("threads"), py::arg("repeat") = 1);
 
   m.def(
+      "webp_decode_only",
+      [](const std::vector<std::string>& webps, const std::vector<std::array<int, 4>>& crops,
+         int threads) {
+        if (webps.size() != crops.size()) throw ConfigError("webps and crops differ in length");
+        bench::DecodeOnlyResult r;
+        {
+          py::gil_scoped_release release;
+          r = bench::webp_decode_only(webps, crops, threads);
+        }
+        return py::make_tuple(r.seconds, r.images, r.failures);
+      },
+      py::arg("webps"), py::arg("crops"), py::arg("threads"));
+
+  m.def(
       "ffmpeg_decode_only",
       [](const std::vector<std::string>& paths, const std::vector<double>& starts, int frames,
          int stride, int threads, int decoder_threads, bool least) {

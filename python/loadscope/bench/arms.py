@@ -122,6 +122,49 @@ def ceiling_arm(root: str, *, threads: int) -> Arm:
     return Arm(f"decode-only ceiling (TurboJPEG, {threads} threads)", epoch, read=lambda: digest(names))
 
 
+def webp_ceiling_arm(root: str, *, threads: int, epochs: int, crop: bool = True) -> Arm:
+    """libwebp decodes of the same WebP files from memory: no reading, no resampling, no
+    batching. crop=True decodes only a RandomResizedCrop region of each image, drawn by
+    torchvision's own RandomResizedCrop.get_params (seeded per epoch; `epochs` sets of crops are
+    drawn up front, so that drawing is not timed, then reused in turn), with libwebp's cropping:
+    the practical ceiling of any exact WebP loader making such crops on these cores.
+    crop=False decodes every image whole, as a loader without region decoding must."""
+    import torchvision.transforms as T
+    from PIL import Image
+
+    files = sorted(glob.glob(os.path.join(root, "**", "*.webp"), recursive=True))
+    data = [open(f, "rb").read() for f in files]
+    names = [os.path.relpath(f, root) for f in files]
+    plans = [[[0, 0, 0, 0]] * len(files)]
+    if crop:
+        sizes = []
+        for f in files:
+            with Image.open(f) as im:
+                sizes.append(im.size)
+        plans = []
+        with torch.random.fork_rng(devices=[]):
+            for e in range(epochs):
+                torch.manual_seed(e)
+                plan = []
+                for w, h in sizes:  # get_params reads only the shape
+                    y, x, ch, cw = T.RandomResizedCrop.get_params(torch.empty(1).expand(3, h, w),
+                                                                  (0.08, 1.0), (3 / 4, 4 / 3))
+                    plan.append([x, y, cw, ch])
+                plans.append(plan)
+    calls = [0]
+
+    def epoch() -> int:
+        plan = plans[calls[0] % len(plans)]
+        calls[0] += 1
+        _seconds, images, failures = _native.webp_decode_only(data, plan, threads)
+        if failures:
+            raise RuntimeError(f"{failures} images failed the WebP decode-only ceiling")
+        return images
+
+    what = "RandomResizedCrop regions" if crop else "whole images"
+    return Arm(f"decode-only ceiling (libwebp, {what}, {threads} threads)", epoch, read=lambda: digest(names))
+
+
 def timed(arm: Arm) -> Dict[str, Any]:
     """One epoch: items per second (wall clock), CPU seconds per item and cores kept busy
     (this process and its children: DataLoader workers; ns clocks), and what it read."""
