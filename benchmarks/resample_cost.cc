@@ -2,10 +2,11 @@
 // sized case: a 300x290 box of a 320x300 image to 224x224, planar (CHW, the default) and
 // interleaved (HWC), every other call mirrored; 5 runs of 3000 calls, median microseconds per
 // call, and a checksum of the last output (equal before and after a change that must not alter
-// pixels). To compare two versions, build this against each one's library.
+// pixels). To compare two versions of resample.cc, build this with each (the flags of the
+// library's build; its hot loops pick AVX2 at load time on their own).
 //
-//   cmake --build build/dev && g++ -O3 -std=c++17 -Icsrc benchmarks/resample_cost.cc \
-//     build/dev/libloadscope_augment.a -o /tmp/resample_cost && /tmp/resample_cost
+//   g++ -O3 -std=c++17 -Icsrc benchmarks/resample_cost.cc csrc/loadscope/augment/resample.cc \
+//     -o /tmp/resample_cost && /tmp/resample_cost
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

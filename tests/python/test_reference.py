@@ -107,6 +107,25 @@ def test_resampling_any_size_layout_and_flip_matches_pillow(real, hw):
         assert np.abs(chw.astype(int) - want).max() <= 1, f"{hw} flip={flip}"
 
 
+@pytest.mark.parametrize("hw, resize", [((224, 224), 256), ((23, 37), 41), ((200, 13), 211), ((17, 300), 333)])
+def test_center_crops_of_any_size_layout_and_flip_match_torchvision(real, hw, resize):
+    """Resize + CenterCrop, where the resampler reads only a window of the image (its first
+    column is not the image's), in both layouts and mirrored, against torchvision's PIL
+    backend within 2 levels (torchvision resizes the whole image, then crops)."""
+    photo = PILImage.open(real / "imageio/chelsea.jpg").convert("RGB")
+    png = io.BytesIO()
+    photo.save(png, format="PNG")
+    h, w = hw
+    ref = np.asarray(T.CenterCrop(hw)(T.Resize(resize)(photo))).astype(int)
+    for flip in (0.0, 1.0):
+        want = ref[:, ::-1] if flip else ref
+        chw = decode(png.getvalue(), size=hw, crop="center", resize=resize, flip=flip)
+        field = ls.Image(size=hw, crop="center", resize=resize, flip=flip, channels_last=True)
+        out, _ = _native.decode_image(png.getvalue(), field._native("img", _native))
+        assert np.array_equal(np.frombuffer(out, np.uint8).reshape(h, w, 3), chw), f"{hw} flip={flip}: layouts differ"
+        assert np.abs(chw.astype(int) - want).max() <= 2, f"{hw} flip={flip}"
+
+
 def test_random_resized_crop_of_the_whole_image_matches_torchvision(real):
     """With scale=(1, 1) and the image's own aspect ratio, RandomResizedCrop keeps the whole
     image in torchvision too, so the outputs are comparable pixel for pixel."""

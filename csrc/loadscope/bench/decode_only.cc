@@ -75,7 +75,11 @@ DecodeOnlyResult webp_decode_only(const std::vector<std::string>& webps,
         }
         int w = config.input.width, h = config.input.height;
         const auto& [x, y, cw, ch] = crops[i];
-        if (cw > 0) {
+        if (cw > 0 || ch > 0) {
+          if (cw <= 0 || ch <= 0) {  // a region of no pixels: not a decode
+            failures.fetch_add(1);
+            continue;
+          }
           config.options.use_cropping = 1;
           config.options.crop_left = x;
           config.options.crop_top = y;
