@@ -534,8 +534,9 @@ class VideoClip(Image):
 
 
 AUDIO_POSITIONS = ("random", "center", "start")
-# An Audio field named like an audio type (or "audio") reads any audio or video member.
-AUDIO_MEMBERS = ("wav", "flac", "mp3", "m4a", "aac", "ogg", "opus", "oga")
+# An Audio field named like an audio type (or "audio") reads any audio or video member: the
+# extensions of the audio files on the decoder's whitelist (decode/ffmpeg/input.cc).
+AUDIO_MEMBERS = ("wav", "flac", "mp3", "m4a", "aac", "ogg", "opus", "oga", "w64", "aiff", "aif", "caf", "au")
 
 
 def _seconds(owner: str, name: str, value) -> float:
