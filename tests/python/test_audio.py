@@ -90,11 +90,11 @@ def test_torchcodec_reference_decodes(real, tmp_path):
 
 @pytest.mark.parametrize("fmt, codec", [("wav", "pcm_s16le"), ("w64", "pcm_s16le"), ("aiff", "pcm_s16be"),
                                         ("caf", "pcm_s24le"), ("au", "pcm_s16be"), ("flac", "flac")])
-def test_audio_files_whose_header_states_the_codec(real, tmp_path, fmt, codec):
-    """The audio-only containers opened without FFmpeg's stream probe (their header states
-    codec, rate and channels), made by the ffmpeg CLI from a real soundtrack: the whole stream
-    and windows anywhere in it are the CLI's decode of the same file. An "audio" field reads each
-    by its extension."""
+def test_every_audio_file_container(real, tmp_path, fmt, codec):
+    """Each audio-only container on the decoder's whitelist, made by the ffmpeg CLI from a real
+    soundtrack: the whole stream and windows anywhere in it are the CLI's decode of the same
+    file, a centred window lies in the middle (the duration is known: CAF and W64 state none in
+    their headers), and an "audio" field reads each by its extension."""
     path = tmp_path / f"a.{fmt}"
     subprocess.run(["ffmpeg", "-v", "error", "-i", str(real / "vision/test/assets/videos/SOX5yA1l24A.mp4"), "-vn",
                     "-c:a", codec, "-ar", "44100", "-ac", "2", str(path)], check=True)
@@ -105,13 +105,19 @@ def test_audio_files_whose_header_states_the_codec(real, tmp_path, fmt, codec):
     n = int(whole["audio.length"][0])
     assert n == ref.shape[1] and float(whole["audio.time"][0]) == pytest.approx(0.0, abs=0.5 / rate)
     np.testing.assert_allclose(whole["audio"][0, :, :n].numpy(), ref, atol=1e-4, rtol=0)
-    b = batch(manifest(tmp_path, [path] * 4), {"audio": ls.Audio(sample_rate=rate, channels=2, seconds=1.5)},
-              batch_size=4, seed=5)
-    for i in range(4):
-        j = round(float(b["audio.time"][i]) * rate)
-        m = int(b["audio.length"][i])
-        assert m == min(24000, ref.shape[1] - j)
-        np.testing.assert_allclose(b["audio"][i, :, :m].numpy(), ref[:, j:j + m], atol=1e-4, rtol=0)
+    for position in ("random", "center"):
+        b = batch(manifest(tmp_path, [path] * 4), {"audio": ls.Audio(sample_rate=rate, channels=2, seconds=1.5,
+                                                                     position=position)}, batch_size=4, seed=5)
+        times = b["audio.time"].tolist()
+        if position == "center":
+            assert times[0] == pytest.approx((n / rate - 1.5) / 2, abs=1 / rate)
+        else:
+            assert len(set(times)) > 1
+        for i in range(4):
+            j = round(times[i] * rate)
+            m = int(b["audio.length"][i])
+            assert m == min(24000, ref.shape[1] - j)
+            np.testing.assert_allclose(b["audio"][i, :, :m].numpy(), ref[:, j:j + m], atol=1e-4, rtol=0)
 
 
 @pytest.mark.parametrize("rel", [TC + "nasa_13013.mp4.audio.mp3", "vision/test/assets/videos/SOX5yA1l24A.mp4",

@@ -53,20 +53,13 @@ decltype(auto) reading(const ffmpeg::Input& in, F&& f) {
 // is read. The probe decoded an H.264 frame to learn a pixel format the audio field never uses:
 // 2.9 ms an MP4 of the audio benchmark, against 0.3 ms to open it (benchmarks/probe_cost.c).
 // Discarding the video and probing anyway is no better: the probe then waits for the video's
-// parameters until 5 s of audio are read (228 KB a file instead of 21). The audio files whose
-// header states their one stream's codec, rate and channels (WAV, W64, AIFF, CAF and AU's format
-// chunks, FLAC's STREAMINFO) skip it too: there it read packets it did not need, 127 KB a 10 s
-// window of a 30 s 44.1 kHz stereo WAV (2.12 MB read instead of 2.00; from the page cache no
-// time that the machine's noise lets through). MP3, AAC (ADTS) and Ogg are probed as before.
-bool audio_header_states_codec(const AVFormatContext* fmt) {
-  for (const char* name : {"wav", "w64", "aiff", "caf", "au", "flac"}) {
-    if (std::strcmp(fmt->iformat->name, name) == 0) return true;
-  }
-  return false;
-}
-
+// parameters until 5 s of audio are read (228 KB a file instead of 21). Other files are probed as
+// before. Audio-only files keep the probe although it reads more than they need (127 KB more a
+// 10 s window of a 30 s WAV, no measurable time): it is what estimates a duration where the
+// header has none (CAF with fixed-size packets, PCM W64, WAV and AU of unknown size: without
+// one, every window would start at 0) and finds DTS carried in a WAV marked as PCM.
 bool header_is_enough(AVFormatContext* fmt, int stream) {
-  if (!ffmpeg::header_states_codecs(fmt) && !audio_header_states_codec(fmt)) return false;
+  if (!ffmpeg::header_states_codecs(fmt)) return false;
   int audio = -1, audio_streams = 0;
   for (unsigned i = 0; i < fmt->nb_streams; ++i) {
     const AVCodecParameters* p = fmt->streams[i]->codecpar;
