@@ -55,6 +55,11 @@ def main() -> None:
                         max_epochs=2, use_distributed_sampler=False, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=args.out)
     trainer.fit(Model(), datamodule=Data(args.data))
+    # Lightning leaves its process group up (fit may be called again); a script that ends here
+    # takes it down itself, as torch asks before exit (the ddp.py recipe does the same). Once in
+    # CI a rank aborted at exit without it ("terminate called without an active exception").
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
