@@ -50,8 +50,8 @@ class Resampler {
   static void precompute(int in_size, double in0, double in1, int out_size, Coeffs& c);
 
   Coeffs horizontal_, vertical_;
-  std::vector<uint8_t>
-      temp_;  // vertical pass output, transposed: [source column][rgb][out row, padded to 16]
+  // The vertical pass's output, transposed: [source column][rgb][out row, padded to 16].
+  std::vector<uint8_t> temp_;
   std::vector<int32_t> accum_;  // one row of either pass
   std::vector<uint8_t> block_;  // kBlock finished rows or columns
 };

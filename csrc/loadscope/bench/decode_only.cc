@@ -16,36 +16,20 @@
 
 namespace loadscope::bench {
 
-DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, int threads,
-                                       int repeat) {
+namespace {
+
+// Runs decode_one(i) for i in [0, n) on `threads` oneTBB threads and times the whole: each call
+// that returns true counts as an image (or clip), each false as a failure.
+template <class F>
+DecodeOnlyResult timed_parallel(size_t n, int threads, F&& decode_one) {
   tbb::global_control workers(tbb::global_control::max_allowed_parallelism, threads + 1);
   tbb::task_arena arena(threads, 0);
   std::atomic<long> images{0}, failures{0};
-  const size_t total = jpegs.size() * static_cast<size_t>(repeat);
   const auto t0 = std::chrono::steady_clock::now();
   arena.execute([&] {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, total, 1), [&](const auto& range) {
-      struct Handle {
-        tjhandle h = tjInitDecompress();
-        ~Handle() { tjDestroy(h); }
-      };
-      thread_local Handle tj;
-      thread_local std::vector<unsigned char> pixels;
-      tjhandle handle = tj.h;
+    tbb::parallel_for(tbb::blocked_range<size_t>(0, n, 1), [&](const auto& range) {
       for (size_t i = range.begin(); i != range.end(); ++i) {
-        const std::string& j = jpegs[i % jpegs.size()];
-        const auto* data = reinterpret_cast<const unsigned char*>(j.data());
-        int w = 0, h = 0, sub = 0, cs = 0;
-        if (tjDecompressHeader3(handle, data, j.size(), &w, &h, &sub, &cs) != 0) {
-          failures.fetch_add(1);
-          continue;
-        }
-        pixels.resize(static_cast<size_t>(w) * h * 3);
-        if (tjDecompress2(handle, data, j.size(), pixels.data(), w, 0, h, TJPF_RGB, 0) != 0) {
-          failures.fetch_add(1);
-          continue;
-        }
-        images.fetch_add(1);
+        (decode_one(i) ? images : failures).fetch_add(1);
       }
     });
   });
@@ -56,53 +40,56 @@ DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, in
   return r;
 }
 
+}  // namespace
+
+DecodeOnlyResult turbojpeg_decode_only(const std::vector<std::string>& jpegs, int threads,
+                                       int repeat) {
+  struct Handle {
+    tjhandle h = tjInitDecompress();
+    ~Handle() { tjDestroy(h); }
+  };
+  return timed_parallel(jpegs.size() * static_cast<size_t>(repeat), threads, [&](size_t i) {
+    thread_local Handle tj;
+    thread_local std::vector<unsigned char> pixels;
+    const std::string& j = jpegs[i % jpegs.size()];
+    const auto* data = reinterpret_cast<const unsigned char*>(j.data());
+    int w = 0, h = 0, sub = 0, cs = 0;
+    if (tjDecompressHeader3(tj.h, data, j.size(), &w, &h, &sub, &cs) != 0) return false;
+    pixels.resize(static_cast<size_t>(w) * h * 3);
+    return tjDecompress2(tj.h, data, j.size(), pixels.data(), w, 0, h, TJPF_RGB, 0) == 0;
+  });
+}
+
 DecodeOnlyResult webp_decode_only(const std::vector<std::string>& webps,
                                   const std::vector<std::array<int, 4>>& crops, int threads) {
-  tbb::global_control workers(tbb::global_control::max_allowed_parallelism, threads + 1);
-  tbb::task_arena arena(threads, 0);
-  std::atomic<long> images{0}, failures{0};
-  const auto t0 = std::chrono::steady_clock::now();
-  arena.execute([&] {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, webps.size(), 1), [&](const auto& range) {
-      thread_local std::vector<uint8_t> pixels;
-      for (size_t i = range.begin(); i != range.end(); ++i) {
-        const auto* data = reinterpret_cast<const uint8_t*>(webps[i].data());
-        WebPDecoderConfig config;
-        if (!WebPInitDecoderConfig(&config) ||
-            WebPGetFeatures(data, webps[i].size(), &config.input) != VP8_STATUS_OK) {
-          failures.fetch_add(1);
-          continue;
-        }
-        int w = config.input.width, h = config.input.height;
-        const auto& [x, y, cw, ch] = crops[i];
-        if (cw > 0 || ch > 0) {
-          if (cw <= 0 || ch <= 0) {  // a region of no pixels: not a decode
-            failures.fetch_add(1);
-            continue;
-          }
-          config.options.use_cropping = 1;
-          config.options.crop_left = x;
-          config.options.crop_top = y;
-          config.options.crop_width = w = cw;
-          config.options.crop_height = h = ch;
-        }
-        pixels.resize(static_cast<size_t>(w) * h * 3);
-        config.output.colorspace = MODE_RGB;
-        config.output.is_external_memory = 1;
-        config.output.u.RGBA.rgba = pixels.data();
-        config.output.u.RGBA.stride = w * 3;
-        config.output.u.RGBA.size = pixels.size();
-        const bool ok = WebPDecode(data, webps[i].size(), &config) == VP8_STATUS_OK;
-        WebPFreeDecBuffer(&config.output);
-        (ok ? images : failures).fetch_add(1);
-      }
-    });
+  return timed_parallel(webps.size(), threads, [&](size_t i) {
+    thread_local std::vector<uint8_t> pixels;
+    const auto* data = reinterpret_cast<const uint8_t*>(webps[i].data());
+    WebPDecoderConfig config;
+    if (!WebPInitDecoderConfig(&config) ||
+        WebPGetFeatures(data, webps[i].size(), &config.input) != VP8_STATUS_OK) {
+      return false;
+    }
+    int w = config.input.width, h = config.input.height;
+    const auto& [x, y, cw, ch] = crops[i];
+    if (cw > 0 || ch > 0) {
+      if (cw <= 0 || ch <= 0) return false;  // a region of no pixels: not a decode
+      config.options.use_cropping = 1;
+      config.options.crop_left = x;
+      config.options.crop_top = y;
+      config.options.crop_width = w = cw;
+      config.options.crop_height = h = ch;
+    }
+    pixels.resize(static_cast<size_t>(w) * h * 3);
+    config.output.colorspace = MODE_RGB;
+    config.output.is_external_memory = 1;
+    config.output.u.RGBA.rgba = pixels.data();
+    config.output.u.RGBA.stride = w * 3;
+    config.output.u.RGBA.size = pixels.size();
+    const bool ok = WebPDecode(data, webps[i].size(), &config) == VP8_STATUS_OK;
+    WebPFreeDecBuffer(&config.output);
+    return ok;
   });
-  DecodeOnlyResult r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.images = images.load();
-  r.failures = failures.load();
-  return r;
 }
 
 namespace {
@@ -187,26 +174,14 @@ bool decode_clip(const std::string& path, double start, int frames, int stride, 
 DecodeOnlyResult ffmpeg_decode_only(const std::vector<std::string>& paths,
                                     const std::vector<double>& starts, int frames, int stride,
                                     int threads, int decoder_threads, bool least) {
-  tbb::global_control workers(tbb::global_control::max_allowed_parallelism, threads + 1);
-  tbb::task_arena arena(threads, 0);
-  std::atomic<long> clips{0}, failures{0}, decoded{0}, shown{0};
-  const auto t0 = std::chrono::steady_clock::now();
-  arena.execute([&] {
-    tbb::parallel_for(tbb::blocked_range<size_t>(0, paths.size(), 1), [&](const auto& range) {
-      for (size_t i = range.begin(); i != range.end(); ++i) {
-        ClipWork work;
-        (decode_clip(paths[i], starts[i], frames, stride, decoder_threads, least, work) ? clips
-                                                                                        : failures)
-            .fetch_add(1);
-        decoded.fetch_add(work.decoded);
-        shown.fetch_add(work.shown);
-      }
-    });
+  std::atomic<long> decoded{0}, shown{0};
+  DecodeOnlyResult r = timed_parallel(paths.size(), threads, [&](size_t i) {
+    ClipWork work;
+    const bool ok = decode_clip(paths[i], starts[i], frames, stride, decoder_threads, least, work);
+    decoded.fetch_add(work.decoded);
+    shown.fetch_add(work.shown);
+    return ok;
   });
-  DecodeOnlyResult r;
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  r.images = clips.load();
-  r.failures = failures.load();
   r.frames = decoded.load();
   r.shown = shown.load();
   return r;
