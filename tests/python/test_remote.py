@@ -200,6 +200,26 @@ def test_an_experiment_reads_its_arms_from_http_checked_against_local(http_serve
         bench.run(bench.from_dict(raw), str(tmp_path / "out2"), quiet=True)
 
 
+def test_configured_retries_outlast_the_reload_every_loader_makes(demo, monkeypatch):
+    """remote_configure's attempts and stall survive the environment reload each Loader makes
+    (they were reset to the default 8, which made the throttling test below flaky); a variable
+    the environment sets explicitly still wins."""
+    monkeypatch.delenv("LOADSCOPE_REMOTE_ATTEMPTS", raising=False)
+    monkeypatch.delenv("LOADSCOPE_REMOTE_STALL", raising=False)
+    _native.remote_configure(max_attempts=30, backoff_base=0.05, backoff_cap=0.5, stall_seconds=7, connect_timeout=10)
+    try:
+        ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=8)
+        env = _native.remote_environment()
+        assert (env["max_attempts"], env["stall_seconds"]) == (30, 7)
+        monkeypatch.setenv("LOADSCOPE_REMOTE_ATTEMPTS", "5")
+        ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=8)
+        env = _native.remote_environment()
+        assert (env["max_attempts"], env["stall_seconds"]) == (5, 7)
+    finally:
+        monkeypatch.delenv("LOADSCOPE_REMOTE_ATTEMPTS", raising=False)
+        _native.remote_configure(max_attempts=8, backoff_base=0.1, backoff_cap=5.0, stall_seconds=30, connect_timeout=10)
+
+
 def test_503s_from_a_throttling_server_are_retried_and_lose_nothing(http_server, http_demo, monkeypatch):
     local = sorted(str(p) for p in (http_demo / "shards").glob("*.tar"))
     base = http_server["LOADSCOPE_HTTP_URL"] + "/throttled"

@@ -660,6 +660,7 @@ void configure(const Options& opts) {
   }
   std::lock_guard<std::mutex> lock(g_options_mutex);
   g_options = std::make_unique<Options>(opts);
+  g_options->configured = true;
 }
 
 void reload_environment() {
@@ -670,11 +671,16 @@ void reload_environment() {
     g_env = std::move(e);
   }
   std::lock_guard<std::mutex> lock(g_options_mutex);
-  if (g_options) {  // keep what configure() set programmatically; take the environment's attempts
-                    // etc.
+  if (g_options && g_options->configured) {
+    // What configure() set outlasts a reload (every loader makes one): its retry settings stay,
+    // except those the environment now sets explicitly. Taking the environment's defaults
+    // instead silently cut a test's 30 attempts back to 8.
+    o.configured = true;
     o.backoff_base = g_options->backoff_base;
     o.backoff_cap = g_options->backoff_cap;
     o.connect_timeout = g_options->connect_timeout;
+    if (env("LOADSCOPE_REMOTE_ATTEMPTS").empty()) o.max_attempts = g_options->max_attempts;
+    if (env("LOADSCOPE_REMOTE_STALL").empty()) o.stall_seconds = g_options->stall_seconds;
     if (g_options->ca_bundle_set) {
       o.ca_bundle = g_options->ca_bundle;
       o.ca_bundle_set = true;
