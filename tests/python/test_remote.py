@@ -215,6 +215,10 @@ def test_configured_retries_outlast_the_reload_every_loader_makes(demo, monkeypa
         ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=8)
         env = _native.remote_environment()
         assert (env["max_attempts"], env["stall_seconds"]) == (5, 7)
+        monkeypatch.delenv("LOADSCOPE_REMOTE_ATTEMPTS")  # the environment's 5 does not linger
+        ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=8)
+        env = _native.remote_environment()
+        assert (env["max_attempts"], env["stall_seconds"]) == (30, 7)
     finally:
         monkeypatch.delenv("LOADSCOPE_REMOTE_ATTEMPTS", raising=False)
         _native.remote_configure(max_attempts=8, backoff_base=0.1, backoff_cap=5.0, stall_seconds=30, connect_timeout=10)

@@ -77,6 +77,14 @@ Options from_environment() {
 
 std::mutex g_options_mutex;
 std::unique_ptr<Options> g_options;
+// What configure() was given, field group by field group: a reload keeps it.
+struct Configured {
+  bool retry = false;  // max_attempts, backoff, stall_seconds, connect_timeout
+  Options values;
+  bool ca = false;
+  std::string ca_bundle;
+};
+Configured g_configured;
 
 Options current_options() {
   std::lock_guard<std::mutex> lock(g_options_mutex);
@@ -660,7 +668,14 @@ void configure(const Options& opts) {
   }
   std::lock_guard<std::mutex> lock(g_options_mutex);
   g_options = std::make_unique<Options>(opts);
-  g_options->configured = true;
+  if (opts.retry_set) {
+    g_configured.retry = true;
+    g_configured.values = opts;
+  }
+  if (opts.ca_bundle_set) {
+    g_configured.ca = true;
+    g_configured.ca_bundle = opts.ca_bundle;
+  }
 }
 
 void reload_environment() {
@@ -671,20 +686,20 @@ void reload_environment() {
     g_env = std::move(e);
   }
   std::lock_guard<std::mutex> lock(g_options_mutex);
-  if (g_options && g_options->configured) {
-    // What configure() set outlasts a reload (every loader makes one): its retry settings stay,
-    // except those the environment now sets explicitly. Taking the environment's defaults
-    // instead silently cut a test's 30 attempts back to 8.
-    o.configured = true;
-    o.backoff_base = g_options->backoff_base;
-    o.backoff_cap = g_options->backoff_cap;
-    o.connect_timeout = g_options->connect_timeout;
-    if (env("LOADSCOPE_REMOTE_ATTEMPTS").empty()) o.max_attempts = g_options->max_attempts;
-    if (env("LOADSCOPE_REMOTE_STALL").empty()) o.stall_seconds = g_options->stall_seconds;
-    if (g_options->ca_bundle_set) {
-      o.ca_bundle = g_options->ca_bundle;
-      o.ca_bundle_set = true;
-    }
+  // What configure() set outlasts a reload (every loader makes one), except a variable the
+  // environment sets explicitly at this reload. Taking the environment's defaults instead
+  // silently cut a test's 30 attempts back to 8.
+  if (g_configured.retry) {
+    const Options& c = g_configured.values;
+    o.backoff_base = c.backoff_base;
+    o.backoff_cap = c.backoff_cap;
+    o.connect_timeout = c.connect_timeout;
+    if (env("LOADSCOPE_REMOTE_ATTEMPTS").empty()) o.max_attempts = c.max_attempts;
+    if (env("LOADSCOPE_REMOTE_STALL").empty()) o.stall_seconds = c.stall_seconds;
+  }
+  if (g_configured.ca) {
+    o.ca_bundle = g_configured.ca_bundle;
+    o.ca_bundle_set = true;
   }
   g_options = std::make_unique<Options>(o);
 }

@@ -91,7 +91,7 @@ struct Options {
   double stall_seconds = 30.0;    // LOADSCOPE_REMOTE_STALL: no byte for this long = failed
   std::string ca_bundle;          // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE
   bool ca_bundle_set = false;     // given by configure(): reload_environment() keeps it
-  bool configured = false;  // set by configure(): reload_environment() keeps its retry settings
+  bool retry_set = false;  // attempts, backoff, stall, timeout given by configure(): kept too
   bool verify_tls = true;
   int connections = 16;  // LOADSCOPE_REMOTE_CONNECTIONS: the fetch pool (prefetch.h)
   uint64_t inflight = uint64_t{256} << 20;  // LOADSCOPE_REMOTE_INFLIGHT: bytes fetched ahead

@@ -109,6 +109,7 @@ void register_remote(py::module_& m) {
         o.backoff_cap = backoff_cap;
         o.stall_seconds = stall_seconds;
         o.connect_timeout = connect_timeout;
+        o.retry_set = true;
         io::remote::configure(o);
       },
       py::arg("max_attempts"), py::arg("backoff_base"), py::arg("backoff_cap"),
