@@ -98,14 +98,77 @@ def _output_arg(output: Any) -> Optional[Tuple[str, ...]]:
     return tuple(output)
 
 
-class _EpochSetter:
-    """Loader.sampler: only set_epoch, as DistributedSampler has it."""
+def _drop_last_arg(value: Any) -> Union[bool, str]:
+    if value is False or value is True or value == "uneven":
+        return value
+    raise ConfigError(f"drop_last={value!r}: allowed are False (keep every sample; several ranks pad the last step), "
+                      "True (whole steps only, as DataLoader's drop_last) and 'uneven' (only the samples that do not "
+                      "split evenly between the ranks, as DistributedSampler(drop_last=True))")
+
+
+def _native_drop_last(value: Union[bool, str]) -> str:
+    return "uneven" if value == "uneven" else "steps" if value else "none"
+
+
+class _Sampler:
+    """``Loader.sampler``: what code written for ``DistributedSampler`` reads from
+    ``loader.sampler``. ``set_epoch`` forwards to the loader; ``len()`` is the number of
+    samples this rank is given per epoch that are not padding, so that a metric summed over
+    the real samples of every rank and divided by the sum of ``len(loader.sampler)`` is the
+    mean over the whole set (docs/recipes.md#evaluation-under-ddp). ``padding`` is how many
+    padded samples this rank gets on top (``__index__ >= len(loader.dataset)``)."""
 
     def __init__(self, loader: "Loader") -> None:
         self._loader = loader
 
     def set_epoch(self, epoch: int) -> None:
         self._loader.set_epoch(epoch)
+
+    def _counts(self) -> Tuple[int, int]:
+        lo = self._loader
+        _, _, _, drawn, real = _native.epoch_geometry(lo._epoch_samples(), lo.batch_size, lo.world_size,
+                                                      _native_drop_last(lo.drop_last), lo.rank)
+        return drawn, real
+
+    def __len__(self) -> int:
+        return self._counts()[1]
+
+    @property
+    def padding(self) -> int:
+        drawn, real = self._counts()
+        return drawn - real
+
+    @property
+    def rank(self) -> int:
+        return self._loader.rank
+
+    @property
+    def num_replicas(self) -> int:
+        return self._loader.world_size
+
+    def __repr__(self) -> str:
+        return (f"loadscope sampler (rank {self.rank} of {self.num_replicas}: {len(self)} samples an epoch"
+                f" + {self.padding} padded)")
+
+
+class _DatasetView:
+    """``Loader.dataset``: the source as code written for a DataLoader reads it.
+    ``len()`` is the number of samples in the source (padding and drop_last aside); other
+    attributes are the source's (a ``Folder``'s ``classes``, ``class_to_idx``, ``root``)."""
+
+    def __init__(self, loader: "Loader") -> None:
+        self._loader = loader
+
+    def __len__(self) -> int:
+        return self._loader._epoch_samples()
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self._loader.source, name)
+
+    def __repr__(self) -> str:
+        return f"loadscope dataset view of {self._loader.source!r}"
 
 
 def _map_arg(fn: Any) -> Optional[Callable[[Any], Any]]:
@@ -132,7 +195,11 @@ class Loader:
         threads: decoding threads (default: the cores this process may use).
         shuffle: a new order every epoch, drawn from ``(seed, epoch)``.
         seed: seeds the order and every random augmentation.
-        drop_last: drop the last, partial batch.
+        drop_last: ``False`` (default): keep every sample (a short last batch; with several
+            ranks the last step is padded, see ``rank``); ``True``: drop the last, partial
+            batch (several ranks: whole steps only); ``"uneven"``: with several ranks, drop only
+            the at most W-1 samples that do not split evenly, as
+            ``DistributedSampler(drop_last=True)`` does (each rank's last batch may be short).
         prefetch: batches decoded ahead (memory: prefetch x batch bytes).
         on_error: ``"raise"``: a bad sample raises a ``SampleError`` naming it when its batch is
             reached; ``"skip"``: it is left out of its batch, counted and listed in ``stats()``.
@@ -185,7 +252,7 @@ class Loader:
         threads: Optional[int] = None,
         shuffle: bool = False,
         seed: int = 0,
-        drop_last: bool = False,
+        drop_last: Union[bool, str] = False,
         prefetch: int = 2,
         on_error: str = "raise",
         error_budget: Union[int, float, None] = 0.05,
@@ -227,7 +294,7 @@ class Loader:
             source=source, fields=dict(fields), batch_size=int_arg("batch_size", batch_size, 1),
             threads=int_arg("threads", default_threads() if threads is None else threads, 1),
             shuffle=_bool_arg("shuffle", shuffle), seed=int_arg("seed", seed, 0, 2**64 - 1),
-            drop_last=_bool_arg("drop_last", drop_last),
+            drop_last=_drop_last_arg(drop_last),
             prefetch=int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
             device=device, telemetry=_bool_arg("telemetry", telemetry),
             distributed=resolve_rank(rank, world_size),
@@ -257,7 +324,7 @@ class Loader:
         self.threads: int = a["threads"]
         self.shuffle: bool = a["shuffle"]
         self.seed: int = a["seed"]
-        self.drop_last: bool = a["drop_last"]
+        self.drop_last: Union[bool, str] = a["drop_last"]
         self.prefetch: int = a["prefetch"]
         self.on_error: str = a["on_error"]
         self.error_budget = a["error_budget"]
@@ -286,7 +353,7 @@ class Loader:
         self.samples: Optional[int] = self._source.size if self._source.size >= 0 else None
         self._len_samples: Optional[int] = None  # len() of streamed shards
         _native.epoch_geometry(-1 if self.samples is None else self.samples, self.batch_size, self.world_size,
-                               self.drop_last)  # a ConfigError here, not at the first batch
+                               _native_drop_last(self.drop_last))  # a ConfigError here, not at the first batch
         self._pipeline = _native.Pipeline(self._source, specs, telemetry=self._telemetry_on)
         self._loop = telemetry.LoopStats(self._pipeline.telemetry_created_ns())
         self._transfer = _transfer.CudaTransfer(self.device) if self.device is not None else None
@@ -406,11 +473,21 @@ class Loader:
         return self._epoch
 
     @property
-    def sampler(self) -> "_EpochSetter":
-        """For frameworks that call ``dataloader.sampler.set_epoch(epoch)`` before each epoch
-        (PyTorch Lightning does, also for iterables that are not DataLoaders): forwards to
-        ``set_epoch``, so the loader's epochs are the framework's (docs/recipes.md)."""
-        return _EpochSetter(self)
+    def sampler(self) -> "_Sampler":
+        """What code written for ``DistributedSampler`` touches: ``set_epoch(epoch)`` (PyTorch
+        Lightning calls it before each epoch, also for iterables that are not DataLoaders)
+        forwards to ``set_epoch``; ``len()`` is this rank's samples per epoch, padding left
+        out (docs/recipes.md)."""
+        return _Sampler(self)
+
+    @property
+    def dataset(self) -> "_DatasetView":
+        """The source, sized: ``len(loader.dataset)`` is its number of samples, and a
+        ``Folder``'s ``classes`` and ``class_to_idx`` are there as on an ImageFolder."""
+        return _DatasetView(self)
+
+    def _epoch_samples(self) -> int:
+        return self.samples if self.samples is not None else self._size_by_indexing()
 
     def _size_by_indexing(self) -> int:
         """The size of streamed tar shards, for len(): their headers indexed in memory once, as
@@ -430,8 +507,8 @@ class Loader:
     def __len__(self) -> int:
         """This rank's batches per epoch. Tar shards without an ``.idx`` are indexed in memory
         the first time (their headers read) unless the source says ``index="off"``."""
-        samples = self.samples if self.samples is not None else self._size_by_indexing()
-        batches, _, _ = _native.epoch_geometry(samples, self.batch_size, self.world_size, self.drop_last)
+        batches, _, _, _, _ = _native.epoch_geometry(self._epoch_samples(), self.batch_size, self.world_size,
+                                                     _native_drop_last(self.drop_last))
         return batches // self.world_size
 
     def __iter__(self) -> Iterator[Batch]:
@@ -465,7 +542,7 @@ class Loader:
                               "loadscope.Loader, or at an epoch boundary")
         run = self._pipeline.start(
             threads=self.threads, batch_size=self.batch_size, prefetch=self.prefetch,
-            drop_last=self.drop_last, on_error=self.on_error,
+            drop_last=_native_drop_last(self.drop_last), on_error=self.on_error,
             max_errors=budget if isinstance(budget, int) else -1,
             max_error_rate=budget if isinstance(budget, float) else -1.0,
             seed=self.seed, epoch=epoch, shuffle=self.shuffle,

@@ -114,7 +114,7 @@ class Pipeline:
         """
     def set_tracing(self, on: bool, max_spans: int = 500000) -> None:
         ...
-    def start(self, threads: int, batch_size: int, prefetch: int, drop_last: bool, on_error: str, max_errors: int, max_error_rate: float, seed: int, epoch: int, shuffle: bool, batch_offset: int, batch_stride: int, row: int = 1, start_batch: int = 0, pin: int = 0, unpin: int = 0) -> EpochRun:
+    def start(self, threads: int, batch_size: int, prefetch: int, drop_last: str, on_error: str, max_errors: int, max_error_rate: float, seed: int, epoch: int, shuffle: bool, batch_offset: int, batch_stride: int, row: int = 1, start_batch: int = 0, pin: int = 0, unpin: int = 0) -> EpochRun:
         ...
     def take_spans(self) -> list:
         ...
@@ -149,9 +149,9 @@ def decode_image(data: bytes, field: FieldSpec, seed: int = 0, epoch: int = 0, p
     ...
 def decode_video_frames(source: typing.Any, pts: list[int], height: int, width: int, channels_last: bool = True, stream: int = -1, rotate: bool = True, color_tags: bool = True, threads: int = 1) -> bytes:
     ...
-def epoch_geometry(n: int, batch: int, row: int, drop_last: bool) -> tuple:
+def epoch_geometry(n: int, batch: int, row: int, drop_last: str, rank: int = 0) -> tuple:
     """
-    (batches of all ranks, samples drawn, padded samples) of an epoch of n samples (see EpochGeometry).
+    (batches of all ranks, samples drawn, padded samples, samples rank draws, of which not padding) of an epoch of n samples; drop_last 'none', 'steps' or 'uneven' (see EpochGeometry).
     """
 def ffmpeg_decode_only(paths: list[str], starts: list[float], frames: int, stride: int, threads: int, decoder_threads: int = 1, least: bool = False) -> tuple:
     ...

@@ -122,7 +122,7 @@ TEST_CASE("every sample exactly once per epoch, in batches of batch_size", "[eng
   for (size_t i = 0; i + 1 < c.sizes.size(); ++i) CHECK(c.sizes[i] == 64);
   CHECK(c.sizes.back() == 1000 - 15 * 64);
   auto dropped = options(3, 64);
-  dropped.drop_last = true;
+  dropped.drop_last = DropLast::kSteps;
   CHECK(collect(list_source(1000), dropped).ids.size() == 15 * 64);
 }
 
@@ -342,7 +342,7 @@ TEST_CASE("epoch geometry: equal batch counts per rank, padding as DistributedSa
     for (int64_t batch : {1, 4, 7}) {
       for (int64_t n : {0, 1, 5, 31, 32, 33, 100, 1001}) {
         INFO("n=" << n << " batch=" << batch << " world=" << world);
-        EpochGeometry g(n, batch, world, false);
+        EpochGeometry g(n, batch, world, DropLast::kNone);
         CHECK(g.batches() % world == 0);
         CHECK(g.padding() == (world - n % world) % world);  // DistributedSampler's total_size - n
         int64_t pos = 0;
@@ -354,13 +354,29 @@ TEST_CASE("epoch geometry: equal batch counts per rank, padding as DistributedSa
         }
         CHECK(pos == g.length());
         CHECK(g.size(g.batches()) == 0);
-        EpochGeometry d(n, batch, world, true);
+        int64_t real = 0;
+        for (int64_t r = 0; r < world; ++r) {  // each rank the same count; padding only at the end
+          CHECK(g.rank_length(r) == g.length() / world);
+          CHECK(g.rank_samples(r) <= g.rank_length(r));
+          real += g.rank_samples(r);
+        }
+        CHECK(real == n);  // every sample exactly once across the ranks, padding not counted
+        EpochGeometry d(n, batch, world, DropLast::kSteps);
         CHECK(d.length() == n / (batch * world) * batch * world);
+        // DistributedSampler(drop_last=True): num_samples = ceil((n - W) / W) per rank, no
+        // padding, and (for W > 1) the DataLoader batches each rank's share on its own.
+        EpochGeometry u(n, batch, world, DropLast::kUneven);
+        const int64_t per_rank = n / world;
+        CHECK(u.padding() == 0);
+        CHECK(u.length() == per_rank * world);
+        CHECK(u.batches() % world == 0);
+        CHECK(u.batches() / world == (per_rank + batch - 1) / batch);
+        for (int64_t r = 0; r < world; ++r) CHECK(u.rank_samples(r) == per_rank);
       }
     }
   }
-  CHECK_THROWS_AS(EpochGeometry(-1, 4, 2, false), ConfigError);
-  EpochGeometry stream(-1, 4, 1, false);
+  CHECK_THROWS_AS(EpochGeometry(-1, 4, 2, DropLast::kNone), ConfigError);
+  EpochGeometry stream(-1, 4, 1, DropLast::kNone);
   CHECK(stream.batches() == -1);
   CHECK(stream.size(1000) == 4);
 }

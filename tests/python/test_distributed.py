@@ -93,14 +93,29 @@ def reference(layout, spec):
 def test_padding_matches_distributed_sampler_and_counts_are_equal(world):
     for n in list(range(0, 40)) + [999, 1000, 1001]:
         for batch in (1, 4, 7):
-            batches, length, pad = _native.epoch_geometry(n, batch, world, False)
+            padded = torch.utils.data.DistributedSampler(range(n), num_replicas=world, rank=0, shuffle=False) \
+                if n else None
+            batches, length, pad, drawn, _ = _native.epoch_geometry(n, batch, world, "none")
             assert batches % world == 0
             assert pad == padding(n, world) and length == n + pad
-            batches_d, length_d, _ = _native.epoch_geometry(n, batch, world, True)
+            if padded is not None:
+                assert drawn == len(padded)  # DistributedSampler's num_samples, padding included
+            # Per rank, the samples that are not padding: all of them once across the ranks.
+            real = [_native.epoch_geometry(n, batch, world, "none", r)[4] for r in range(world)]
+            assert sum(real) == n
+            batches_d, length_d, _, _, _ = _native.epoch_geometry(n, batch, world, "steps")
             assert length_d == n // (world * batch) * world * batch and batches_d % world == 0
+            # "uneven" is DistributedSampler(drop_last=True), batched per rank as its DataLoader does.
+            dropped = torch.utils.data.DistributedSampler(range(n), num_replicas=world, rank=0, shuffle=False,
+                                                          drop_last=True) if n >= world else None
+            batches_u, length_u, pad_u, drawn_u, real_u = _native.epoch_geometry(n, batch, world, "uneven")
+            want = len(dropped) if dropped is not None else 0
+            assert pad_u == 0 and drawn_u == real_u == want and length_u == want * world
+            assert batches_u // world == len(torch.utils.data.BatchSampler(range(want), batch, drop_last=False))
     # one rank: DataLoader's batching
-    assert _native.epoch_geometry(10, 4, 1, False)[:2] == (3, 10)
-    assert _native.epoch_geometry(10, 4, 1, True)[:2] == (2, 8)
+    assert _native.epoch_geometry(10, 4, 1, "none")[:2] == (3, 10)
+    assert _native.epoch_geometry(10, 4, 1, "steps")[:2] == (2, 8)
+    assert _native.epoch_geometry(10, 4, 1, "uneven")[:2] == (3, 10)
 
 
 # --- ranks in one process (explicit rank and world_size) ------------------------------------------
@@ -129,6 +144,40 @@ def test_drop_last_gives_whole_steps_only(layouts):
                 for r in range(3)]
     check_split(per_rank, ref, 3, drop_last=True)
     assert all(len(b) == 16 for p in per_rank for b in p[0])  # 120 // 48 = 2 steps of 3 x 16
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_what_dataloader_code_reads_from_a_loader_under_ranks(layouts, world):
+    """len(loader), len(loader.sampler), loader.dataset and drop_last='uneven', against what a
+    DataLoader with DistributedSampler gives; padded samples are marked by __index__."""
+    n = 113  # a prime: divides by neither the ranks nor ranks x batch
+    ref = reference("list", layouts)[:n]
+    manifest = Path(layouts["manifest"]).parent / "first113.jsonl"
+    manifest.write_text("".join(Path(layouts["manifest"]).read_text().splitlines(keepends=True)[:n]))
+    for drop_last in (False, "uneven"):
+        sampler = torch.utils.data.DistributedSampler(range(n), num_replicas=world, rank=0, shuffle=False,
+                                                      drop_last=drop_last == "uneven")
+        real_seen = collections.Counter()
+        for r in range(world):
+            loader = ls.Loader(ls.FileList(manifest), fields={"cls": ls.Int()}, batch_size=8, drop_last=drop_last,
+                               rank=r, world_size=world)
+            assert len(loader.dataset) == n
+            batches = list(loader)
+            assert len(batches) == len(loader) == -(-len(sampler) // 8)  # the DataLoader's len over its sampler
+            drawn = sum(len(b["__key__"]) for b in batches)
+            assert drawn == len(sampler)  # padding included, as DistributedSampler's num_samples
+            real = [k for b in batches for k, i in zip(b["__key__"], b["__index__"].tolist()) if i < len(loader.dataset)]
+            assert len(real) == len(loader.sampler) and loader.sampler.padding == drawn - len(real)
+            real_seen.update(real)
+        if drop_last == "uneven":
+            assert sum(real_seen.values()) == len(sampler) * world == n - n % world
+            assert max(real_seen.values()) == 1 and set(real_seen) == set(ref[:n - n % world])  # the tail dropped
+        else:
+            assert real_seen == collections.Counter(ref)  # every sample exactly once, padding aside
+    with pytest.raises(ls.ConfigError, match="'uneven'"):
+        ls.Loader(ls.FileList(manifest), fields={"cls": ls.Int()}, batch_size=8, drop_last="partial")
+    folder = ls.Loader(ls.Folder(layouts["folder"]), fields={"cls": ls.Int()}, batch_size=8)
+    assert folder.dataset.classes == folder.source.classes and len(folder.dataset.class_to_idx) > 1
 
 
 def test_the_ranks_interleave_into_the_single_process_stream(layouts):
@@ -196,6 +245,32 @@ def test_gloo_ranks_split_every_layout_evenly(layouts, tmp_path, world):
             assert info["world"] == world and info["from"] == "torch.distributed"
             assert info["len"] == len(info["epochs"][0])
             assert info["gather"]["ranks"] == list(range(world)) and 0 <= info["gather"]["straggler"] < world
+
+
+def test_a_validate_under_two_ranks_gives_the_single_process_mean(layouts, tmp_path):
+    """docs/recipes.md's validate(): 113 images over 2 ranks of batch 8 (so one padded sample):
+    each rank sums the losses of its real samples, divides by len(sampler), the all-reduce
+    adds the ranks up, and the mean is the one process's over the whole set."""
+    manifest = Path(layouts["manifest"]).parent / "val113.jsonl"  # its paths are relative to the demo
+    manifest.write_text("".join(Path(layouts["manifest"]).read_text().splitlines(keepends=True)[:113]))
+    world = 2
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
+    procs = [subprocess.Popen([sys.executable, str(HERE / "_dist_validate.py"), str(manifest), str(tmp_path / "out")],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    try:
+        outs = [p.communicate(timeout=240)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    res = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in range(world)]
+    assert [r["world"] for r in res] == [world, world] and sum(r["sampler"] for r in res) == 113
+    assert sum(r["padding"] for r in res) == padding(113, world) == 1 and res[0]["batches"] == res[1]["batches"]
+    single = res[0]["single"]
+    assert single > 0 and res[1]["single"] == single
+    for r in res:
+        assert r["ddp"] == pytest.approx(single, rel=1e-9)
 
 
 def test_straggler_is_the_rank_that_waited_longest():

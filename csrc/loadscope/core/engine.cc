@@ -140,7 +140,7 @@ void EpochRun::update_depth() {
   if (t_) t_->depth(ready_jobs_, static_cast<int>(jobs_.size()) - ready_jobs_, telemetry::now_ns());
 }
 
-EpochGeometry::EpochGeometry(int64_t n, int64_t batch, int64_t row, bool drop_last)
+EpochGeometry::EpochGeometry(int64_t n, int64_t batch, int64_t row, DropLast drop)
     : n_(n), batch_(batch), row_(row) {
   if (batch < 1 || row < 1) throw ConfigError("batch size and ranks must be >= 1");
   if (n < 0) {
@@ -151,10 +151,11 @@ EpochGeometry::EpochGeometry(int64_t n, int64_t batch, int64_t row, bool drop_la
     }
     return;
   }
-  const int64_t rows = n / (batch * row);
+  if (drop == DropLast::kUneven) n_ = n - n % row;
+  const int64_t rows = n_ / (batch * row);
   full_ = rows * row;
-  const int64_t rest = n - full_ * batch;
-  if (rest > 0 && !drop_last) tail_size_ = (rest + row - 1) / row;
+  const int64_t rest = n_ - full_ * batch;
+  if (rest > 0 && drop != DropLast::kSteps) tail_size_ = (rest + row - 1) / row;
   batches_ = full_ + (tail_size_ > 0 ? row : 0);
   length_ = full_ * batch + (tail_size_ > 0 ? row * tail_size_ : 0);
 }
@@ -168,6 +169,19 @@ int64_t EpochGeometry::size(int64_t k) const {
   if (n_ < 0) return batch_;
   if (k < full_) return batch_;
   return k < batches_ ? tail_size_ : 0;
+}
+
+int64_t EpochGeometry::rank_length(int64_t rank) const {
+  if (n_ < 0) return -1;
+  return full_ / row_ * batch_ + tail_size_;  // full rows, then one batch of the last row
+}
+
+int64_t EpochGeometry::rank_samples(int64_t rank) const {
+  if (n_ < 0) return -1;
+  // Only the last row holds padding: rank r's batch there starts at start(full_ + r).
+  const int64_t last =
+      tail_size_ > 0 ? std::clamp<int64_t>(n_ - start(full_ + rank), 0, tail_size_) : 0;
+  return full_ / row_ * batch_ + last;
 }
 
 void EpochRun::plan() {
@@ -246,7 +260,7 @@ void EpochRun::plan() {
         job->samples.push_back(std::move(sample));
       }
       bool partial = static_cast<int64_t>(job->samples.size()) < want;
-      if (partial && options_.drop_last) job->samples.clear();
+      if (partial && options_.drop_last == DropLast::kSteps) job->samples.clear();
       if (job->samples.empty() && job->source_failures.empty()) break;
       if (t_) {
         t_->span(*slot, "fill batch", fill0, telemetry::now_ns(), k);

@@ -66,29 +66,46 @@ class SampleProcessor {
 
 enum class ErrorPolicy { kRaise, kSkip };
 
+// What an epoch leaves out so that every rank gets the same number of batches (see
+// EpochGeometry). torch spells these as DataLoader(drop_last=...) and
+// DistributedSampler(drop_last=...); one enum keeps the three meanings apart.
+enum class DropLast {
+  kNone,    // keep every sample; pad the last step with the epoch's first samples
+  kSteps,   // whole steps (rows) only: DataLoader's drop_last=True, all ranks together
+  kUneven,  // only the n mod row samples that cannot be split evenly between the ranks:
+            // DistributedSampler(drop_last=True); each rank's last batch may be short
+};
+
 // How an epoch of n samples is cut into batches that `row` consumers (data-parallel ranks)
 // take in turn: batch k goes to rank k % row, so rank r's j-th batch is batch j*row + r and a
 // "row" is one step of all ranks. Every rank must get the same number of batches, or the
 // collectives of data-parallel training wait forever:
-//  - drop_last: whole rows only; up to row*batch - 1 samples are left out of the epoch.
-//  - otherwise: full rows of full batches, then, if samples remain, one last row whose `row`
+//  - kSteps: whole rows only; up to row*batch - 1 samples are left out of the epoch.
+//  - kNone: full rows of full batches, then, if samples remain, one last row whose `row`
 //    batches share the rest evenly (ceil(rest / row) each), the last ones padded with the
 //    epoch's first samples: at most row - 1 repeats, as torch's DistributedSampler pads.
-// With row = 1 this is DataLoader's batching (a short last batch, or none with drop_last).
+//  - kUneven: as kNone over the first n - n % row samples of the epoch order, which split
+//    evenly: no padding, the epoch's last n % row samples left out, as DistributedSampler's
+//    drop_last=True leaves out the tail of its order.
+// With row = 1 this is DataLoader's batching (a short last batch, or none with kSteps).
 // n < 0 (a streamed source of unknown size) supports only row = 1: batches of `batch` until
 // the source ends.
 struct EpochGeometry {
-  EpochGeometry(int64_t n, int64_t batch, int64_t row, bool drop_last);
+  EpochGeometry(int64_t n, int64_t batch, int64_t row, DropLast drop);
   int64_t batches() const { return batches_; }  // all ranks together; -1 when n is unknown
   int64_t length() const { return length_; }    // samples drawn, padding included; -1 unknown
   int64_t padding() const { return n_ < 0 ? 0 : std::max<int64_t>(0, length_ - n_); }
   int64_t start(int64_t k) const;  // first sample position of batch k
   int64_t size(int64_t k) const;   // its size (0 past the end)
+  // Samples rank r draws in an epoch: all of them (padding included), and those that are
+  // not padding (positions < n). -1 when n is unknown.
+  int64_t rank_length(int64_t rank) const;
+  int64_t rank_samples(int64_t rank) const;
 
  private:
-  int64_t n_, batch_, row_;
-  int64_t full_ = 0;       // batches of `batch` samples
-  int64_t tail_size_ = 0;  // size of each batch of the last row (0: none)
+  int64_t n_, batch_, row_;  // n_: the samples the epoch uses (kUneven: fewer than given)
+  int64_t full_ = 0;         // batches of `batch` samples
+  int64_t tail_size_ = 0;    // size of each batch of the last row (0: none)
   int64_t batches_ = -1, length_ = -1;
 };
 
@@ -96,7 +113,7 @@ struct EngineOptions {
   int threads = 1;
   int batch_size = 1;
   int prefetch = 2;  // jobs in flight or ready, >= 1
-  bool drop_last = false;
+  DropLast drop_last = DropLast::kNone;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   int64_t max_errors = -1;     // under kSkip: more failures than this raise BudgetError; -1 = none
   double max_error_rate = -1;  // under kSkip: failures / max(samples seen, 100) above this raise

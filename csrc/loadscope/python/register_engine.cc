@@ -16,6 +16,14 @@ struct Pipeline {
   std::shared_ptr<telemetry::Telemetry> telemetry;
 };
 
+// Python's drop_last (False, True, "uneven") reaches here as "none", "steps", "uneven".
+DropLast drop_last_arg(const std::string& s) {
+  if (s == "none") return DropLast::kNone;
+  if (s == "steps") return DropLast::kSteps;
+  if (s == "uneven") return DropLast::kUneven;
+  throw ConfigError("drop_last must be 'none', 'steps' or 'uneven', got '" + s + "'");
+}
+
 }  // namespace
 
 void register_engine(py::module_& m) {
@@ -34,12 +42,14 @@ void register_engine(py::module_& m) {
 
   m.def(
       "epoch_geometry",
-      [](int64_t n, int64_t batch, int64_t row, bool drop_last) {
-        EpochGeometry g(n, batch, row, drop_last);
-        return py::make_tuple(g.batches(), g.length(), g.padding());
+      [](int64_t n, int64_t batch, int64_t row, const std::string& drop_last, int64_t rank) {
+        EpochGeometry g(n, batch, row, drop_last_arg(drop_last));
+        return py::make_tuple(g.batches(), g.length(), g.padding(), g.rank_length(rank),
+                              g.rank_samples(rank));
       },
-      py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"),
-      "(batches of all ranks, samples drawn, padded samples) of an epoch of n samples (see "
+      py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"), py::arg("rank") = 0,
+      "(batches of all ranks, samples drawn, padded samples, samples rank draws, of which not "
+      "padding) of an epoch of n samples; drop_last 'none', 'steps' or 'uneven' (see "
       "EpochGeometry).");
 
   py::class_<Batch>(m, "Batch")
@@ -152,7 +162,7 @@ void register_engine(py::module_& m) {
           "string area, record key or ''), as the field declares them (pipeline/outputs.h).")
       .def(
           "start",
-          [](Pipeline& p, int threads, int batch_size, int prefetch, bool drop_last,
+          [](Pipeline& p, int threads, int batch_size, int prefetch, const std::string& drop_last,
              const std::string& on_error, int64_t max_errors, double max_error_rate, uint64_t seed,
              int64_t epoch, bool shuffle, int64_t batch_offset, int64_t batch_stride, int64_t row,
              int64_t start_batch, uintptr_t pin, uintptr_t unpin) {
@@ -160,7 +170,7 @@ void register_engine(py::module_& m) {
             o.threads = threads;
             o.batch_size = batch_size;
             o.prefetch = prefetch;
-            o.drop_last = drop_last;
+            o.drop_last = drop_last_arg(drop_last);
             if (on_error == "raise") {
               o.on_error = ErrorPolicy::kRaise;
             } else if (on_error == "skip") {
@@ -175,7 +185,7 @@ void register_engine(py::module_& m) {
             o.batch_stride = batch_stride;
             o.row = row;
             o.start_batch = start_batch;
-            EpochGeometry(p.source->size(), batch_size, row, drop_last);  // fails early, here
+            EpochGeometry(p.source->size(), batch_size, row, o.drop_last);  // fails early, here
             // Addresses of cudaHostRegister / cudaHostUnregister, found by Python (or 0).
             o.pin.pin = reinterpret_cast<int (*)(void*, size_t, unsigned)>(pin);
             o.pin.unpin = reinterpret_cast<int (*)(void*)>(unpin);
