@@ -6,8 +6,13 @@ at its declared size with ``--loadscope-full`` — writing its report folder und
 ``results/loadscope/`` (``--loadscope-out DIR``) and printing each verdict at the end of the
 session. An item fails when the experiment cannot run (an error in the experiment or in the
 user's code) or is invalid (the correctness check between arms failed), and, for an
-experiment marked ``gate = true``, when an arm is not adopted (roll back): a data-pipeline
-regression fails CI.
+experiment marked ``gate = true``, when an arm is a confident roll back (the gain's interval
+lies below what the criteria ask, or a guarded metric regresses beyond its bound at the
+interval): a data-pipeline regression fails CI. An INCONCLUSIVE verdict (the intervals decide
+neither way) passes, reported as INCONCLUSIVE with the repetitions that would decide it
+(``--loadscope-gates=strict`` fails it too). Files under the harness's own output folders
+(``results/``, ``--loadscope-out``) are never collected: a baseline's ``next-experiment.toml``
+is a suggestion, not a test.
 
 A TOML file is an experiment when it lies in a folder named ``experiments`` (a broken one
 there fails as an item) or when it has a ``name`` and a ``[factor]`` table. An experiment's
@@ -41,10 +46,11 @@ SMALL = {"repetitions": 3, "samples": 128, "check_samples": 32}
 def pytest_addoption(parser: Any) -> None:
     g = parser.getgroup("loadscope", "loadscope experiments")
     g.addoption("--loadscope-full", action="store_true", help="run experiment TOMLs at their declared size")
-    g.addoption("--loadscope-gates", choices=("enforce", "report"), default="enforce",
-                help="enforce (default): a gated experiment that does not adopt fails its test; report: its "
-                     "verdict is printed and the test passes (a noisy shared machine, or a smoke run of the "
-                     "experiments that must not turn a speed measurement into a pass/fail)")
+    g.addoption("--loadscope-gates", choices=("enforce", "strict", "report"), default="enforce",
+                help="enforce (default): a gated experiment fails its test on a confident roll back, and an "
+                     "INCONCLUSIVE one passes, reported as such; strict: INCONCLUSIVE fails too; report: every "
+                     "verdict is printed and the test passes (a smoke run that must not turn a speed measurement "
+                     "into a pass/fail)")
     g.addoption("--loadscope-out", default=None, metavar="DIR",
                 help="where experiment reports go (default: <rootdir>/results/loadscope)")
 
@@ -60,6 +66,23 @@ def _looks_like_experiment(path: Any) -> bool:
     except Exception:
         return False
     return isinstance(raw, dict) and "name" in raw and isinstance(raw.get("factor"), dict)
+
+
+def _is_own_output(path: Any, config: Any) -> bool:
+    """A folder the harness wrote: the --loadscope-out folder, <rootdir>/results, or any folder
+    holding a run's or a baseline's record (env.json beside experiment.json or baseline.json)."""
+    out = config.getoption("loadscope_out")
+    if out and os.path.abspath(str(path)) == os.path.abspath(out):
+        return True
+    if path.parent == config.rootpath and path.name == "results":
+        return True
+    return (path / "env.json").is_file() and ((path / "experiment.json").is_file() or (path / "baseline.json").is_file())
+
+
+def pytest_ignore_collect(collection_path: Any, config: Any) -> Optional[bool]:
+    if collection_path.is_dir() and _is_own_output(collection_path, config):
+        return True
+    return None
 
 
 def pytest_collect_file(file_path: Any, parent: Any) -> Optional["ExperimentFile"]:
@@ -114,18 +137,25 @@ def run_experiment(config: Any, exp: Any, *, gate: Optional[bool] = None, full: 
         lines.append(f"{exp.name}: skipped: {summary['reason']}")
         pytest.skip(summary["reason"])
     size = "full" if full else "small"
-    rejected = []
+    rejected, undecided = [], []
     for arm, v in summary["verdicts"].items():
+        more = v.get("repetitions_to_decide")
         lines.append(f"{exp.name} ({size}): {arm} vs {summary['baseline']}: {v['decision'].upper()}"
+                     + (f" (about {more} repetitions would decide it)" if more else "")
                      + (f" — {v['reasons'][0]}" if v["reasons"] else ""))
-        if v["decision"] != "adopt":
+        if v["decision"] == "inconclusive":
+            undecided.append(f"{arm}: INCONCLUSIVE: " + "; ".join(v["reasons"]))
+        elif v["decision"] != "adopt":
             rejected.append(f"{arm}: {v['decision']}: " + "; ".join(v["reasons"]))
     lines.append(f"{exp.name}: report {out}/report.md")
-    if gate and rejected and config.getoption("loadscope_gates") == "report":
-        lines.append(f"{exp.name}: gate not enforced (--loadscope-gates=report): " + " | ".join(rejected))
-    elif gate and rejected:
-        raise ExperimentFailure(f"experiment {exp.name} (gate = true, {size} run): " + " | ".join(rejected)
+    mode = config.getoption("loadscope_gates")
+    failing = rejected + (undecided if mode == "strict" else [])
+    if gate and failing and mode == "report":
+        lines.append(f"{exp.name}: gate not enforced (--loadscope-gates=report): " + " | ".join(failing))
+    elif gate and failing:
+        raise ExperimentFailure(f"experiment {exp.name} (gate = true, {size} run): " + " | ".join(failing)
                                 + f"\nreport: {out}/report.md")
+    summary["_inconclusive"] = bool(undecided)
     return summary
 
 
@@ -145,7 +175,9 @@ class ExperimentItem(pytest.Item):
             exp = load(str(self.path))
         except Exception as e:  # a broken TOML, an unknown key, ...: the message lists what is allowed
             raise ExperimentFailure(f"{self.path}: {e}") from None
-        run_experiment(self.config, exp)
+        summary = run_experiment(self.config, exp)
+        if summary.pop("_inconclusive", False):
+            self.user_properties.append(("loadscope", "inconclusive"))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ExperimentFailure):
@@ -171,11 +203,22 @@ def loadscope_experiment(request: Any):
         else:
             exp = load(os.fspath(experiment))
         try:
-            return run_experiment(request.config, exp, gate=gate, full=full)
+            summary = run_experiment(request.config, exp, gate=gate, full=full)
         except ExperimentFailure as e:
             pytest.fail(str(e), pytrace=False)
+        if summary.pop("_inconclusive", False):
+            request.node.user_properties.append(("loadscope", "inconclusive"))
+        return summary
 
     return run
+
+
+def pytest_report_teststatus(report: Any, config: Any) -> Optional[tuple]:
+    """A passing test with an INCONCLUSIVE experiment is counted and shown as such ("1 passed,
+    1 inconclusive"; -v: INCONCLUSIVE), not as a plain pass."""
+    if report.when == "call" and report.passed and ("loadscope", "inconclusive") in report.user_properties:
+        return "inconclusive", "I", "INCONCLUSIVE"
+    return None
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: Any, config: Any) -> None:

@@ -34,7 +34,8 @@ from PIL import Image
 class Images(torch.utils.data.Dataset):
     """What a training repo has: files in ImageFolder order, PIL, torchvision transforms."""
 
-    def __init__(self, root, size=32, flip=False, reverse=False):
+    def __init__(self, root, size=32, flip=False, reverse=False, delay=0.0):
+        self.delay = delay
         self.paths = sorted(glob.glob(os.path.join(root, "folder", "*", "*.jpg")))
         if reverse:
             self.paths = self.paths[::-1]
@@ -47,6 +48,8 @@ class Images(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, i):
+        if self.delay:
+            time.sleep(self.delay)
         with Image.open(self.paths[i]) as im:
             x = self.tf(im.convert("RGB"))
         return x, self.labels[i], os.path.basename(self.paths[i])
@@ -61,8 +64,8 @@ class Jittered(Images):
 
 
 def make_loader(root, batch_size=8, num_workers=0, pin_memory=False, prefetch_factor=2, persistent_workers=False,
-                size=32, flip=False, reverse=False, distributed=False, shuffle=False, jitter=False):
-    ds = (Jittered if jitter else Images)(root, size, flip, reverse)
+                size=32, flip=False, reverse=False, distributed=False, shuffle=False, jitter=False, delay=0.0):
+    ds = (Jittered if jitter else Images)(root, size, flip, reverse, delay)
     sampler = None
     if distributed and torch.distributed.is_initialized():
         sampler = torch.utils.data.distributed.DistributedSampler(ds, shuffle=False)
@@ -489,9 +492,19 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
             '[run]\nrepetitions = 2\nsamples = 32\nwarmup_samples = 8\ncheck_samples = 16\n')
     (exps / "workers.toml").write_text('name = "workers"\n' + head.replace("[pipeline]\n", '[pipeline]\nfactory = "mytrain.data:make_loader"\n')
                                        + '[factor]\nname = "num_workers"\nvalues = [0, 1]\n[criteria]\nmin_gain = -0.9\n')
-    (exps / "impossible.toml").write_text('name = "impossible"\ngate = true\n' + head.replace(
-        "[pipeline]\n", '[pipeline]\nfactory = "mytrain.data:make_loader"\n')
-        + '[factor]\nname = "num_workers"\nvalues = [0, 1]\n[criteria]\nmin_gain = 5.0\n')
+    user = head.replace("[pipeline]\n", '[pipeline]\nfactory = "mytrain.data:make_loader"\n')
+    # A confident roll back: 20 ms more per sample, by an interval that excludes the bound (0).
+    (exps / "slower.toml").write_text('name = "slower"\ngate = true\n' + user
+                                      + '[factor]\nname = "delay"\nvalues = [0.0, 0.02]\n[criteria]\nmin_gain = 0.0\n')
+    # A/A: the intervals decide nothing (at 99.9%, a spurious decision is a 1-in-1000 event).
+    (exps / "undecided.toml").write_text('name = "undecided"\ngate = true\n' + user + '[factor]\nname = "num_workers"\n'
+                                         'values = [0, 0]\n[criteria]\nmin_gain = 0.0\nconfidence = 0.999\n'
+                                         'max_regression = {}\n')
+    # A baseline's suggestion lies among the harness's output: never collected.
+    suggested = repo / "results" / "baseline" / "20261204-000000"
+    suggested.mkdir(parents=True, exist_ok=True)
+    (suggested / "next-experiment.toml").write_text((exps / "slower.toml").read_text().replace('"slower"', '"suggested"')
+                                                    .replace('training_repo = ".."', f'training_repo = "{repo}"'))
     (exps / "other.toml").write_text('name = "other"\ngate = true\n' + head + '[factor]\nname = "factory"\n'
                                      'values = ["mytrain.data:make_loader", "mytrain.data:make_other_loader"]\n')
     (exps / "typo.toml").write_text('name = "typo"\n[pipeline]\nfactory = "mytrain.data:make_loader"\n[factr]\n')
@@ -509,15 +522,22 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
                        cwd=repo, capture_output=True, text=True, timeout=900)
     out = r.stdout
     assert r.returncode == 1, out
-    assert "PASSED experiments/workers.toml::workers" in out and "PASSED test_fixture.py::test_written_in_python" in out
-    assert "FAILED experiments/impossible.toml::impossible" in out
-    assert "experiment impossible (gate = true, small run): num_workers=1: roll back" in out
+    assert "PASSED test_fixture.py::test_written_in_python" in out
+    workers = re.search(r"workers \(small\): num_workers=1 vs num_workers=0: (ADOPT|ROLL BACK|INCONCLUSIVE)", out)
+    assert workers, out  # not gated: passes whatever its verdict, counted as inconclusive when it is
+    assert "FAILED experiments/workers.toml" not in out
+    undecided = 1 + (workers.group(1) == "INCONCLUSIVE")
+    assert "FAILED experiments/slower.toml::slower" in out
+    assert "experiment slower (gate = true, small run): delay=0.02: roll back: throughput: worse" in out
     assert "FAILED experiments/other.toml::other" in out and "different samples" in out
     assert "FAILED experiments/typo.toml::typo" in out and "unknown key(s) factr" in out
-    assert "2 failed" not in out and "3 failed, 2 passed" in out
+    # Gated but inconclusive: passes, counted and reported as such, with what would decide it.
+    assert "FAILED experiments/undecided.toml" not in out
+    assert re.search(r"undecided \(small\): num_workers=0 \(B\) vs num_workers=0: INCONCLUSIVE \(about \d+ repetitions "
+                     r"would decide it\) — throughput: undecided", out), out
+    assert f"3 failed, {3 - undecided} passed, {undecided} inconclusive in" in out
+    assert "suggested" not in out  # results/ is the harness's: not collected
     assert " loadscope experiments " in out and "pyproject" not in out
-    # not gated: passes with whatever verdict (a worker process adds memory: peak_pss may veto it)
-    assert re.search(r"workers \(small\): num_workers=1 vs num_workers=0: (ADOPT|ROLL BACK) — ", out)
     assert (repo / "results" / "loadscope" / "workers" / "report.md").exists()
 
 

@@ -183,13 +183,44 @@ def _staging(exp: Experiment, per_arm: Dict[str, Any], storage: Dict[str, Any], 
     return out
 
 
+def _repetitions_to_decide(lo: float, hi: float, bound: float, n: int) -> Optional[int]:
+    """About how many repetitions would put an interval [lo, hi] of relative effects on one
+    side of `bound`: its half-width (log scale) shrinks as 1/sqrt(n) around its centre. None
+    when the centre is on the bound (no number of repetitions decides it)."""
+    if lo <= -1 or bound <= -1:
+        return None
+    centre = (math.log1p(lo) + math.log1p(hi)) / 2
+    half = (math.log1p(hi) - math.log1p(lo)) / 2
+    gap = abs(centre - math.log1p(bound))
+    if gap < 1e-9:
+        return None
+    return max(n + 1, math.ceil(n * (half / gap) ** 2))
+
+
 def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
     """Adopt when the primary metric's gain is above min_gain at the interval's lower bound,
     no guarded metric regresses beyond its bound (point estimate), the correctness check
-    passed, and staging (if any) pays off within max_break_even_epochs. Roll back otherwise."""
+    passed, and staging (if any) pays off within max_break_even_epochs.
+
+    Otherwise the run found a reason not to adopt, and the verdict says how sure that is
+    (Note [three verdicts]): "roll back" when one reason is a finding (the gain's interval lies
+    wholly below min_gain, a guarded metric's regression interval wholly beyond its bound, or
+    staging that cannot pay off), "inconclusive" when every reason is only a point estimate
+    whose interval still reaches the other side; "invalid" when a repetition failed or the arms
+    disagree.
+
+    Note [three verdicts]
+    A gate in CI must fail on evidence, not on noise. "No significant difference" from an
+    interval of [-3%, +9%] against a required +5% says nothing about whether the arm is worth
+    it; failing a build on it (as this harness once did) trains people to ignore the gate. So
+    an inconclusive verdict names itself, with about how many repetitions would decide it, and
+    the pytest plugin passes it by default (--loadscope-gates=strict fails it too)."""
     c = exp.criteria
     m = c["metric"]
-    reasons, ok = [], True
+    reasons: List[str] = []
+    confident: List[str] = []   # reasons not to adopt that the intervals support
+    uncertain: List[str] = []   # reasons not to adopt that rest on a point estimate
+    decide: List[int] = []      # repetitions that would decide each uncertain one
     if s["failure"]:
         return {"decision": "invalid", "reasons": ["a repetition failed: " + s["failure"].splitlines()[0]]}
     check = s["correctness"]["arms"].get(arm)
@@ -197,24 +228,32 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
         return {"decision": "invalid", "reasons": ["correctness check failed: " + check["detail"]]}
     if check is not None and check["ok"] is None:
         reasons.append("correctness was NOT checked (no sample ids): the arms may not deliver the same data")
-    g = _goodness(m, s["effects"][arm][m]) if m in s["effects"][arm] else {"gain": None, "low": None}
+    g = _goodness(m, s["effects"][arm][m]) if m in s["effects"][arm] else {"gain": None, "low": None, "high": None}
     sig = stats.significant(s["effects"][arm][m]) if m in s["effects"][arm] else None
     pct = lambda x: "n/a" if x is None else f"{x * 100:+.1f}%"  # noqa: E731
+    n = s["repetitions"][arm]
     if g["low"] is None:
-        ok = False
+        uncertain.append(m)
         reasons.append(f"{m}: no interval (needs 2 or more repetitions)")
     elif g["low"] > c["min_gain"]:
         reasons.append(f"{m}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; the lower bound "
                        f"is above the required {pct(c['min_gain'])}")
+    elif g["high"] is not None and g["high"] < c["min_gain"]:
+        confident.append(m)
+        what = ("worse" if g["high"] < 0 else "no significant difference" if sig is False else "gain too small")
+        reasons.append(f"{m}: {what}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; the "
+                       f"whole interval is below the required {pct(c['min_gain'])}")
     else:
-        ok = False
-        what = "no significant difference" if sig is False else ("worse" if g["gain"] is not None and g["gain"] < 0 else "gain too small or too uncertain")
-        reasons.append(f"{m}: {what}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; "
-                       f"adopting needs the lower bound above {pct(c['min_gain'])}")
+        uncertain.append(m)
+        more = _repetitions_to_decide(g["low"], g["high"], c["min_gain"], n)
+        if more is not None:
+            decide.append(more)
+        reasons.append(f"{m}: undecided: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}] "
+                       f"holds the required {pct(c['min_gain'])}"
+                       + (f"; about {more} repetitions (or longer ones) would decide it" if more else ""))
     # Honesty: can this run answer the question it was asked? (Note [what a run can resolve])
     warnings = []
     res = s["resolution"][arm]
-    n = s["repetitions"][arm]
     if res.get(m) is not None and res[m] > c["min_gain"]:
         warnings.append(f"{m}: this run cannot resolve a gain of {pct(c['min_gain'])}: with {n} repetitions and the spread "
                         f"observed, effects within ±{res[m] * 100:.1f}% are indistinguishable from none; about "
@@ -231,35 +270,53 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
     for gm, bound in c["max_regression"].items():
         if gm not in s["effects"][arm]:
             continue
-        e = s["effects"][arm][gm]["effect"]
+        eff = s["effects"][arm][gm]
+        e = eff["effect"]
         if e is None:
             continue
-        regression = -e if METRICS[gm][1] else e
+        higher = METRICS[gm][1]
+        regression = -e if higher else e
         if regression > bound:
-            ok = False
-            reasons.append(f"{gm}: regresses {pct(regression)} (bound {pct(bound)})")
+            # The regression's interval: how much worse at least.
+            lo, hi = eff.get("ci_low"), eff.get("ci_high")
+            least = None if lo is None or hi is None else (-hi if higher else lo)
+            if least is not None and least > bound:
+                confident.append(gm)
+                reasons.append(f"{gm}: regresses {pct(regression)} (at least {pct(least)} at the {conf_txt(s)}; "
+                               f"bound {pct(bound)})")
+            else:
+                uncertain.append(gm)
+                more = None
+                if lo is not None and hi is not None:
+                    worse = (-hi, -lo) if higher else (lo, hi)
+                    more = _repetitions_to_decide(worse[0], worse[1], bound, n)
+                if more is not None:
+                    decide.append(more)
+                reasons.append(f"{gm}: regresses {pct(regression)} (bound {pct(bound)}), but its interval reaches back "
+                               "within the bound" + (f"; about {more} repetitions would decide it" if more else ""))
         else:
             reasons.append(f"{gm}: {pct(e)} change, within the {pct(bound)} regression bound")
     st = s["staging"].get(arm)
     if st is not None:
         be, what = st["break_even_epochs"], "cache" if st.get("cache") else "staging"
         if st.get("unknown"):
-            ok = False
+            confident.append(what)
             reasons.append(f"{what}: its cost cannot be weighed (samples per epoch or a time unknown)")
         elif be is None:
-            ok = False
+            confident.append(what)
             reasons.append(f"{what}: costs {st['cost']:.2f} s per run and saves no time per epoch: it never pays off")
         elif be > c["max_break_even_epochs"]:
-            ok = False
+            confident.append(what)
             reasons.append(f"{what}: costs {st['cost']:.2f} s, pays off after {be:.1f} epochs, more than the "
                            f"{c['max_break_even_epochs']:g} allowed")
         else:
             reasons.append(f"{what}: costs {st['cost']:.2f} s, pays off after {be:.1f} epochs")
-    # An unresolvable question does not change the decision rule (adopt needs the lower bound
-    # above min_gain), but the verdict says it was not a real test.
-    inconclusive = any(w.startswith(f"{m}: this run cannot resolve") for w in warnings) and not ok
-    return {"decision": "adopt" if ok else "roll back", "significant": sig, "reasons": reasons,
-            "warnings": warnings, "inconclusive": inconclusive}
+    decision = "roll back" if confident else "inconclusive" if uncertain else "adopt"
+    out = {"decision": decision, "significant": sig, "reasons": reasons, "warnings": warnings,
+           "inconclusive": decision == "inconclusive"}
+    if decision == "inconclusive":
+        out["repetitions_to_decide"] = max(decide) if decide else None
+    return out
 
 
 def conf_txt(s: Dict[str, Any]) -> str:
@@ -469,8 +526,9 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
         L += [f"**Correctness was NOT checked** for {', '.join(unchecked)}: no sample ids, so nothing shows that the "
               "arms deliver the same data. Give `[pipeline] sample_ids = \"package.module:function\"`.", ""]
     for a, v in summary["verdicts"].items():
-        L.append(f"- **{a}: {v['decision']}**{' (INCONCLUSIVE: see the warnings)' if v.get('inconclusive') else ''} "
-                 f"(against {summary['baseline']})")
+        L.append(f"- **{a}: {v['decision']}** (against {summary['baseline']})"
+                 + (": the intervals do not decide it either way" + (f"; about {v['repetitions_to_decide']} repetitions "
+                    "would" if v.get("repetitions_to_decide") else "") if v["decision"] == "inconclusive" else ""))
         L += [f"  - **warning**: {w}" for w in v.get("warnings", [])]
         L += [f"  - {r}" for r in v["reasons"]]
     st = summary["step"]
@@ -560,7 +618,8 @@ def console(summary: Dict[str, Any]) -> str:
     out = [table(summary), ""]
     for a, v in summary["verdicts"].items():
         out.append(f"verdict for {a} (vs {summary['baseline']}): {v['decision'].upper()}"
-                   + (" (INCONCLUSIVE)" if v.get("inconclusive") else ""))
+                   + (f" (about {v['repetitions_to_decide']} repetitions would decide it)"
+                      if v.get("repetitions_to_decide") else ""))
         out += [f"  - WARNING: {w}" for w in v.get("warnings", [])]
         out += [f"  - {r}" for r in v["reasons"]]
     return "\n".join(out)
