@@ -1,5 +1,6 @@
 """Builds loadscope's extension with CMake (see CMakeLists.txt): `pip install --no-build-isolation .`"""
 
+import json
 import os
 import shutil
 import subprocess
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).parent.resolve()
 
@@ -44,7 +46,29 @@ class CMakeBuild(build_ext):
         subprocess.check_call(["cmake", "--build", str(build_dir), "--target", "_native", "-j", jobs])
 
 
+class BuildPy(build_py):
+    """Records the git commit the package is built from (loadscope/_build_info.json): an
+    install from a clone then names it in every experiment's env.json, as a checkout does."""
+
+    def run(self) -> None:
+        super().run()
+
+        def git(*args: str) -> str:
+            try:
+                out = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=10)
+            except (OSError, subprocess.TimeoutExpired):
+                return ""
+            return out.stdout.strip() if out.returncode == 0 else ""
+
+        commit = git("rev-parse", "HEAD")
+        info = {"commit": commit or None, "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))
+                if commit else None, "source": str(ROOT)}
+        out = Path(self.build_lib) / "loadscope" / "_build_info.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(info) + "\n")
+
+
 setup(
     ext_modules=[CMakeExtension("loadscope._native")],
-    cmdclass={"build_ext": CMakeBuild},
+    cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
 )

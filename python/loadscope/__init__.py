@@ -36,6 +36,7 @@ from ._fields import (
 )
 from ._loader import Dataset, Loader, default_threads
 from .mix import mixup_cutmix
+from .swap import from_dataloader
 from ._sources import (
     IMAGE_EXTENSIONS,
     VIDEO_EXTENSIONS,
@@ -53,5 +54,5 @@ __all__ = [
     "Audio", "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
-    "default_threads", "expand_braces", "mixup_cutmix",
+    "default_threads", "expand_braces", "from_dataloader", "mixup_cutmix",
 ]

@@ -14,4 +14,16 @@ from .experiment import Experiment, from_dict, load
 from .runner import ExperimentFailed, run
 from .user import StepContext
 
-__all__ = ["Experiment", "ExperimentFailed", "StepContext", "from_dict", "load", "run"]
+__all__ = ["Experiment", "ExperimentFailed", "StepContext", "from_dict", "load", "require", "run"]
+
+
+def require() -> None:
+    """What the harness needs beyond torch, checked before it writes anything: psutil (the
+    memory, CPU and I/O of every process of a repetition). A ConfigError that says how to get it."""
+    from .._errors import ConfigError
+    from ..telemetry.watcher import PSUTIL_MISSING
+
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        raise ConfigError(PSUTIL_MISSING) from None

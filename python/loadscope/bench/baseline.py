@@ -12,6 +12,7 @@ next, as a TOML file (`next-experiment.toml`)."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import time
@@ -66,12 +67,21 @@ def _figure(rows: List[Dict[str, Any]], key: str) -> Dict[str, Any]:
     return {"median": s["median"], "ci_low": s["ci_low"], "ci_high": s["ci_high"], "n": s["n"]}
 
 
+# Data wait above this share of the loop is material: input can then hold training back.
+INPUT_BOUND = 0.10
+
+
 def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str, Any]:
     """The figures of the diagnosis from the repetitions' raw results (medians and intervals)."""
+    from .report import cores_used
+
     for r in rows:  # derived per repetition, so that they get intervals too
-        r["cores_used"] = r["cpu_seconds"] / r["seconds"] if r.get("seconds") else None
+        r["cores_used"], r["cores_used_uncertainty"] = cores_used(r) if r.get("seconds") else (None, None)
         r["read_mb_per_s"] = r["read_chars"] / r["seconds"] / 1e6 if r.get("seconds") else None
         r["storage_mb_per_s"] = r["read_bytes"] / r["seconds"] / 1e6 if r.get("seconds") else None
+        # What feeding training costs: the pipeline's CPU per sample at the rate the step takes samples.
+        r["pipeline_cores_at_training_rate"] = (r["cpu_per_sample"] / 1e3 * r["e2e_throughput"]
+                                                if "e2e_seconds" in r and r.get("cpu_per_sample") is not None else None)
         rs = r.get("restart") or {}
         r["new_epoch_first_batch"] = min(rs["new_epoch_first_batch"]) if rs.get("new_epoch_first_batch") else None
         fl = rs.get("flipped") or {}
@@ -80,11 +90,12 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
         r["peak_rss_total"] = sum(p["rss_peak"] for p in r.get("processes", [])) / 2**20
     keys = ["throughput", "e2e_throughput", "data_wait_share", "step_time_p50", "step_time_p99", "step_time_max",
             "step_ms", "gpu_idle_share", "first_batch", "new_epoch_first_batch", "flipped_cold_first_batch",
-            "flipped_new_epoch_first_batch", "cpu_per_sample", "cores_used", "read_mb_per_s", "storage_mb_per_s",
-            "peak_pss", "peak_rss_total", "latency_p50", "latency_p99"]
+            "flipped_new_epoch_first_batch", "cpu_per_sample", "cores_used", "pipeline_cores_at_training_rate",
+            "read_mb_per_s", "storage_mb_per_s", "peak_pss", "peak_rss_total", "latency_p50", "latency_p99"]
     out: Dict[str, Any] = {k: _figure(rows, k) for k in keys}
     first = rows[0]
     out["cpu_seconds"] = _figure(rows, "cpu_seconds")
+    out["cores_used_uncertainty"] = max((r["cores_used_uncertainty"] or 0.0) for r in rows)
     out["restart_after"] = (first.get("restart") or {}).get("after")
     out["processes"] = first.get("processes", [])
     out["pipeline"] = first.get("pipeline", {})
@@ -98,30 +109,66 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
     return out
 
 
+def _medians(o: Dict[str, Any]) -> Dict[str, Any]:
+    return {k: v["median"] for k, v in o.items() if isinstance(v, dict) and "median" in v}
+
+
+def bottleneck(o: Dict[str, Any], has_step: bool) -> Dict[str, Any]:
+    """What the measurements say holds training back: {kind, lines}. kind is "input" (the loop
+    waits for data a material share of the time), "compute" (it hardly waits: the step
+    decides the speed) or "pipeline" (no step was given: the pipeline alone was measured)."""
+    med = _medians(o)
+    usable = o["usable_cpus"] or 1
+    wait, e2e, alone = med.get("data_wait_share"), med.get("e2e_throughput"), med.get("throughput")
+    cpu_ms, at_rate, flat = med.get("cpu_per_sample"), med.get("pipeline_cores_at_training_rate"), med.get("cores_used")
+    lines: List[str] = []
+    if has_step and wait is not None:
+        kind = "input" if wait >= INPUT_BOUND else "compute"
+        lines.append(f"the training loop waited for data {wait:.1%} of the time (time in next() over next() plus the "
+                     f"step; material from {INPUT_BOUND:.0%}): "
+                     + ("**input-bound** — input that never kept it waiting would make training up to "
+                        f"{1 / (1 - wait) - 1:.0%} faster" if kind == "input" else
+                        "**compute-bound** — the step decides the speed; a faster pipeline would not speed training up"))
+        if e2e and alone:
+            lines.append(f"training took {e2e:.0f} samples/s; the pipeline alone delivers {alone:.0f} samples/s "
+                         f"({alone / e2e:.2g}x what training takes)")
+        if at_rate is not None and cpu_ms is not None:
+            lines.append(f"at the rate training takes samples, feeding it costs **{at_rate:.2f} of {usable} usable cores** "
+                         f"({cpu_ms:.2f} ms of CPU per sample, all the pipeline's processes, x {e2e:.0f} samples/s): "
+                         "cores the step and the rest of the job do not get")
+    else:
+        kind = "pipeline"
+        lines.append("no step was given: only the pipeline was measured (give --step to measure training end to end "
+                     "and the data wait)")
+        if alone and cpu_ms is not None:
+            lines.append(f"the pipeline alone delivers {alone:.0f} samples/s at {cpu_ms:.2f} ms of CPU per sample")
+    if flat is not None:
+        lines.append(f"flat out (the pipeline alone, no step), it kept {flat:.2f} ± {o.get('cores_used_uncertainty', 0):.2f} "
+                     f"of {usable} usable cores busy"
+                     + (" — what the pipeline does alone, not what training leaves it" if kind != "pipeline" else ""))
+    return {"kind": kind, "lines": lines}
+
+
 def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
     """Suggestions of why, from the observations; each is a thing to test, not a finding."""
     out: List[str] = []
-    med = {k: v["median"] for k, v in o.items() if isinstance(v, dict) and "median" in v}
+    med = _medians(o)
     p = o["pipeline"]
     usable = o["usable_cpus"]
-    wait = med.get("data_wait_share")
-    if has_step and wait is not None:
-        if wait >= 0.05:
-            out.append(f"the training loop waits for data {wait:.0%} of the time"
-                       + (": input-bound" if wait > 0.3 else "") + f"; input that never kept it waiting would make "
-                       f"training at most {1 / (1 - wait) - 1:.0%} faster — unless the pipeline also competes with the "
-                       "step for the same cores, when a cheaper pipeline speeds the step up too (compare e2e_throughput).")
-        else:
-            out.append(f"the training loop waits for data only {wait:.0%} of the time: compute-bound; a faster "
-                       "pipeline would not speed training up, but fewer workers might save memory and cores.")
-    cores = med.get("cores_used")
-    if cores is not None and usable and cores > 1.1 * usable:
-        out.append(f"{cores:.1f} cores busy of {usable}: impossible, so the pipeline phase was too short to measure CPU "
-                   "(work done before it, e.g. by prefetching workers, was counted in it); measure more samples.")
-    elif cores is not None and usable:
+    kind = bottleneck(o, has_step)["kind"]
+    cores, at_rate = med.get("cores_used"), med.get("pipeline_cores_at_training_rate")
+    if kind == "input":
+        out.append("training waits for input: a pipeline that delivers faster at the same CPU (more workers where "
+                   "cores are idle) or needs less CPU per sample (the swap) would raise end-to-end throughput — unless "
+                   "the step competes with the pipeline for the same cores, which the end-to-end figure shows too.")
+    elif kind == "compute" and at_rate is not None and usable:
+        out.append(f"training is compute-bound: the pipeline's speed does not matter now, its cost does — {at_rate:.2f} "
+                   f"of {usable} cores at the rate training takes samples; less CPU per sample would free them "
+                   "(and a pipeline with headroom keeps up when the step gets faster).")
+    if cores is not None and usable and kind in ("input", "pipeline"):
         if cores > 0.85 * usable:
-            out.append(f"the pipeline alone kept {cores:.1f} of {usable} usable cores busy: CPU-bound here; more workers "
-                       "cannot help, less CPU work per sample can (decoding and augmenting in native threads, "
+            out.append(f"the pipeline alone kept {cores:.1f} of {usable} usable cores busy: CPU-bound here; more "
+                       "workers cannot help, less CPU work per sample can (decoding and augmenting in native threads, "
                        "a smaller decode via DCT scaling, fewer copies).")
         elif p.get("dataloader") and (p.get("num_workers") or 0) < usable:
             out.append(f"the pipeline alone used {cores:.1f} of {usable} usable cores with {p.get('num_workers')} "
@@ -144,8 +191,13 @@ def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
                    + (f"; {len(workers)} worker processes over the run, as the workers start again every epoch"
                       if len(workers) > at_once else "") + ".")
     if o.get("has_ids") is False:
-        out.append("no sample ids were found in the batches: experiments can check correctness between arms only "
-                   "with a sample_ids function (one id per sample of a batch).")
+        if p.get("ids_by_position"):
+            out.append("the batches carry no sample ids, but the dataset lists its files: with shuffling off (the "
+                       "suggested experiment turns it off) the harness names each sample by its position in the epoch, "
+                       "so the correctness check between arms works without a sample_ids function.")
+        else:
+            out.append("no sample ids were found in the batches: experiments can check correctness between arms only "
+                       "with a sample_ids function (one id per sample of a batch).")
     return out
 
 
@@ -163,67 +215,192 @@ def _toml_value(v: Any) -> str:
     raise TypeError(f"cannot write {type(v).__name__} to TOML")
 
 
-def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any]) -> Dict[str, Any]:
-    """The next experiment: one factor, chosen from the observations and from what the factory
-    accepts. Returns {why, factor, values|arms, criteria, needs} (needs: code the user must write
-    first, or None)."""
+SWAP_FILE = "loadscope_factory.py"
+SWAP_NAME = "make_loadscope_loader"
+
+
+def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], out_dir: Optional[str] = None) -> Dict[str, Any]:
+    """The next experiment: one factor, chosen from the bottleneck the figures show and from
+    what the factory accepts, with what makes its arms comparable. Returns {why, hypothesis,
+    expect, factor, values, criteria, pipeline (settings pinned for both arms), mode,
+    overrides, notes, needs (code the user must write first, or None), swap (the generated
+    factory file's text, or None)}."""
     arm = exp.arms[0].config
     with user.on_path(exp.training_repo):
         fn = user.resolve(arm["factory"], "factory")
         accepted = user.accepts(fn)
         module = __import__(arm["factory"].split(":")[0], fromlist=["_"])
-    s = _choose(exp, o, kwargs, accepted, module)
+    s = _choose(exp, o, kwargs, accepted, module, out_dir)
+    p = o["pipeline"]
+    random = (p.get("translation") or {}).get("random")
+    notes: List[str] = []
+    # What makes the arms comparable, set through the factory's own arguments for both arms:
+    # the same samples in the measured phases (shuffling off) and the same seeds.
+    pinned: Dict[str, Any] = {}
+    if "shuffle" in accepted and kwargs.get("shuffle", accepted["shuffle"]) is not False:
+        pinned["shuffle"] = False
+        notes.append("shuffle = false: both arms read the same samples in the same order (the baseline's "
+                     + ("DataLoader shuffled" if p.get("sampler") == "RandomSampler" else "factory may shuffle") + ")")
+    if "seed" in accepted:
+        pinned["seed"] = 0
+    s["pipeline"] = pinned
     # Random augmentations differ between two pipelines, and within one DataLoader with another
     # number of workers (each worker has its own seed): the check must compare the arms without
     # them — through a flag of the factory's that turns them off, when it has one by a usual name.
     flag = next((k for k in ("train", "training", "augment", "augmentation", "random") if k in accepted), None)
     s["overrides"] = {flag: False} if flag else None
+    shuffles = p.get("sampler") == "RandomSampler" and "shuffle" not in accepted
+    if not flag and (random or shuffles) and s["factor"] in ("factory", "num_workers"):
+        # Nothing to turn them off with: a check would fail on augmentation, not on the data.
+        s["mode"] = "none"
+        why = (f"the transforms draw at random ({', '.join(random)})" if random else "") + \
+              (" and " if random and shuffles else "") + ("the DataLoader shuffles" if shuffles else "")
+        s["unchecked"] = (f"{why} and {arm['factory']} has no argument to turn that off (train=, shuffle=), so the "
+                          "arms cannot be compared sample for sample: correctness is NOT checked. Add such an argument "
+                          "and set it in [correctness] overrides to check it")
+        notes.append(s["unchecked"])
+    s["notes"] = notes
     return s
 
 
-def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted: Dict[str, Any],
-            module: Any) -> Dict[str, Any]:
+def _swap_target(exp: Experiment, o: Dict[str, Any], module: Any, out_dir: Optional[str]) -> Dict[str, Any]:
+    """The loadscope arm of a swap: a factory the user's module already has, or one written
+    next to the experiment from the DataLoader's translation (loadscope.swap), or a stub that
+    fails with what could not be translated."""
     arm = exp.arms[0].config
-    current = lambda k: kwargs.get(k, accepted.get(k))  # noqa: E731
-    med = {k: v["median"] for k, v in o.items() if isinstance(v, dict) and "median" in v}
-    usable = o["usable_cpus"] or 1
-    p = o["pipeline"]
-    wait, cores = med.get("data_wait_share"), med.get("cores_used") or 0.0
-    has_step = exp.step["compute"] != "none"
-    metric = "e2e_throughput" if has_step else "throughput"
-    nw = p.get("num_workers") if p.get("dataloader") else current("num_workers")
-    if has_step and wait is not None and wait < 0.05 and isinstance(nw, int) and nw > 1 and "num_workers" in accepted:
-        return {"why": "training is compute-bound: fewer workers may keep the speed and save memory",
-                "factor": "num_workers", "values": [nw, max(1, nw // 2)], "needs": None,
-                "criteria": {"metric": "peak_pss", "min_gain": 0.05, "max_regression": {"e2e_throughput": 0.02}}}
-    new, flip = med.get("new_epoch_first_batch"), med.get("flipped_new_epoch_first_batch")
-    if (o["persistent_workers"] is False and new is not None and flip is not None and flip < 0.5 * new
-            and "persistent_workers" in accepted):
-        return {"why": f"a new epoch's first batch took {new:.2f} s, {flip:.2f} s with persistent workers",
-                "factor": "persistent_workers", "values": [False, True], "needs": None,
-                "criteria": {"metric": "new_epoch_first_batch", "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
-    if cores <= 0.85 * usable and isinstance(nw, int) and nw < usable and "num_workers" in accepted:
-        return {"why": f"the pipeline used {cores:.1f} of {usable} cores: another worker may use the idle ones",
-                "factor": "num_workers", "values": [nw, min(usable, max(1, 2 * nw))], "needs": None,
-                "criteria": {"metric": metric, "min_gain": 0.05, "max_regression": {"peak_pss": 0.5}}}
-    # CPU-bound (or nothing else to turn): less work per sample, i.e. the swap to loadscope.
     name = arm["factory"].split(":")[0]
     existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and callable(getattr(module, n)))
-    target = f"{name}:{existing[0]}" if existing else f"{name}:make_loadscope_loader"
-    return {"why": f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores): less CPU per sample is the way on",
-            "factor": "factory", "values": [arm["factory"], target], "mode": "tolerance",
-            "needs": None if existing else f"write {target}: a factory with the same arguments that returns a "
-                                            "loadscope Loader yielding batches of the same structure (docs/getting-started.md)",
-            "criteria": {"metric": metric, "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
+    if existing:
+        return {"target": f"{name}:{existing[0]}", "needs": None, "swap": None, "translated": True}
+    tr = o["pipeline"].get("translation") or {"ok": False, "why": "the factory did not return a DataLoader"}
+    where = os.path.join(out_dir or ".", SWAP_FILE)
+    return {"target": f"{where}:{SWAP_NAME}", "translated": tr["ok"],
+            "needs": None if tr["ok"] else f"write {SWAP_NAME} in {where}: {tr['why']}",
+            "swap": {"path": where, "lines": tr.get("lines", []), "why": tr.get("why")}}
 
 
-def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any]) -> None:
+def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted: Dict[str, Any],
+            module: Any, out_dir: Optional[str] = None) -> Dict[str, Any]:
+    arm = exp.arms[0].config
+    current = lambda k: kwargs.get(k, accepted.get(k))  # noqa: E731
+    med = _medians(o)
+    usable = o["usable_cpus"] or 1
+    p = o["pipeline"]
+    has_step = exp.step["compute"] != "none"
+    b = bottleneck(o, has_step)
+    wait: float = med.get("data_wait_share") or 0.0
+    cores: float = med.get("cores_used") or 0.0
+    at_rate, cpu_ms = med.get("pipeline_cores_at_training_rate"), med.get("cpu_per_sample")
+    given = p.get("num_workers") if p.get("dataloader") else current("num_workers")
+    workers_arg = "num_workers" in accepted and isinstance(given, int)
+    nw: int = given if isinstance(given, int) else 0
+    idle = cores <= 0.85 * usable and workers_arg and nw < usable
+
+    def swap(metric: str, why: str, hypothesis: str, criteria: Dict[str, Any]) -> Dict[str, Any]:
+        t = _swap_target(exp, o, module, out_dir)
+        # Two decoders agree within about a level of 255 (docs/augmentations.md): in the output's
+        # units, which for a normalised float output are 1 / 255 / std.
+        image = (p.get("translation") or {}).get("image") or {}
+        std = min(image.get("std") or (1.0,)) if image.get("dtype", "uint8") != "uint8" else None
+        tolerance = 1.0 if std is None else round(1.0 / 255 / std, 6)
+        return {"why": why, "hypothesis": hypothesis, "expect": "adopt", "factor": "factory",
+                "values": [arm["factory"], t["target"]], "mode": "tolerance", "tolerance": tolerance,
+                "needs": t["needs"], "swap": t["swap"], "criteria": dict(criteria, metric=metric)}
+
+    if b["kind"] == "input":
+        potential = 1 / (1 - wait) - 1
+        # The gain asked for must be one the figures allow: at most half of what removing the wait gives.
+        min_gain = round(min(0.05, potential / 2), 3)
+        new, flip = med.get("new_epoch_first_batch"), med.get("flipped_new_epoch_first_batch")
+        if (o["persistent_workers"] is False and new is not None and flip is not None and flip < 0.5 * new
+                and "persistent_workers" in accepted):
+            return {"why": f"a new epoch's first batch took {new:.2f} s, {flip:.2f} s with persistent workers",
+                    "hypothesis": "new epochs wait for the DataLoader's workers to start again",
+                    "expect": "adopt", "factor": "persistent_workers", "values": [False, True], "needs": None,
+                    "criteria": {"metric": "new_epoch_first_batch", "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
+        if idle:
+            more = min(usable, max(1, 2 * nw))
+            return {"why": f"training waits for data {wait:.0%} of the time while the pipeline uses {cores:.1f} of "
+                           f"{usable} cores", "factor": "num_workers", "values": [nw, more], "needs": None,
+                    "hypothesis": f"{more - nw} more worker(s) turn idle cores into input, and the wait into training",
+                    "expect": "adopt",
+                    "criteria": {"metric": "e2e_throughput", "min_gain": min_gain, "max_regression": {"peak_pss": 0.5}}}
+        return swap("e2e_throughput", f"training waits for data {wait:.0%} of the time and the pipeline needs "
+                                      f"{cpu_ms:.2f} ms of CPU per sample" if cpu_ms is not None else
+                    f"training waits for data {wait:.0%} of the time",
+                    "loadscope decodes and augments the same samples with less CPU per sample, in threads: the loop "
+                    "waits less and training gets faster end to end",
+                    {"min_gain": min_gain, "max_regression": {"peak_pss": 0.25}})
+    if b["kind"] == "compute":
+        # What feeding training costs is the question: the swap answers it where it can be
+        # written (a loadscope factory exists, or the DataLoader translates); else fewer workers.
+        t = _swap_target(exp, o, module, out_dir)
+        if t["translated"] or not (workers_arg and nw > 1):
+            return swap("cpu_per_sample", f"training is compute-bound (data wait {wait:.0%}), and feeding it costs "
+                                          f"{at_rate:.2f} of {usable} cores" if at_rate is not None else
+                        f"training is compute-bound (data wait {wait:.0%})",
+                        "loadscope delivers the same samples for less CPU per sample, freeing cores without slowing "
+                        "training (end-to-end throughput is guarded, not asked to rise: the step decides it)",
+                        {"min_gain": 0.05, "max_regression": {"e2e_throughput": 0.10, "peak_pss": 0.25}})
+        return {"why": f"training is compute-bound (data wait {wait:.0%}): fewer workers may keep the speed and save "
+                       "memory and cores", "factor": "num_workers", "values": [nw, max(1, nw // 2)], "needs": None,
+                "hypothesis": "half the workers still keep the step fed, with less memory",
+                "expect": "adopt",
+                "criteria": {"metric": "peak_pss", "min_gain": 0.05, "max_regression": {"e2e_throughput": 0.05}}}
+    # The pipeline alone.
+    if idle:
+        more = min(usable, max(1, 2 * nw))
+        return {"why": f"the pipeline used {cores:.1f} of {usable} cores: another worker may use the idle ones",
+                "hypothesis": "more workers turn idle cores into throughput", "expect": "adopt",
+                "factor": "num_workers", "values": [nw, more], "needs": None,
+                "criteria": {"metric": "throughput", "min_gain": 0.05, "max_regression": {"peak_pss": 0.5}}}
+    return swap("throughput", f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores)",
+                "loadscope does the same work with less CPU per sample: more samples per second on the same cores",
+                {"min_gain": 0.05, "max_regression": {"peak_pss": 0.25}})
+
+
+def _swap_source(exp: Experiment, kwargs: Dict[str, Any], swap: Dict[str, Any]) -> str:
+    """The generated factory: the user's DataLoader translated by loadscope.swap, with the
+    translation as it was for the baseline's arguments, or a stub saying what was not."""
+    arm = exp.arms[0].config
+    module, fn_name = arm["factory"].split(":")
+    with user.on_path(exp.training_repo):
+        fn = user.resolve(arm["factory"], "factory")
+    try:
+        sig = inspect.signature(fn)
+        plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in sig.parameters.values())
+        params = str(sig) if plain else "(**kwargs)"
+    except (TypeError, ValueError):
+        plain, params = False, "(**kwargs)"
+    call = ", ".join(f"{n}={n}" for n in sig.parameters) if plain else "**kwargs"
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    if swap["why"] is not None:  # not translatable: a stub that says why
+        return (f'"""Written by `loadscope bench baseline` on {stamp}: the loadscope counterpart of {arm["factory"]}\n'
+                f"could not be written for you. Write {SWAP_NAME} by hand: a Loader yielding batches of the same\n"
+                f'structure (docs/getting-started.md#the-swap)."""\n\n\n'
+                f"def {SWAP_NAME}{params}:\n"
+                f"    raise NotImplementedError({json.dumps('loadscope could not translate ' + arm['factory'] + ': ' + swap['why'])})\n")
+    lines = "\n".join(f"    {ln}" for ln in swap["lines"])
+    return (f'"""Written by `loadscope bench baseline` on {stamp}: {arm["factory"]}\'s pipeline on loadscope, for the\n'
+            f"experiment next to this file. It is yours to keep: copy it into your repository and edit it.\n\n"
+            f"The DataLoader {fn_name} returns is made (never iterated) and translated option for option by\n"
+            f"loadscope.from_dataloader, so every argument (train=False, another size...) translates as it does\n"
+            f"there. For the baseline's arguments ({shown or 'the defaults'}) that was:\n\n{lines}\n\n"
+            f"Batches are the DataLoader's: (images, labels), same dtype, shape and value range.\n"
+            f'"""\n\nimport loadscope as ls\nfrom {module} import {fn_name}\n\n\n'
+            f"def {SWAP_NAME}{params}:\n"
+            f"    return ls.from_dataloader({fn_name}({call}))\n")
+
+
+def next_experiment_text(exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any]) -> str:
     arm = exp.arms[0].config
     L = [f"# Suggested by `loadscope bench baseline` on {time.strftime('%Y-%m-%d %H:%M')}: {s['why']}.",
+         f"# Hypothesis: {s['hypothesis']} (expected verdict: {s['expect']}).",
          "# Run: loadscope bench run next-experiment.toml"]
     if s["needs"]:
         L.append(f"# First {s['needs']}.")
-    L += [f'name = "next-{s["factor"]}"', f"description = {_toml_value(s['why'])}"]
+    L += [f'name = "next-{s["factor"]}"', f"description = {_toml_value(s['why'] + '. Hypothesis: ' + s['hypothesis'])}"]
     if exp.training_repo:
         L.append(f"training_repo = {_toml_value(exp.training_repo)}")
     if exp.dataset.get("path"):
@@ -231,13 +408,17 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
     L += ["", "[pipeline]"]
     if s["factor"] != "factory":
         L.append(f"factory = {_toml_value(arm['factory'])}")
+    pinned = s.get("pipeline") or {}
     for k, v in kwargs.items():
-        if k != s["factor"]:
+        if k != s["factor"] and k not in pinned:
             L.append(f"{k} = {_toml_value(v)}")
+    for k, v in pinned.items():
+        if k != s["factor"]:
+            L.append(f"{k} = {_toml_value(v)}   # pinned for both arms: they must read the same samples")
     for k in ("sample_ids", "batch_size_of"):
         if arm.get(k):
             L.append(f"{k} = {_toml_value(arm[k])}")
-    if not arm.get("sample_ids") and not o.get("has_ids"):
+    if not arm.get("sample_ids") and not o.get("has_ids") and not o["pipeline"].get("ids_by_position"):
         L.append('# sample_ids = "package.module:function"   # one id per sample: without it correctness is NOT checked')
     if arm["world_size"] != 1:
         L.append(f"world_size = {arm['world_size']}")
@@ -251,15 +432,41 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
           "", "[criteria]"]
     L += [f"{k} = {_toml_value(v)}" for k, v in s["criteria"].items()]
     L += ["", "[correctness]"]
-    if s.get("mode"):
+    if s.get("mode") == "none":
+        L.append(f'mode = "none"   # {s["unchecked"]}')
+    elif s.get("mode"):
         L.append(f"mode = {_toml_value(s['mode'])}   # two decoders: the same samples, pixels within a tolerance")
+        if s.get("tolerance") is not None:
+            L.append(f"tolerance = {_toml_value(s['tolerance'])}   # mean |difference| per sample: about one level of "
+                     "255, in the output's units")
     if s.get("overrides"):
         L.append(f"overrides = {_toml_value(s['overrides'])}   # the check compares the arms without random augmentation")
-    else:
+    elif s.get("mode") != "none":
         L.append("# overrides = { your_augmentation_flag = false }   # random augmentations differ between pipelines and "
                  "between worker counts: the check needs them off")
+    return "\n".join(L) + "\n"
+
+
+def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any]) -> None:
+    """Writes next-experiment.toml (and the swap's factory beside it, when the swap needs one),
+    after checking them as `bench run` will: the experiment's schema, and every callable it
+    names imported and called with the arguments it will get."""
+    import tomllib
+
+    from .experiment import from_dict
+
+    if s.get("swap"):
+        s["swap"]["path"] = os.path.join(os.path.dirname(os.path.abspath(path)), SWAP_FILE)
+        s["values"][1] = f"{s['swap']['path']}:{SWAP_NAME}"
+        with open(s["swap"]["path"], "w") as f:
+            f.write(_swap_source(exp, kwargs, s["swap"]))
+    text = next_experiment_text(exp, kwargs, s, o)
+    try:
+        user.validate(from_dict(tomllib.loads(text), source=os.path.abspath(path)))
+    except ConfigError as e:  # the suggestion is ours: a bug here, not the user's
+        raise RuntimeError(f"loadscope bench baseline wrote an experiment that does not validate ({e}):\n{text}") from None
     with open(path, "w") as f:
-        f.write("\n".join(L) + "\n")
+        f.write(text)
 
 
 def _fmt(v: Optional[float], unit: str) -> str:
@@ -288,7 +495,8 @@ ROWS = [  # (key, what, unit)
                                  "persistent_workers the other way", "s"),
     ("flipped_new_epoch_first_batch", "first batch of a new epoch, persistent_workers the other way", "s"),
     ("cpu_per_sample", "CPU time per sample, all processes", "ms"),
-    ("cores_used", "cores busy in the pipeline phase", "cores"),
+    ("cores_used", "cores busy in the pipeline phase (flat out, no step)", "cores"),
+    ("pipeline_cores_at_training_rate", "the pipeline's CPU per sample x the rate training takes samples", "cores"),
     ("read_mb_per_s", "read by the processes (read/pread, page cache included)", "MB/s"),
     ("storage_mb_per_s", "read from the storage device", "MB/s"),
     ("peak_pss", "peak PSS, all processes (host memory actually used)", "MiB"),
@@ -317,12 +525,11 @@ def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str
              f"warm-up samples, then {exp.run['samples']} measured with the pipeline alone"
              + (", then the same with the step" if has_step else "")
              + "; then two new epochs' first batches")
-    # CPU times tick in 10 ms per process, at both ends of the phase.
-    cpu = o["cpu_seconds"]["median"]
-    error = 0.02 * max(1, len(o["processes"])) / cpu if cpu else None
-    coarse = (f" The pipeline phase used {cpu:.2f} CPU seconds: with 10 ms clock ticks per process the CPU figures "
-              f"are uncertain by up to {error:.0%}; measure more samples (--samples) for them.") \
-        if error is not None and error > 0.05 else ""
+    # CPU times come from ns clocks (not /proc's 10 ms ticks); what blurs them is the margin
+    # of the window they are read over (Note [the CPU window] in rep.py).
+    margin = o.get("cores_used_uncertainty") or 0.0
+    coarse = (f" Cores busy are read over a window a little wider than the phase: uncertain by up to ±{margin:.2f} "
+              "cores; measure more samples (--samples) to narrow it.") if margin > 0.05 else ""
     short = ""
     if p.get("dataloader") and p.get("num_workers"):
         ready = p["num_workers"] * (p.get("prefetch_factor") or 2) * (o["batch_size"] or 1)
@@ -355,13 +562,23 @@ def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str
         if any(host):
             L += ["", "Host: " + "; ".join(h for h in host if h) + "."]
     L += ["", "## Environment", ""] + _env_lines(out_dir)
+    L += ["", "## Bottleneck (from the figures above)", ""] + [f"- {x}" for x in bottleneck(o, has_step)["lines"]]
     L += ["", "## Hypotheses (not measured conclusions)", ""]
     L += [f"- {h}" for h in hypotheses(o, has_step)] or ["- none suggested by the measurements"]
-    L += ["", "## Next experiment", "", f"{s['why']}: `{s['factor']}` = {s['values'][0]!r} against {s['values'][1]!r}, "
-          "written to `next-experiment.toml`:", "", "```", f"loadscope bench run {os.path.join(out_dir, 'next-experiment.toml')}",
-          "```"]
+    c = s["criteria"]
+    L += ["", "## Next experiment", "", f"{s['why']}. **Hypothesis**: {s['hypothesis']}.", "",
+          f"It changes one thing, `{s['factor']}`: {s['values'][0]!r} against {s['values'][1]!r}, judged on "
+          f"`{c['metric']}` (adopt when its gain's interval is above {c['min_gain']:+.1%}"
+          + (", guarding " + ", ".join(f"`{k}` within {v:.0%}" for k, v in c["max_regression"].items())
+             if c.get("max_regression") else "") + f"); if the hypothesis holds, the verdict is **{s['expect']}**. "
+          "Written to `next-experiment.toml`:", "", "```",
+          f"loadscope bench run {os.path.join(out_dir, 'next-experiment.toml')}", "```"]
+    L += [f"- {n}" for n in s.get("notes", [])]
+    if s.get("swap") and not s["needs"]:
+        L += [f"- the loadscope arm is `{SWAP_FILE}` beside it: your DataLoader translated option for option "
+              "(`loadscope.from_dataloader`), with the translation in its docstring — yours to keep"]
     if s["needs"]:
-        L += ["", f"**Before it can run**: {s['needs']}."]
+        L += ["", f"**Before it can run**: {s['needs']}. `{SWAP_FILE}` beside it is a stub that fails with that message."]
     return "\n".join(L) + "\n"
 
 
@@ -372,8 +589,10 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
         timeout_s: float = 900.0, quiet: bool = False) -> Dict[str, Any]:
     """Measures the user's pipeline as it is and writes diagnosis.md, baseline.json, env.json,
     raw.jsonl and next-experiment.toml into `out_dir`. Returns baseline.json's content."""
-    from .runner import ExperimentFailed, _merge_ranks, repetition
+    from . import require
+    from .runner import ExperimentFailed, _merge_ranks, make_results_dir, repetition
 
+    require()  # before anything is written
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     kwargs = dict(kwargs or {})
     if repetitions < 1:
@@ -385,6 +604,7 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
     out_dir = os.path.abspath(out_dir or os.path.join("results", "baseline", time.strftime("%Y%m%d-%H%M%S")))
     if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, "baseline.json")):
         raise ConfigError(f"--out {out_dir!r} is not empty and holds no baseline: choose a new folder")
+    make_results_dir(out_dir)
     for sub in ("specs", "runs", "logs"):
         os.makedirs(os.path.join(out_dir, sub), exist_ok=True)
     say(f"baseline of {factory}: recording the environment ...")
@@ -415,13 +635,14 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
                 + (f"  end to end {merged['e2e_throughput']:8.1f}" if exp.step["compute"] != "none" else "")
                 + f"  peak PSS {merged['peak_pss']:6.0f} MiB")
     o = observe(rows, environment["cpu"]["usable_cpus"])
-    s = suggest(exp, o, kwargs)
+    s = suggest(exp, o, kwargs, out_dir)
     write_next(os.path.join(out_dir, "next-experiment.toml"), exp, kwargs, s, o)
     text = diagnosis(out_dir, exp, kwargs, o, s, repetitions)
     with open(os.path.join(out_dir, "diagnosis.md"), "w") as f:
         f.write(text)
+    has_step = exp.step["compute"] != "none"
     result = {"factory": factory, "kwargs": kwargs, "step": exp.step, "observed": o,
-              "hypotheses": hypotheses(o, exp.step["compute"] != "none"), "next": s, "out_dir": out_dir}
+              "bottleneck": bottleneck(o, has_step), "hypotheses": hypotheses(o, has_step), "next": s, "out_dir": out_dir}
     with open(os.path.join(out_dir, "baseline.json"), "w") as f:
         json.dump(result, f, indent=1, default=str)
     return result

@@ -39,6 +39,23 @@ def _git(path: Optional[str]) -> Optional[Dict[str, Any]]:
             "dirty": bool(status)}
 
 
+def _loadscope_git(here: str) -> Optional[Dict[str, Any]]:
+    """loadscope's own commit: from the checkout it runs from, else the one setup.py recorded
+    when it built the installed package (_build_info.json; a build outside a checkout has none)."""
+    found = _git(here)
+    if found and found.get("commit"):
+        return found
+    try:
+        with open(os.path.join(os.path.dirname(here), "_build_info.json")) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return found
+    if not info.get("commit"):
+        return found
+    return {"path": info.get("source"), "commit": info["commit"], "dirty": info.get("dirty"),
+            "note": "recorded when this install was built"}
+
+
 def _read(path: str) -> Optional[str]:
     try:
         with open(path) as f:
@@ -208,19 +225,22 @@ def peer_versions() -> Dict[str, Optional[str]]:
 
 def record(data_root: Optional[str], layout_files: List[str], training_repo: Optional[str] = None,
            stage_dir: Optional[str] = None) -> Dict[str, Any]:
-    import PIL
-    import torchvision
-
     from .. import __version__
 
-    here = os.path.dirname(os.path.abspath(__file__))  # a source checkout has the commit; an installed wheel has not
+    def version_of(module: str) -> Optional[str]:  # optional for a user pipeline: recorded when there
+        try:
+            return str(__import__(module).__version__)
+        except ImportError:
+            return None
+
+    here = os.path.dirname(os.path.abspath(__file__))  # a source checkout has the commit; an install, its build's
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": platform.node(),
-        "loadscope": {"version": __version__, "path": os.path.dirname(here), "git": _git(here)},
+        "loadscope": {"version": __version__, "path": os.path.dirname(here), "git": _loadscope_git(here)},
         "training_repo": _git(training_repo),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "torchvision": torchvision.__version__, "pillow": PIL.__version__,
+                     "torchvision": version_of("torchvision"), "pillow": version_of("PIL"),
                      **_native.library_versions(), "peers": peer_versions()},
         "cpu": cpu(),
         "gpu": gpus(),

@@ -343,10 +343,20 @@ class UserPipeline(Pipeline):
                                 f"not an iterable of batches{hint}")
         self.loader = self.obj if hasattr(self.obj, "start_trace") else None  # a loadscope Loader: its own telemetry
         self.watched = watch(self.obj, interval=3600.0)  # sampled at epoch ends; the runner samples on its own
+        self._at = user.positional_ids(self.obj)  # ids by position in the epoch, where its order is known
+        self._spans: Dict[int, Tuple[int, int]] = {}  # id(batch) -> (first position, samples), recent batches
 
     def epoch(self, e: int) -> Iterator[Any]:
         set_epoch(self.obj, e)
-        yield from self.watched
+        position = 0
+        for batch in self.watched:
+            if self._at is not None:
+                n = self.count(batch)
+                if len(self._spans) > 64:  # ids are read right after a batch is drawn: keep a few
+                    self._spans.pop(next(iter(self._spans)))
+                self._spans[id(batch)] = (position, n)
+                position += n
+            yield batch
 
     def count(self, batch: Any) -> int:
         if self._size is None:
@@ -362,7 +372,11 @@ class UserPipeline(Pipeline):
         if self._ids is None:
             from .user import default_ids
 
-            return default_ids(batch)
+            got = default_ids(batch, self.obj)
+            span = self._spans.get(id(batch))
+            if got is None and span is not None and self._at is not None:
+                got = [self._at(i) for i in range(span[0], span[0] + span[1])]
+            return got
         got = self._ids(batch)
         if got is None or isinstance(got, (str, bytes)) or not hasattr(got, "__iter__"):
             raise UserCodeError(f"{self.c['sample_ids']} returned {got!r:.60}, not one id per sample of the batch "
@@ -396,10 +410,34 @@ def describe(obj: Any) -> Dict[str, Any]:
                    pin_memory=obj.pin_memory, prefetch_factor=obj.prefetch_factor if obj.num_workers else None,
                    persistent_workers=obj.persistent_workers,
                    sampler=type(obj.sampler).__name__ if obj.sampler is not None else None,
-                   multiprocessing_context=str(obj.multiprocessing_context) if obj.multiprocessing_context else None)
+                   collate_fn=getattr(obj.collate_fn, "__name__", type(obj.collate_fn).__name__),
+                   multiprocessing_context=str(obj.multiprocessing_context) if obj.multiprocessing_context else None,
+                   ids_by_position=isinstance(getattr(obj.dataset, "samples", None), list))
+        # Whether the swap can be written for the user (loadscope.swap), and what it would be.
+        from ..swap import translate
+
+        try:
+            t = translate(obj)
+            out["translation"] = {"ok": True, "lines": t.lines, "image": t.image, "random": _random_transforms(obj.dataset)}
+        except Exception as e:  # advice only: whatever stops the translation is its reason
+            why = str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
+            out["translation"] = {"ok": False, "why": why, "random": _random_transforms(obj.dataset)}
     else:
         out["dataloader"] = False
     return out
+
+
+def _random_transforms(dataset: Any) -> List[str]:
+    """The random augmentations of a dataset's torchvision transform (by name): what makes two
+    pipelines, or one DataLoader with another number of workers, draw different images."""
+    from ..swap import _transforms
+
+    try:
+        ts = _transforms(getattr(dataset, "transform", None))
+    except Exception:  # an odd transform object: nothing known
+        return []
+    return [type(t).__name__ for t in ts if type(t).__name__.startswith("Random") or type(t).__name__ in (
+        "RandAugment", "AutoAugment", "TrivialAugmentWide", "AugMix", "ColorJitter")]
 
 
 class _FirstOf(torch.utils.data.Sampler):

@@ -439,13 +439,23 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
 
     cuda = to_gpu is not None or pipe.device is not None or step.uses_cuda
 
-    def take(batches: int, compute: bool, ids: Optional[List[str]] = None, step_times: Optional[List[float]] = None):
+    def take(batches: int, compute: bool, ids: Optional[List[str]] = None, step_times: Optional[List[float]] = None,
+             cpu: Optional[Dict[str, float]] = None):
         """Draws `batches` batches: (samples, seconds, waits, compute seconds, timeline). The
-        phase's clock stops after the GPU has finished its copies (and compute)."""
+        phase's clock stops after the GPU has finished its copies (and compute). With `cpu`,
+        fills in the CPU time of the process tree over the phase and the wall time of the
+        window that CPU time was read over (Note [the CPU window])."""
         nonlocal first_batch
         waits, timeline, done, busy = [], [], 0, 0.0
         if cuda:
             torch.cuda.synchronize()
+        # Note [the CPU window]
+        # CPU time is read before the phase's clock starts and after it stops, and the window
+        # reported with it encloses both reads: CPU time can then never exceed the cores times
+        # that window. Reading it around other work (memory sampling took tens of ms of smaps
+        # walking while the workers went on prefetching) once reported 2.2 cores busy of 2.
+        w0 = time.monotonic()
+        cpu0 = tree_cpu_seconds() if cpu is not None else 0.0
         t0 = time.monotonic()
         for _ in range(batches):
             a = time.monotonic()
@@ -472,6 +482,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         if cuda:
             torch.cuda.synchronize()
         elapsed = time.monotonic() - t0
+        if cpu is not None:
+            cpu["seconds"] = tree_cpu_seconds() - cpu0
+            cpu["window"] = time.monotonic() - w0
         sampler.sample()  # memory at the end of every phase (outside its time), whatever the interval
         return done, elapsed, waits, busy, timeline
 
@@ -480,15 +493,17 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
-    cpu0, io0, machine0, net0 = tree_cpu_seconds(), _tree_io(), machine_cpu(), _native.network_stats()
+    io0, machine0, net0 = _tree_io(), machine_cpu(), _native.network_stats()
     measured_ids: List[str] = []
-    n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids)
-    cpu1, io1, machine1, net1 = tree_cpu_seconds(), _tree_io(), machine_cpu(), _native.network_stats()
+    cpu: Dict[str, float] = {}
+    n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids, cpu=cpu)
+    io1, machine1, net1 = _tree_io(), machine_cpu(), _native.network_stats()
     waits.sort()
     result: Dict[str, Any] = {
         "rank": rank, "world": world, "samples": n, "seconds": secs, "throughput": n / secs,
         "latency_p50": _percentile(waits, 0.5) * 1e3, "latency_p99": _percentile(waits, 0.99) * 1e3,
-        "batches": len(waits), "batch_size": bs, "cpu_seconds": cpu1 - cpu0, "cpu_per_sample": (cpu1 - cpu0) / n * 1e3,
+        "batches": len(waits), "batch_size": bs, "cpu_seconds": cpu["seconds"], "cpu_per_sample": cpu["seconds"] / n * 1e3,
+        "cpu_window": cpu["window"],  # the wall time enclosing the CPU reads: cpu_seconds / it <= the cores
         "read_chars": io1["read_chars"] - io0["read_chars"], "read_bytes": io1["read_bytes"] - io0["read_bytes"],
         # Object storage, this process (its loader's fetch threads): what the measured phase fetched.
         "network_bytes": net1["bytes"] - net0["bytes"], "network_requests": net1["requests"] - net0["requests"],
@@ -497,7 +512,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
         # The rest of the machine while this repetition measured (other ranks are in "own"
         # only for themselves: their CPU counts as others' here, so read rank 0's with care).
-        "machine": machine_load(machine0, machine1, cpu1 - cpu0, secs),
+        "machine": machine_load(machine0, machine1, cpu["seconds"], secs),
     }
     if step_def["compute"] != "none":
         phase("the end-to-end phase (next() and the step)")

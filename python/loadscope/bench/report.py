@@ -9,7 +9,7 @@ import math
 import os
 import statistics
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import ConfigError
 from . import stats
@@ -245,7 +245,7 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
                        f"whole interval is below the required {pct(c['min_gain'])}")
     else:
         uncertain.append(m)
-        more = _repetitions_to_decide(g["low"], g["high"], c["min_gain"], n)
+        more = _repetitions_to_decide(g["low"], g["high"], c["min_gain"], n) if g["high"] is not None else None
         if more is not None:
             decide.append(more)
         reasons.append(f"{m}: undecided: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}] "
@@ -312,11 +312,21 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
         else:
             reasons.append(f"{what}: costs {st['cost']:.2f} s, pays off after {be:.1f} epochs")
     decision = "roll back" if confident else "inconclusive" if uncertain else "adopt"
-    out = {"decision": decision, "significant": sig, "reasons": reasons, "warnings": warnings,
-           "inconclusive": decision == "inconclusive"}
+    out: Dict[str, Any] = {"decision": decision, "significant": sig, "reasons": reasons, "warnings": warnings,
+                           "inconclusive": decision == "inconclusive"}
     if decision == "inconclusive":
         out["repetitions_to_decide"] = max(decide) if decide else None
     return out
+
+
+def cores_used(row: Dict[str, Any]) -> Tuple[float, float]:
+    """Cores kept busy in a repetition's pipeline phase, and its uncertainty: the CPU time read
+    over a window a little wider than the phase (Note [the CPU window] in rep.py), so the figure
+    never exceeds the cores available, and the phase's own may be lower by at most the cores
+    times the margin, relative to the phase."""
+    window = row.get("cpu_window") or row["seconds"]
+    cores = row["cpu_seconds"] / window
+    return cores, cores * max(0.0, window - row["seconds"]) / row["seconds"] + 1e-9
 
 
 def conf_txt(s: Dict[str, Any]) -> str:
@@ -349,10 +359,10 @@ def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_
     except (OSError, KeyError, ValueError):
         usable = None
     for a, rows in by_arm.items():
-        used = [r["cpu_seconds"] / r["seconds"] for r in rows if r.get("seconds")]
+        used = [cores_used(r)[0] for r in rows if r.get("seconds")]
         if usable and used and max(used) > 0.85 * usable:
-            out.append(f"{a} used {max(used):.1f} cores' worth of CPU time with {usable} usable: CPU-bound here, so "
-                       "more threads or workers than cores cannot help; less work per sample can.")
+            out.append(f"{a}'s pipeline alone (flat out, no step) kept {max(used):.1f} of {usable} usable cores busy: "
+                       "CPU-bound here, so more threads or workers than cores cannot help; less work per sample can.")
     for arm in s["arms"]:
         share = pa[arm].get("data_wait_share", {}).get("median")
         if share is not None and share > 0.5:
@@ -468,7 +478,10 @@ def _env_lines(out_dir: str) -> List[str]:
     gpu = e["gpu"]
     repo = e.get("training_repo") or {}
     out = [
-        f"- loadscope {e['loadscope']['version']}, commit {git.get('commit', 'n/a')}{' (uncommitted changes)' if git.get('dirty') else ''}",
+        f"- loadscope {e['loadscope']['version']}, "
+        + (f"commit {git['commit']}" + (" (uncommitted changes)" if git.get("dirty") else "")
+           + (f" ({git['note']})" if git.get("note") else "") if git.get("commit")
+           else "commit unknown (installed without a record of the commit it was built from)"),
         f"- CPU: {c['model']}, {c['usable_cpus']} usable of {c['logical_cpus']} logical, {c['numa_nodes']} NUMA node(s), "
         f"RAM {c['ram_bytes'] / 2**30:.1f} GiB",
         f"- GPU: {', '.join(gpu.get('devices', [])) if gpu.get('available') else 'none'}",

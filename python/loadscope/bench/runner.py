@@ -207,6 +207,7 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     r0.update(samples=total, seconds=slowest, throughput=total / slowest,
               latency_p50=max(r["latency_p50"] for r in results), latency_p99=max(r["latency_p99"] for r in results),
               cpu_seconds=sum(r["cpu_seconds"] for r in results), peak_pss=sum(r["peak_pss"] for r in results),
+              cpu_window=max(r.get("cpu_window") or r["seconds"] for r in results),
               first_batch=max(r["first_batch"] for r in results), ranks=results)
     r0["cpu_per_sample"] = r0["cpu_seconds"] / total * 1e3
     r0["network_bytes"] = sum(r.get("network_bytes") or 0 for r in results)
@@ -319,6 +320,21 @@ def _check_measured_ids(raw_path: str, base: str, arm: str, check: Dict[str, Any
         check["detail"] += "; the measured phases read the same samples in every repetition"
 
 
+def make_results_dir(out_dir: str) -> None:
+    """Makes `out_dir`. A folder named `results` that this makes on the way gets a .gitignore of
+    `*`, as pytest's cache does: reports are outputs, not sources (an existing folder is left
+    as it is)."""
+    path, made = os.path.abspath(out_dir), []
+    while not os.path.isdir(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    os.makedirs(out_dir, exist_ok=True)
+    for d in made:
+        if os.path.basename(d) == "results":
+            with open(os.path.join(d, ".gitignore"), "w") as f:
+                f.write("# Written by loadscope: experiment reports and baselines are outputs, not sources.\n*\n")
+
+
 def _prepare_out_dir(out_dir: str) -> None:
     """A new folder, or one an earlier run of an experiment wrote (its outputs are replaced, so
     no stale trace or check file is listed); anything else is refused rather than mixed into."""
@@ -330,7 +346,7 @@ def _prepare_out_dir(out_dir: str) -> None:
         for name in ("raw.jsonl", "summary.json", "report.md", "env.json", "matrix.csv"):
             if os.path.exists(os.path.join(out_dir, name)):
                 os.remove(os.path.join(out_dir, name))
-    os.makedirs(out_dir, exist_ok=True)
+    make_results_dir(out_dir)
 
 
 def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) -> Dict[str, Any]:
@@ -344,6 +360,9 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     out_dir = os.path.abspath(out_dir or os.path.join("results", "experiments", f"{exp.name}-{stamp}"))
     root = os.path.abspath(exp.dataset["path"]) if exp.dataset["path"] else None
     missing_cuda = exp.needs_cuda() if not torch.cuda.is_available() else []
+    from . import require
+
+    require()
     if exp.user:  # the user's callables exist and take the arms' arguments, before anything runs
         from . import user
 

@@ -38,14 +38,40 @@ def on_path(repo: Optional[str]) -> Iterator[None]:
             pass
 
 
+def _import_file(path: str) -> Any:
+    """A module named by its file ("results/baseline/.../loadscope_factory.py"): absolute, or
+    relative to the working directory or to an entry of sys.path (the training repository)."""
+    import importlib.util
+
+    candidates = [path] if os.path.isabs(path) else [os.path.join(p or os.getcwd(), path) for p in ["", *sys.path]]
+    found = next((c for c in candidates if os.path.isfile(c)), None)
+    if found is None:
+        raise FileNotFoundError(f"no file {path}")
+    found = os.path.realpath(found)
+    name = "_loadscope_file_" + hashlib.blake2b(found.encode(), digest_size=6).hexdigest()
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, found)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def resolve(spec: str, what: str) -> Callable[..., Any]:
-    """"pkg.module:function" (or "pkg.module:Class.method") to the callable. Raises ConfigError
+    """"pkg.module:function" (or "pkg.module:Class.method", or "path/to/file.py:function") to
+    the callable. Raises ConfigError
     naming `what` (e.g. "[pipeline] factory") with the user's traceback when the import fails."""
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise ConfigError(f"{what} = {spec!r}: an import path 'package.module:function'")
     mod_name, attr = spec.split(":")
     try:
-        obj: Any = importlib.import_module(mod_name)
+        obj: Any = _import_file(mod_name) if mod_name.endswith(".py") else importlib.import_module(mod_name)
     except Exception as e:
         tb = traceback.format_exc()
         hint = ("; is the training repository's root on the path (training_repo = ...)?"
@@ -147,10 +173,44 @@ def sample_checksum(leaf_list: List[Tuple[str, Any]], i: int) -> str:
     return h.hexdigest()
 
 
-def default_ids(batch: Any) -> Optional[List[str]]:
-    """Sample ids without a sample_ids callable: a loadscope batch's `__key__`; else none."""
+def _norm_id(key: Any) -> str:
+    """A sample id as both arms of a swap name it: a file's real path (a DataLoader's dataset
+    and a loadscope Folder may name the same file from different roots), else the key as is."""
+    key = os.fsdecode(key) if isinstance(key, bytes) else str(key)
+    return os.path.realpath(key) if os.path.isabs(key) or os.path.exists(key) else key
+
+
+def default_ids(batch: Any, obj: Any = None) -> Optional[List[str]]:
+    """Sample ids without a sample_ids callable: a loadscope batch's `__key__` (a dict's, or
+    the tuple entry that `output=(..., "__key__")` put there when `obj` is the Loader); else
+    none."""
     if isinstance(batch, dict) and isinstance(batch.get("__key__"), list):
-        return [str(k) for k in batch["__key__"]]
+        return [_norm_id(k) for k in batch["__key__"]]
+    output = getattr(obj, "output", None)
+    if isinstance(batch, (tuple, list)) and isinstance(output, tuple) and "__key__" in output \
+            and len(batch) == len(output) and isinstance(batch[output.index("__key__")], list):
+        return [_norm_id(k) for k in batch[output.index("__key__")]]
+    return None
+
+
+def positional_ids(obj: Any) -> Optional[Callable[[int], str]]:
+    """Where the epoch's order is known without looking at the batches — a DataLoader whose
+    sampler is sequential over a dataset listing its files (ImageFolder's `samples`), or an
+    unshuffled single-rank loadscope Loader over a folder or file list — the id of the sample
+    at each position of the epoch: its file. Else None. (The correctness check still compares
+    the tensors of the samples so named: a wrong position shows as different pixels.)"""
+    import torch
+
+    if isinstance(obj, torch.utils.data.DataLoader):
+        samples = getattr(obj.dataset, "samples", None)
+        if (isinstance(obj.sampler, torch.utils.data.SequentialSampler) and isinstance(samples, list)
+                and samples and isinstance(samples[0], tuple) and isinstance(samples[0][0], str)):
+            return lambda i: _norm_id(samples[i][0])
+        return None
+    table = getattr(getattr(obj, "source", None), "_table", None)
+    if (table is not None and hasattr(obj, "_resume_batches") and not obj.shuffle and obj.world_size == 1
+            and not obj._resume_batches):
+        return lambda i: _norm_id(table.sample(i)[0])
     return None
 
 

@@ -15,6 +15,11 @@ from .reports import Reporter
 from .snapshot import LoopStats, Sink, Snapshot
 
 
+PSUTIL_MISSING = ("loadscope's telemetry of processes (memory, CPU, I/O of a DataLoader and its workers) and its "
+                  "bench harness need psutil, a dependency of loadscope that this environment lacks (installed "
+                  "with --no-deps?): pip install psutil")
+
+
 def process_cpu_seconds(pid: int) -> Optional[float]:
     """CPU time of a whole process (all its threads, exited ones included) from its kernel CPU
     clock, in ns resolution (psutil's /proc figures move in 10 ms ticks: too coarse for a
@@ -86,8 +91,8 @@ class ProcessTreeSampler:
     def __init__(self, interval: float, workers: Callable[[], Optional[List[int]]], history: bool = False) -> None:
         try:
             import psutil
-        except ImportError:  # pragma: no cover - psutil is a Debian package here
-            raise ImportError("loadscope.telemetry.watch needs psutil (pip install psutil)") from None
+        except ImportError:  # pragma: no cover - a dependency of loadscope (pyproject.toml)
+            raise ImportError(PSUTIL_MISSING) from None
         self._psutil = psutil
         self._me = psutil.Process()
         self._workers = workers

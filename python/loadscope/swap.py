@@ -1,0 +1,334 @@
+"""The swap in one call: a torch ``DataLoader`` over an ``ImageFolder`` (or another
+``DatasetFolder``) with torchvision transforms, translated option for option into a loadscope
+``Loader`` that yields batches of the same structure — ``[images, labels]`` with the same
+dtype, shape and value range, the same files in the same order with the same class indices.
+
+    loader = ls.from_dataloader(make_loader(train=True))      # the DataLoader is read, never iterated
+
+``translate(dataloader)`` says what each part became (``bench baseline`` writes it into the
+factory it generates). What has no counterpart is refused by name with a ``ConfigError`` —
+a transform loadscope does not have, one out of the order loadscope applies them in, a
+``Dataset`` whose ``__getitem__`` is its own — rather than approximated silently.
+
+Recognised: ``RandomResizedCrop``, ``Resize`` (+ ``CenterCrop``), ``RandomHorizontalFlip``,
+``RandAugment``, ``ColorJitter`` (also inside ``RandomApply``), ``RandomGrayscale``,
+``ToTensor`` / ``PILToTensor`` (v2: ``ToImage``, ``ToDtype``), ``Normalize``,
+``RandomErasing``; from ``torchvision.transforms`` and ``torchvision.transforms.v2``. Every
+one of them is a built-in operation of ``loadscope.Image`` (docs/augmentations.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+from ._errors import ConfigError
+
+# The order loadscope.Image applies its operations in (pipeline/image_field.cc). A pipeline
+# that runs them in another order would draw other images: refused, by name.
+_STAGE = {"geometry": 0, "randaugment": 1, "color": 2, "grayscale": 3, "tensor": 4, "normalize": 5, "erasing": 6}
+
+
+@dataclass
+class Translation:
+    """What ``translate`` found: the ``Loader``'s arguments and, per part of the DataLoader,
+    what it became (one line each, for people)."""
+
+    source: Dict[str, Any]
+    image: Dict[str, Any]
+    loader: Dict[str, Any]
+    lines: List[str] = field(default_factory=list)
+
+    def build(self, threads: Optional[int] = None) -> Any:
+        from . import ColorJitter, Folder, Image, Int, Loader, RandAugment, RandomErasing
+
+        image = dict(self.image)
+        for key, cls in (("color", ColorJitter), ("randaugment", RandAugment), ("erasing", RandomErasing)):
+            if key in image:
+                image[key] = cls(**image[key])
+        source = Folder(self.source["root"], extensions=self.source["extensions"], labels="subfolders")
+        kw = dict(self.loader)
+        if threads is not None:
+            kw["threads"] = threads
+        return Loader(source, fields={"jpg": Image(**image), "cls": Int()}, output=("jpg", "cls"), **kw)
+
+
+def _name(t: Any) -> str:
+    return type(t).__name__
+
+
+def _is_torchvision(t: Any) -> bool:
+    return type(t).__module__.startswith("torchvision.transforms")
+
+
+def _bilinear(t: Any) -> None:
+    mode = getattr(t, "interpolation", "bilinear")
+    if "bilinear" not in str(getattr(mode, "value", mode)).lower():
+        raise ConfigError(f"{_name(t)}(interpolation={mode}): loadscope resizes with Pillow's bilinear filter "
+                          "(InterpolationMode.BILINEAR, torchvision's default) only")
+
+
+def _size(value: Any) -> Any:
+    """torchvision's size (an int, [int], (h, w)) as loadscope's (an int for a square)."""
+    if isinstance(value, int):
+        return value
+    value = list(value)
+    if len(value) == 1:
+        return int(value[0])
+    return int(value[0]) if value[0] == value[1] else (int(value[0]), int(value[1]))
+
+
+def _jitter(value: Any) -> Any:
+    """ColorJitter's stored (min, max), or None (not jittered), as loadscope's argument."""
+    return 0.0 if value is None else (float(value[0]), float(value[1]))
+
+
+def _transforms(transform: Any) -> List[Any]:
+    if transform is None:
+        return []
+    if _name(transform) == "Compose" and _is_torchvision(transform):
+        out: List[Any] = []
+        for t in transform.transforms:
+            out += _transforms(t)
+        return out
+    return [transform]
+
+
+def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
+    """ls.Image's keyword arguments for a torchvision transform pipeline, and the lines saying
+    what became of each part."""
+    image: Dict[str, Any] = {"exif": False}  # PIL's open() in ImageFolder does not rotate by EXIF
+    lines: List[str] = []
+    stage, resize = -1, None
+    ts = _transforms(transform)
+    for i, t in enumerate(ts):
+        name = _name(t)
+        if not _is_torchvision(t):
+            raise ConfigError(f"transform {name} ({type(t).__module__}) is not one of torchvision's: loadscope cannot "
+                              "run it in its threads; apply it to the batch with Loader(map=...) instead "
+                              "(docs/augmentations.md)")
+        at, what = None, ""
+        if name == "RandomResizedCrop":
+            _bilinear(t)
+            image.update(crop="random_resized", size=_size(t.size), scale=tuple(t.scale), ratio=tuple(t.ratio))
+            at, what = "geometry", f"crop='random_resized', size={image['size']!r}, scale={image['scale']}, ratio=" \
+                                   f"({image['ratio'][0]:.4g}, {image['ratio'][1]:.4g})"
+        elif name == "Resize":
+            _bilinear(t)
+            if getattr(t, "max_size", None) is not None:
+                raise ConfigError(f"Resize(max_size={t.max_size}): loadscope has no max_size")
+            size = _size(t.size)
+            following = _name(ts[i + 1]) if i + 1 < len(ts) else None
+            if isinstance(size, int) and following != "CenterCrop":
+                raise ConfigError(f"Resize({size}) without a CenterCrop after it: images of other shapes would not "
+                                  "batch; loadscope's crops give a fixed size (crop='center' with resize=, "
+                                  "'random_resized', or 'resize' to a (height, width))")
+            if isinstance(size, int):
+                resize = size
+                continue  # the CenterCrop that follows completes it
+            image.update(crop="resize", size=size)
+            at, what = "geometry", f"crop='resize', size={size!r}"
+        elif name == "CenterCrop":
+            if resize is None:
+                raise ConfigError("CenterCrop without a Resize before it: loadscope's center crop is torchvision's "
+                                  "Resize(r) + CenterCrop(s) (crop='center', resize=r, size=s)")
+            image.update(crop="center", size=_size(t.size), resize=resize)
+            at, what = "geometry", f"crop='center', resize={resize}, size={image['size']!r} (with the Resize before it)"
+            resize = None
+        elif name == "RandomHorizontalFlip":
+            image["flip"] = float(t.p)
+            at, what = "geometry", f"flip={float(t.p):g}"  # a flip commutes with the crops
+        elif name == "RandAugment":
+            if getattr(t, "fill", None) not in (None, 0, [0], (0,)):
+                raise ConfigError(f"RandAugment(fill={t.fill}): loadscope fills with 0 only")
+            image["randaugment"] = {"num_ops": int(t.num_ops), "magnitude": int(t.magnitude),
+                                    "num_magnitude_bins": int(t.num_magnitude_bins)}
+            at, what = "randaugment", "randaugment=ls.RandAugment(" + ", ".join(
+                f"{k}={v}" for k, v in image["randaugment"].items()) + ")"
+        elif name in ("ColorJitter", "RandomApply"):
+            p = 1.0
+            jitter = t
+            if name == "RandomApply":
+                inner = _transforms(t.transforms[0]) if len(t.transforms) == 1 else list(t.transforms)
+                if len(inner) != 1 or _name(inner[0]) != "ColorJitter":
+                    raise ConfigError(f"RandomApply({', '.join(_name(x) for x in inner)}): loadscope applies a "
+                                      "ColorJitter with a probability (ColorJitter(..., p=)), nothing else")
+                p, jitter = float(t.p), inner[0]
+            image["color"] = {k: _jitter(getattr(jitter, k)) for k in ("brightness", "contrast", "saturation", "hue")}
+            image["color"]["p"] = p
+            at, what = "color", "color=ls.ColorJitter(" + ", ".join(f"{k}={v}" for k, v in image["color"].items()) + ")"
+        elif name == "RandomGrayscale":
+            image["grayscale"] = float(t.p)
+            at, what = "grayscale", f"grayscale={float(t.p):g}"
+        elif name == "ToTensor":
+            image["dtype"] = "float32"
+            at, what = "tensor", "dtype='float32' (x / 255)"
+        elif name in ("PILToTensor", "ToImage"):
+            image.setdefault("dtype", "uint8")
+            at, what = "tensor", "uint8 output"
+        elif name == "ToDtype":
+            import torch
+
+            dtype = t.dtype if not isinstance(t.dtype, dict) else None
+            if dtype == torch.uint8:
+                image["dtype"] = "uint8"
+            elif dtype in (torch.float32, torch.float16, torch.bfloat16) and getattr(t, "scale", False):
+                image["dtype"] = str(dtype).replace("torch.", "")
+            else:
+                raise ConfigError(f"ToDtype({t.dtype}, scale={getattr(t, 'scale', False)}): loadscope outputs uint8, "
+                                  "or floats scaled to [0, 1] (scale=True)")
+            at, what = "tensor", f"dtype={image['dtype']!r}"
+        elif name == "Normalize":
+            image.update(mean=tuple(float(m) for m in t.mean), std=tuple(float(s) for s in t.std))
+            at, what = "normalize", f"mean={image['mean']}, std={image['std']}"
+        elif name == "RandomErasing":
+            value = t.value
+            if isinstance(value, str):
+                raise ConfigError(f"RandomErasing(value={value!r}): loadscope fills with a number or an RGB triple")
+            value = [float(v) for v in value] if isinstance(value, (list, tuple)) else float(value)
+            if isinstance(value, list) and len(value) == 1:
+                value = value[0]
+            image["erasing"] = {"p": float(t.p), "scale": tuple(t.scale), "ratio": tuple(t.ratio),
+                                "value": tuple(value) if isinstance(value, list) else value}
+            at, what = "erasing", "erasing=ls.RandomErasing(" + ", ".join(
+                f"{k}={v}" for k, v in image["erasing"].items()) + ")"
+        else:
+            raise ConfigError(f"transform {name}: loadscope has no counterpart (it translates RandomResizedCrop, Resize "
+                              "+ CenterCrop, RandomHorizontalFlip, RandAugment, ColorJitter, RandomApply(ColorJitter), "
+                              "RandomGrayscale, ToTensor, PILToTensor, Normalize, RandomErasing); apply it with "
+                              "Loader(map=...) to whole batches, or leave it out")
+        if _STAGE[at] < stage:
+            raise ConfigError(f"transform {name} comes after a later stage of loadscope's fixed order (crop and flip, "
+                              "RandAugment, ColorJitter, RandomGrayscale, to tensor, Normalize, RandomErasing): "
+                              "it would draw other images; reorder the Compose")
+        stage = max(stage, _STAGE[at])
+        lines.append(f"{_describe(t)} -> {what}")
+    if resize is not None:
+        raise ConfigError(f"Resize({resize}) without a CenterCrop after it")
+    if "crop" not in image:
+        raise ConfigError("the transforms have no crop or resize to a fixed size (RandomResizedCrop, Resize + "
+                          "CenterCrop, Resize((h, w))): loadscope batches images of one size")
+    if "dtype" not in image:
+        raise ConfigError("the transforms end in a PIL image (no ToTensor or PILToTensor): the DataLoader could not "
+                          "batch them either")
+    if "mean" in image and image["dtype"] == "uint8":
+        raise ConfigError("Normalize after PILToTensor (uint8): torchvision refuses it too; use ToTensor")
+    return image, lines
+
+
+def _describe(t: Any) -> str:
+    args = {k: v for k, v in vars(t).items() if not k.startswith("_") and k not in ("training", "transforms")}
+    inner = f"[{', '.join(_describe(x) for x in t.transforms)}], " if hasattr(t, "transforms") else ""
+    shown = ", ".join(f"{k}={getattr(v, 'value', v)!r}" if not isinstance(v, float) else f"{k}={v:.4g}"
+                      for k, v in args.items())
+    return f"{_name(t)}({inner}{shown})"
+
+
+def translate(dataloader: Any) -> Translation:
+    """The Loader that delivers what ``dataloader`` delivers, as a ``Translation`` (raises
+    ``ConfigError`` naming what has no counterpart). The DataLoader is not iterated."""
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
+    from torch.utils.data.distributed import DistributedSampler
+
+    try:
+        from torchvision.datasets import DatasetFolder
+        from torchvision.datasets import folder as tv_folder
+    except ImportError:
+        raise ConfigError("translating a DataLoader needs torchvision (its datasets and transforms are what is "
+                          "translated), which this environment lacks") from None
+
+    if not isinstance(dataloader, DataLoader):
+        raise ConfigError(f"from_dataloader: a torch.utils.data.DataLoader, got {type(dataloader).__name__}")
+    ds = dataloader.dataset
+    if not isinstance(ds, DatasetFolder):
+        raise ConfigError(f"dataset {type(ds).__name__}: loadscope translates torchvision's ImageFolder and "
+                          "DatasetFolder (a file per sample in class folders); write the Loader by hand with "
+                          "ls.FileList for a list of files (docs/getting-started.md)")
+    name = type(ds).__name__
+    if type(ds).__getitem__ is not DatasetFolder.__getitem__:
+        raise ConfigError(f"dataset {name} has its own __getitem__: what its samples hold is not known from outside; "
+                          "translate the ImageFolder it is built on by hand (output=('jpg', 'cls', '__key__') gives "
+                          "file names too)")
+    if ds.loader not in (tv_folder.default_loader, tv_folder.pil_loader):
+        raise ConfigError(f"dataset {name} opens files with its own loader {getattr(ds.loader, '__name__', ds.loader)}: "
+                          "loadscope decodes with libjpeg-turbo, libpng, libwebp, ... as PIL's open() + "
+                          "convert('RGB') does")
+    if ds.target_transform is not None:
+        raise ConfigError(f"dataset {name}: target_transform={ds.target_transform!r} has no counterpart; apply it to "
+                          "the labels of each batch")
+    extensions = getattr(ds, "extensions", None)
+    if not extensions:
+        raise ConfigError(f"dataset {name} selects its files with is_valid_file: loadscope's Folder selects by "
+                          "extension")
+    image, lines = _transform(ds.transform)
+    lines.insert(0, f"{name}({ds.root!r}) -> ls.Folder({ds.root!r}): the same files, order and class indices "
+                    f"({len(ds)} samples, {len(ds.classes)} classes)")
+
+    collate = dataloader.collate_fn
+    if collate is not torch.utils.data.default_collate and getattr(collate, "__name__", "") != "default_collate":
+        raise ConfigError(f"DataLoader(collate_fn={getattr(collate, '__name__', collate)}): a collate function of "
+                          "your own has no counterpart; apply it to each batch with Loader(map=...)")
+    if dataloader.batch_size is None:
+        raise ConfigError("DataLoader(batch_sampler=...): a batch sampler of your own has no counterpart")
+    sampler = dataloader.sampler
+    loader: Dict[str, Any] = {"batch_size": int(dataloader.batch_size), "drop_last": bool(dataloader.drop_last)}
+    if isinstance(sampler, SequentialSampler):
+        loader["shuffle"] = False
+        order = "SequentialSampler -> shuffle=False"
+    elif isinstance(sampler, RandomSampler) and not sampler.replacement and sampler._num_samples is None:
+        loader["shuffle"] = True
+        order = "RandomSampler -> shuffle=True (another random order: loadscope's is drawn from (seed, epoch))"
+    elif isinstance(sampler, DistributedSampler):
+        loader.update(shuffle=bool(sampler.shuffle), seed=int(sampler.seed), rank=int(sampler.rank),
+                      world_size=int(sampler.num_replicas))
+        if sampler.drop_last and not dataloader.drop_last:
+            loader["drop_last"] = "uneven"
+        order = (f"DistributedSampler(rank {sampler.rank} of {sampler.num_replicas}, shuffle={sampler.shuffle}, "
+                 f"drop_last={sampler.drop_last}) -> rank=, world_size=, shuffle=, drop_last={loader['drop_last']!r}")
+    else:
+        raise ConfigError(f"DataLoader(sampler={type(sampler).__name__}): loadscope's order is sequential, shuffled "
+                          "or split between ranks as DistributedSampler does; a sampler of your own has no counterpart")
+    workers = int(dataloader.num_workers)
+    factor = dataloader.prefetch_factor if workers and dataloader.prefetch_factor else 2
+    loader["threads"] = max(1, workers)
+    loader["prefetch"] = max(2, workers * factor)  # batches in flight or ready, as the workers hold
+    cuda = bool(dataloader.pin_memory) and torch.cuda.is_available()
+    if cuda:
+        loader["device"] = "cuda"
+    lines += [f"DataLoader(batch_size={dataloader.batch_size}, drop_last={dataloader.drop_last}) -> batch_size="
+              f"{loader['batch_size']}, drop_last={loader['drop_last']!r}", order,
+              f"num_workers={workers}, prefetch_factor={factor if workers else None} -> threads={loader['threads']}, "
+              f"prefetch={loader['prefetch']} (threads instead of worker processes)",
+              f"pin_memory={dataloader.pin_memory} -> " + ("device='cuda' (pinned batches, copied on a side stream)"
+                                                           if cuda else "CPU batches"),
+              "default_collate's [images, labels] -> output=('jpg', 'cls')"]
+    return Translation(source={"root": ds.root, "extensions": tuple(extensions)}, image=image, loader=loader,
+                       lines=lines)
+
+
+def from_dataloader(dataloader: Any, *, threads: Optional[int] = None, check: bool = True) -> Any:
+    """A loadscope ``Loader`` equivalent to ``dataloader`` (see the module's docstring):
+    batches ``(images, labels)`` as the DataLoader's ``[images, labels]``. ``threads``: the
+    decoding threads (default: the DataLoader's ``num_workers``, at least 1). ``check``: verify
+    that the Loader lists the dataset's files and classes (the class names, the counts, and
+    100 files spread over the list)."""
+    t = translate(dataloader)
+    loader = t.build(threads)
+    if check:
+        _check_same_files(dataloader.dataset, loader.source)
+    return loader
+
+
+def _check_same_files(ds: Any, folder: Any) -> None:
+    import os
+
+    if list(folder.classes) != list(ds.classes) or len(folder) != len(ds):
+        raise ConfigError(f"ls.Folder({folder.root!r}) lists {len(folder)} files in {len(folder.classes)} classes where "
+                          f"{type(ds).__name__} has {len(ds)} in {len(ds.classes)}: they would read different samples")
+    n = len(ds)
+    for i in sorted({n * k // 100 for k in range(100)} | {n - 1}) if n else []:
+        key, members = folder._table.sample(i)
+        path, label = ds.samples[i]
+        if os.path.realpath(os.fsdecode(key)) != os.path.realpath(path):
+            raise ConfigError(f"sample {i}: ls.Folder lists {os.fsdecode(key)!r}, {type(ds).__name__} {path!r}: the "
+                              "two would read different samples")
