@@ -1,4 +1,5 @@
-"""The loadscope command line: demo, bench, index, convert, stage, make-demo-data."""
+"""The loadscope command line: demo, bench (run, baseline, report), index, convert, stage,
+make-demo-data. `loadscope COMMAND --help` says more of each."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import sys
 COMMANDS = {
     "demo": "compare loadscope with torch's DataLoader on the demo dataset",
     "make-demo-data": "generate the demo dataset (python -m loadscope.datasets)",
-    "bench": "run an A/B experiment (bench run EXP.toml) or rebuild a report (bench report DIR)",
+    "bench": "A/B experiments: bench baseline FACTORY (diagnose your own pipeline as it is, and write the experiment "
+             "to run next), bench run EXP.toml (run one, with a verdict), bench report DIR (rebuild a report)",
     "index": "write <shard>.idx beside tar shards (fast random access, even splits, O(1) resume)",
     "convert": "turn a folder or file list into indexed tar shards",
     "stage": "copy a dataset to local disk, verified and restartable",
@@ -17,9 +19,11 @@ COMMANDS = {
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
-        print("usage: loadscope COMMAND [options]\n\ncommands:")
+        import textwrap
+
+        print("usage: loadscope COMMAND [options]    (loadscope COMMAND --help for each)\n\ncommands:")
         for name, text in COMMANDS.items():
-            print(f"  {name:<16} {text}")
+            print(textwrap.fill(text, 100, initial_indent=f"  {name:<16} ", subsequent_indent=" " * 19))
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     if argv[0] == "demo":
         from .demo import main as run
@@ -32,7 +36,9 @@ def main(argv=None) -> int:
     elif argv[0] == "stage":
         from .stage import main as run
     else:
-        from .datasets import main as run
+        from .datasets import main as make
+
+        return make(argv[1:], prog="loadscope make-demo-data")
     return run(argv[1:])
 
 

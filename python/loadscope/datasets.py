@@ -356,8 +356,8 @@ def ensure(out: str, images: int = 2000, seed: int = 0, quiet: bool = False, vid
     return generate(out, images=images, seed=seed, quiet=quiet, videos=videos, video_profile=video_profile, audio=audio)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m loadscope.datasets", description=__doc__.split("\n\n")[0])
+def main(argv=None, prog: str = "python -m loadscope.datasets") -> int:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="data/demo", help="output directory (default: data/demo)")
     p.add_argument("--images", type=int, default=2000, help="number of images (default: 2000)")
     p.add_argument("--videos", type=int, default=24, help="number of videos (default: 24; 0: none)")

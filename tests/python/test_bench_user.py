@@ -541,15 +541,20 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
     assert (repo / "results" / "loadscope" / "workers" / "report.md").exists()
 
 
-@pytest.mark.parametrize("figures, kwargs, factor, values", [
-    ({"data_wait_share": 0.01, "cores_used": 1.0}, {"num_workers": 2}, "num_workers", [2, 1]),  # compute-bound
+@pytest.mark.parametrize("figures, kwargs, factor, values, metric", [
+    # compute-bound: what feeding training costs, through the loadscope factory the module has
+    ({"data_wait_share": 0.01, "cores_used": 1.0, "cpu_per_sample": 2.0, "e2e_throughput": 100.0,
+      "pipeline_cores_at_training_rate": 0.2}, {"num_workers": 2}, "factory",
+     ["mytrain.data:make_loader", "mytrain.data:make_loadscope_loader"], "cpu_per_sample"),
+    # input-bound, and new epochs wait for workers to start
     ({"data_wait_share": 0.5, "cores_used": 1.0, "new_epoch_first_batch": 0.5, "flipped_new_epoch_first_batch": 0.1},
-     {"num_workers": 2}, "persistent_workers", [False, True]),  # new epochs wait for workers to start
-    ({"data_wait_share": 0.5, "cores_used": 1.0}, {"num_workers": 1}, "num_workers", [1, 2]),  # an idle core
+     {"num_workers": 2}, "persistent_workers", [False, True], "new_epoch_first_batch"),
+    ({"data_wait_share": 0.5, "cores_used": 1.0}, {"num_workers": 1}, "num_workers", [1, 2], "e2e_throughput"),  # idle core
     ({"data_wait_share": 0.5, "cores_used": 2.0}, {"num_workers": 2}, "factory",  # CPU-bound: the swap
-     ["mytrain.data:make_loader", "mytrain.data:make_loadscope_loader"]),
+     ["mytrain.data:make_loader", "mytrain.data:make_loadscope_loader"], "e2e_throughput"),
 ])
-def test_the_suggested_next_experiment_follows_the_figures_and_is_valid(repo, tmp_path, figures, kwargs, factor, values):
+def test_the_suggested_next_experiment_follows_the_figures_and_is_valid(repo, tmp_path, figures, kwargs, factor, values,
+                                                                         metric):
     from loadscope.bench import baseline
 
     exp = baseline._experiment("mytrain.data:make_loader", dict(kwargs, root="data"), setup="mytrain.train:build",
@@ -557,16 +562,43 @@ def test_the_suggested_next_experiment_follows_the_figures_and_is_valid(repo, tm
                                batch_size_of=None, grad_accum=1, world_size=1, run={}, data=None)
     o = {k: {"median": None} for k, _, _ in baseline.ROWS}
     o.update({k: {"median": v} for k, v in figures.items()})
-    o.update(usable_cpus=2, persistent_workers=False, has_ids=True,
+    o.update(usable_cpus=2, persistent_workers=False, has_ids=True, cores_used_uncertainty=0.0,
              pipeline={"dataloader": True, "num_workers": kwargs["num_workers"]})
     s = baseline.suggest(exp, o, dict(kwargs, root="data"))
-    assert (s["factor"], s["values"]) == (factor, values)
+    assert (s["factor"], s["values"], s["criteria"]["metric"]) == (factor, values, metric)
+    assert s["pipeline"] == {}  # mytrain's factory takes shuffle, already off by default: nothing to pin
     path = tmp_path / "next.toml"
     baseline.write_next(str(path), exp, dict(kwargs, root="data"), s, o)
     nxt = bench.load(str(path))
     assert nxt.factor == factor and [a.config[factor] for a in nxt.arms] == values
     assert nxt.correctness["overrides"] == {}  # mytrain's factory has no augmentation flag to turn off
     assert "# overrides = { your_augmentation_flag = false }" in path.read_text()
+
+
+def test_a_swap_that_cannot_be_translated_leaves_a_stub_that_says_why(repo, tmp_path):
+    from loadscope.bench import baseline
+
+    exp = baseline._experiment("mytrain.data:make_loader", {"root": "data", "num_workers": 2}, setup="mytrain.train:build",
+                               step="mytrain.train:step", repo=str(repo), sample_ids="mytrain.data:ids",
+                               batch_size_of=None, grad_accum=1, world_size=1, run={}, data=None)
+    o = {k: {"median": None} for k, _, _ in baseline.ROWS}
+    o.update({"data_wait_share": {"median": 0.5}, "cores_used": {"median": 2.0}})
+    why = "dataset Images: loadscope translates torchvision's ImageFolder and DatasetFolder"
+    o.update(usable_cpus=2, persistent_workers=False, has_ids=True, cores_used_uncertainty=0.0,
+             pipeline={"dataloader": True, "num_workers": 2, "translation": {"ok": False, "why": why, "random": []}})
+
+    class NoLoadscopeFactory:  # a module without a loadscope factory of its own
+        pass
+
+    s = baseline._choose(exp, o, {"root": "data", "num_workers": 2}, {"num_workers": 2, "root": None},
+                         NoLoadscopeFactory, str(tmp_path))
+    assert s["factor"] == "factory" and why in s["needs"]
+    s.update(pipeline={}, overrides=None, notes=[])
+    baseline.write_next(str(tmp_path / "next-experiment.toml"), exp, {"root": "data", "num_workers": 2}, s, o)
+    stub = (tmp_path / "loadscope_factory.py").read_text()
+    assert f"raise NotImplementedError(\"loadscope could not translate mytrain.data:make_loader: {why}" in stub
+    nxt = bench.load(str(tmp_path / "next-experiment.toml"))  # valid, and it fails at the arm with that message
+    assert nxt.arms[1].config["factory"] == f"{tmp_path}/loadscope_factory.py:make_loadscope_loader"
 
 
 def test_the_check_starts_from_the_repetitions_seeds_whatever_the_arms_drew(repo, tmp_path):

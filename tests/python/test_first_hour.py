@@ -180,3 +180,24 @@ def test_the_suggestion_follows_the_bottleneck(repo, step, kind, metric):
     else:  # a gain the measured wait allows: removing it would give 1 / (1 - wait) - 1
         wait = res["observed"]["data_wait_share"]["median"]
         assert 0 < nxt["criteria"]["min_gain"] <= (1 / (1 - wait) - 1) / 2
+
+
+def test_an_install_from_a_clone_names_its_commit(tmp_path):
+    """env.json's loadscope commit: from the checkout it runs from, else from what setup.py
+    recorded at build time (_build_info.json); else said to be unknown, not "None"."""
+    from loadscope.bench import env, report
+
+    package = tmp_path / "site-packages" / "loadscope"
+    (package / "bench").mkdir(parents=True)
+    assert env._loadscope_git(str(package / "bench"))["commit"] is None  # not a checkout, nothing recorded
+    (package / "_build_info.json").write_text(json.dumps({"commit": "0123abc", "dirty": False, "source": "/src/loadscope"}))
+    got = env._loadscope_git(str(package / "bench"))
+    assert got["commit"] == "0123abc" and "recorded when this install was built" in got["note"]
+    here = env._loadscope_git(os.path.dirname(env.__file__))  # this checkout: its own HEAD
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=os.path.dirname(env.__file__), capture_output=True, text=True)
+    assert here["commit"] == head.stdout.strip()
+    record = env.record(None, [])
+    (tmp_path / "env.json").write_text(json.dumps(dict(record, loadscope=dict(record["loadscope"], git=None))))
+    assert "commit unknown (installed without a record" in report._env_lines(str(tmp_path))[0]
+    (tmp_path / "env.json").write_text(json.dumps(dict(record, loadscope=dict(record["loadscope"], git=got))))
+    assert "commit 0123abc (recorded when this install was built)" in report._env_lines(str(tmp_path))[0]

@@ -136,3 +136,139 @@ def test_bad_dtype_arguments_say_what_is_allowed(kwargs, message):
         ls.Image(32, **kwargs)
     with pytest.raises(ls.ConfigError, match=r"VideoClip: clips are uint8 only"):
         ls.VideoClip(32, dtype="float16")
+
+
+# --- loadscope.from_dataloader: the swap translated for you --------------------------------------
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+# Real photos and drawings of ../shared/data/real (test_reference.py's), in three classes; the
+# orientation examples carry EXIF orientations that ImageFolder's PIL does not apply.
+FOLDER_FILES = {
+    "birds": ["vision/test/assets/encode_jpeg/grace_hopper_517x606.jpg", "imageio/chelsea.jpg",
+              "libjpeg-turbo/testimages/testorig.jpg", "exif-orientation-examples/Landscape_6.jpg"],
+    "cats": ["pillow/Tests/images/hopper.jpg", "imageio/bricks.jpg", "vision/test/assets/fakedata/logos/rgb_pytorch.png",
+             "exif-orientation-examples/Landscape_3.jpg"],
+    "dogs": ["pillow/Tests/images/pil_sample_rgb.jpg", "vision/test/assets/fakedata/logos/gray_pytorch.jpg",
+             "moviepy/media/doc_medias/example_mask.jpg"],
+}
+
+
+@pytest.fixture(scope="module")
+def image_folder(real, tmp_path_factory):
+    root = tmp_path_factory.mktemp("imagefolder")
+    for cls, files in FOLDER_FILES.items():
+        (root / cls).mkdir()
+        for i, rel in enumerate(files):
+            (root / cls / f"{i}_{rel.rsplit('/', 1)[-1]}").symlink_to(real / rel)
+    return root
+
+
+@pytest.mark.parametrize("last", ["ToTensor+Normalize", "PILToTensor"])
+def test_from_dataloader_gives_the_dataloaders_batches(image_folder, last):
+    import torchvision.transforms as T
+    from torchvision.datasets import ImageFolder
+
+    tail = [T.ToTensor(), T.Normalize(MEAN, STD)] if last == "ToTensor+Normalize" else [T.PILToTensor()]
+    dl = torch.utils.data.DataLoader(ImageFolder(str(image_folder), transform=T.Compose([T.Resize(40), T.CenterCrop(32)]
+                                                                                        + tail)), batch_size=4)
+    loader = ls.from_dataloader(dl)
+    ref, got = list(dl), list(loader)
+    assert len(got) == len(ref) == len(loader) == 3 and len(loader.dataset) == 11
+    level = torch.tensor(STD).view(1, 3, 1, 1) * 255 if last != "PILToTensor" else 1.0  # output units per level
+    for (x, y), (a, b) in zip(ref, got):
+        assert a.dtype == x.dtype and a.shape == x.shape and torch.equal(b, y)
+        diff = (a.double() - x.double()).abs() * level
+        assert diff.flatten(1).mean(1).max() <= 0.5 and diff.max() <= 2.5, diff.flatten(1).mean(1)
+
+
+def test_translate_maps_every_option(image_folder):
+    import torchvision.transforms as T
+    import torchvision.transforms.v2 as v2
+    from torchvision.datasets import ImageFolder
+
+    from loadscope.swap import translate
+
+    for t in (T, v2):
+        tail = [T.ToTensor()] if t is T else [v2.ToImage(), v2.ToDtype(torch.float32, scale=True)]
+        tf = t.Compose([t.RandomResizedCrop(48, scale=(0.2, 1.0)), t.RandomHorizontalFlip(0.3), t.RandAugment(2, 7),
+                        t.RandomApply([t.ColorJitter(0.4, 0.3, 0.2, 0.1)], p=0.7), t.RandomGrayscale(0.1)]
+                       + tail + [t.Normalize(MEAN, STD), t.RandomErasing(p=0.25)])
+        ds = ImageFolder(str(image_folder), transform=tf)
+        sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, shuffle=True, seed=7, drop_last=True)
+        tr = translate(torch.utils.data.DataLoader(ds, batch_size=3, sampler=sampler, num_workers=2, prefetch_factor=4))
+        assert tr.image == {"exif": False, "crop": "random_resized", "size": 48, "scale": (0.2, 1.0),
+                            "ratio": (0.75, 4 / 3), "flip": 0.3,
+                            "randaugment": {"num_ops": 2, "magnitude": 7, "num_magnitude_bins": 31},
+                            "color": {"brightness": (0.6, 1.4), "contrast": (0.7, 1.3), "saturation": (0.8, 1.2),
+                                      "hue": (-0.1, 0.1), "p": 0.7},
+                            "grayscale": 0.1, "dtype": "float32", "mean": tuple(MEAN), "std": tuple(STD),
+                            "erasing": {"p": 0.25, "scale": (0.02, 0.33), "ratio": (0.3, 3.3), "value": 0.0}}, t
+        assert tr.loader == {"batch_size": 3, "drop_last": "uneven", "shuffle": True, "seed": 7, "rank": 1,
+                             "world_size": 2, "threads": 2, "prefetch": 8}
+        loader = tr.build()
+        assert (loader.rank, loader.world_size, loader.drop_last, loader.batch_size) == (1, 2, "uneven", 3)
+        assert len(loader.sampler) == len(sampler) == 5  # 11 samples, 2 ranks: DistributedSampler's floor(11 / 2)
+        image = loader.fields["jpg"]
+        assert image.color == ls.ColorJitter((0.6, 1.4), (0.7, 1.3), (0.8, 1.2), (-0.1, 0.1), p=0.7)
+        assert image.randaugment == ls.RandAugment(2, 7) and image.erasing == ls.RandomErasing(p=0.25)
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.GaussianBlur(3), T.ToTensor()])),
+     "transform GaussianBlur: loadscope has no counterpart"),
+    (lambda T: dict(transform=T.Compose([T.ColorJitter(0.4), T.RandomHorizontalFlip(), T.RandomResizedCrop(32),
+                                         T.ToTensor()])),
+     "transform RandomHorizontalFlip comes after a later stage"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32, interpolation=T.InterpolationMode.BICUBIC),
+                                         T.ToTensor()])), "bilinear filter"),
+    (lambda T: dict(transform=T.Compose([T.Resize(32), T.ToTensor()])), r"Resize\(32\) without a CenterCrop"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32)])), "no ToTensor or PILToTensor"),
+    (lambda T: dict(transform=T.Compose([T.ToTensor()])), "no crop or resize to a fixed size"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]), target_transform=lambda y: y + 1),
+     "target_transform"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]), subclass=True),
+     "has its own __getitem__"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]), collate_fn=lambda b: b),
+     "a collate function of your own"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]), weighted=True),
+     "sampler=WeightedRandomSampler"),
+])
+def test_what_has_no_counterpart_is_refused_by_name(image_folder, make, message):
+    import torchvision.transforms as T
+    from torchvision.datasets import ImageFolder
+
+    kw = make(T)
+
+    class Named(ImageFolder):
+        def __getitem__(self, i):
+            return super().__getitem__(i) + (self.samples[i][0],)
+
+    ds = (Named if kw.pop("subclass", False) else ImageFolder)(str(image_folder), transform=kw.pop("transform"),
+                                                                target_transform=kw.pop("target_transform", None))
+    if kw.pop("weighted", False):
+        kw["sampler"] = torch.utils.data.WeightedRandomSampler([1.0] * len(ds), len(ds))
+    with pytest.raises(ls.ConfigError, match=message):
+        ls.from_dataloader(torch.utils.data.DataLoader(ds, batch_size=4, **kw))
+
+
+def test_every_command_and_subcommand_has_help():
+    """`loadscope --help` lists every command (bench's baseline too), and each command's and
+    bench's subcommands' --help prints its usage under the name users type."""
+    import subprocess
+    import sys
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-m", "loadscope", *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, (args, r.stdout, r.stderr)
+        return r.stdout
+
+    top = run("--help")
+    from loadscope.__main__ import COMMANDS
+
+    for name in COMMANDS:
+        assert f"  {name} " in top
+        assert f"usage: loadscope {name}" in " ".join(run(name, "--help").split())
+    assert "bench baseline FACTORY" in " ".join(top.split())
+    for sub in ("run", "report", "baseline"):
+        assert f"usage: loadscope bench {sub}" in run("bench", sub, "--help")
+    assert "baseline            measure your own pipeline as it is" in run("bench", "--help")
