@@ -201,3 +201,13 @@ def test_an_install_from_a_clone_names_its_commit(tmp_path):
     assert "commit unknown (installed without a record" in report._env_lines(str(tmp_path))[0]
     (tmp_path / "env.json").write_text(json.dumps(dict(record, loadscope=dict(record["loadscope"], git=got))))
     assert "commit 0123abc (recorded when this install was built)" in report._env_lines(str(tmp_path))[0]
+
+
+def test_without_psutil_the_harness_says_so_before_writing_anything(tmp_path, monkeypatch):
+    from loadscope import ConfigError
+    from loadscope.bench import baseline
+
+    monkeypatch.setitem(sys.modules, "psutil", None)  # an install with --no-deps
+    with pytest.raises(ConfigError, match="need psutil, a dependency of loadscope .* pip install psutil"):
+        baseline.run("trainer.data:make_loader", out_dir=str(tmp_path / "out"), quiet=True)
+    assert not (tmp_path / "out").exists()

@@ -272,3 +272,23 @@ def test_every_command_and_subcommand_has_help():
     for sub in ("run", "report", "baseline"):
         assert f"usage: loadscope bench {sub}" in run("bench", sub, "--help")
     assert "baseline            measure your own pipeline as it is" in run("bench", "--help")
+
+
+def test_the_harness_takes_key_from_tuple_output_as_the_sample_ids(demo):
+    """Ids without code: output=(..., "__key__") carries the files, and the bench harness reads
+    them as the sample ids (no sample_ids function)."""
+    import os
+
+    from loadscope.bench import user
+
+    loader = ls.Loader(ls.Folder(demo / "folder"), fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=8,
+                       output=("jpg", "cls", "__key__"))
+    images, labels, keys = batch = next(iter(loader))
+    assert len(keys) == 8 and all(os.path.isfile(k) for k in keys)
+    assert user.default_ids(batch, loader) == [os.path.realpath(k) for k in keys]
+    assert user.default_ids((images, labels), loader) is None  # no __key__: no ids from the batch
+    # ... but the order is known: unshuffled, one rank, so each position names its file
+    at = user.positional_ids(loader)
+    assert [at(i) for i in range(8)] == [os.path.realpath(k) for k in keys]
+    assert user.positional_ids(ls.Loader(ls.Folder(demo / "folder"), fields={"cls": ls.Int()}, batch_size=8,
+                                         shuffle=True)) is None
