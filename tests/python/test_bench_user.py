@@ -619,3 +619,33 @@ def test_a_new_epochs_first_batch_is_a_metric_when_a_criterion_names_it(repo, tm
     for arm in ("persistent_workers=false", "persistent_workers=true"):
         assert summary["per_arm"][arm]["new_epoch_first_batch"]["n"] == 2
     assert "new_epoch_first_batch" in summary["verdicts"]["persistent_workers=true"]["reasons"][0]
+
+
+@pytest.mark.parametrize("mode, decision, fails", [
+    ("enforce", "inconclusive", False), ("strict", "inconclusive", True), ("report", "inconclusive", False),
+    ("enforce", "roll back", True), ("report", "roll back", False), ("strict", "adopt", False),
+])
+def test_a_gate_fails_on_evidence_only(monkeypatch, mode, decision, fails):
+    """The plugin's rule, on a summary as the runner returns it: a confident roll back fails a
+    gate, an inconclusive one passes (and says so) unless --loadscope-gates=strict."""
+    from types import SimpleNamespace
+
+    from loadscope import pytest_plugin
+    from loadscope.bench import runner
+
+    verdict = {"decision": decision, "reasons": ["throughput: ..."]}
+    if decision == "inconclusive":
+        verdict["repetitions_to_decide"] = 9
+    monkeypatch.setattr(runner, "run", lambda exp, out, quiet: {"verdicts": {"b": verdict}, "baseline": "a"})
+    stash: dict = {}
+    config = SimpleNamespace(getoption={"loadscope_full": True, "loadscope_gates": mode, "loadscope_out": "/tmp/x"}.get,
+                             rootpath=Path("/tmp"), stash=SimpleNamespace(setdefault=stash.setdefault))
+    exp = SimpleNamespace(name="g", gate=True)
+    if fails:
+        with pytest.raises(pytest_plugin.ExperimentFailure, match=f"b: {decision.upper() if mode == 'strict' else decision}"):
+            pytest_plugin.run_experiment(config, exp)
+    else:
+        summary = pytest_plugin.run_experiment(config, exp)
+        assert summary["_inconclusive"] == (decision == "inconclusive")
+    line = next(x for x in stash[pytest_plugin._VERDICTS] if x.startswith("g (full): b vs a"))
+    assert decision.upper() in line and ("about 9 repetitions would decide it" in line) == (decision == "inconclusive")

@@ -222,21 +222,27 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_gloo_ranks_split_every_layout_evenly(layouts, tmp_path, world):
-    spec = dict(layouts, layouts=["folder", "list", "tar", "indexed"], batch_size=8)
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
+def run_ranks(script: str, args: list, world: int, out: Path) -> list:
+    """Runs tests/python/`script` as `world` ranks with torchrun's variables (each joins a gloo
+    group), with `args` and then `out`; returns each rank's JSON from `out`.<rank>.json."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "_dist_worker.py"), str(tmp_path / "spec.json"),
-                               str(tmp_path / "out")], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
+    procs = [subprocess.Popen([sys.executable, str(HERE / script), *args, str(out)],
+                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
     try:
         outs = [p.communicate(timeout=240)[0] for p in procs]
     finally:
         for p in procs:
             p.kill()
     assert all(p.returncode == 0 for p in procs), "\n".join(outs)
-    results = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in range(world)]
+    return [json.loads(Path(f"{out}.{r}.json").read_text()) for r in range(world)]
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_gloo_ranks_split_every_layout_evenly(layouts, tmp_path, world):
+    spec = dict(layouts, layouts=["folder", "list", "tar", "indexed"], batch_size=8)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    results = run_ranks("_dist_worker.py", [str(tmp_path / "spec.json")], world, tmp_path / "out")
     for layout in spec["layouts"]:
         per_rank = [res["layouts"][layout]["epochs"] for res in results]
         check_split(per_rank, reference(layout, layouts), world)
@@ -254,17 +260,7 @@ def test_a_validate_under_two_ranks_gives_the_single_process_mean(layouts, tmp_p
     manifest = Path(layouts["manifest"]).parent / "val113.jsonl"  # its paths are relative to the demo
     manifest.write_text("".join(Path(layouts["manifest"]).read_text().splitlines(keepends=True)[:113]))
     world = 2
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world))
-    procs = [subprocess.Popen([sys.executable, str(HERE / "_dist_validate.py"), str(manifest), str(tmp_path / "out")],
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for r in range(world)]
-    try:
-        outs = [p.communicate(timeout=240)[0] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
-    res = [json.loads((tmp_path / f"out.{r}.json").read_text()) for r in range(world)]
+    res = run_ranks("_dist_validate.py", [str(manifest)], world, tmp_path / "out")
     assert [r["world"] for r in res] == [world, world] and sum(r["sampler"] for r in res) == 113
     assert sum(r["padding"] for r in res) == padding(113, world) == 1 and res[0]["batches"] == res[1]["batches"]
     single = res[0]["single"]

@@ -251,20 +251,26 @@ def test_what_has_no_counterpart_is_refused_by_name(image_folder, make, message)
         ls.from_dataloader(torch.utils.data.DataLoader(ds, batch_size=4, **kw))
 
 
-def test_every_command_and_subcommand_has_help():
+def test_every_command_and_subcommand_has_help(capsys):
     """`loadscope --help` lists every command (bench's baseline too), and each command's and
     bench's subcommands' --help prints its usage under the name users type."""
     import subprocess
     import sys
 
+    from loadscope.__main__ import COMMANDS, main
+
     def run(*args):
-        r = subprocess.run([sys.executable, "-m", "loadscope", *args], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, (args, r.stdout, r.stderr)
-        return r.stdout
+        try:
+            rc = main(list(args))
+        except SystemExit as e:  # argparse's --help
+            rc = e.code
+        out = capsys.readouterr()
+        assert rc == 0, (args, out.out, out.err)
+        return out.out
 
-    top = run("--help")
-    from loadscope.__main__ import COMMANDS
-
+    r = subprocess.run([sys.executable, "-m", "loadscope", "--help"], capture_output=True, text=True, timeout=120)
+    top = r.stdout
+    assert r.returncode == 0 and top == run("--help")  # the command line is this main()
     for name in COMMANDS:
         assert f"  {name} " in top
         assert f"usage: loadscope {name}" in " ".join(run(name, "--help").split())
