@@ -142,7 +142,7 @@ def run_experiment(config: Any, exp: Any, *, gate: Optional[bool] = None, full: 
         more = v.get("repetitions_to_decide")
         lines.append(f"{exp.name} ({size}): {arm} vs {summary['baseline']}: {v['decision'].upper()}"
                      + (f" (about {more} repetitions would decide it)" if more else "")
-                     + (f" — {v['reasons'][0]}" if v["reasons"] else ""))
+                     + (f" — {(v.get('deciding') or v['reasons'])[0]}" if v["reasons"] else ""))
         if v["decision"] == "inconclusive":
             undecided.append(f"{arm}: INCONCLUSIVE: " + "; ".join(v["reasons"]))
         elif v["decision"] != "adopt":

@@ -522,11 +522,13 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
                        cwd=repo, capture_output=True, text=True, timeout=900)
     out = r.stdout
     assert r.returncode == 1, out
-    assert "PASSED test_fixture.py::test_written_in_python" in out
+    # Not gated: these pass whatever their verdict, counted as inconclusive when it is.
     workers = re.search(r"workers \(small\): num_workers=1 vs num_workers=0: (ADOPT|ROLL BACK|INCONCLUSIVE)", out)
-    assert workers, out  # not gated: passes whatever its verdict, counted as inconclusive when it is
-    assert "FAILED experiments/workers.toml" not in out
-    undecided = 1 + (workers.group(1) == "INCONCLUSIVE")
+    fixture = re.search(r"py \(small\): batch_size=16 vs batch_size=8: (ADOPT|ROLL BACK|INCONCLUSIVE)", out)
+    assert workers and fixture, out
+    assert "FAILED experiments/workers.toml" not in out and "FAILED test_fixture.py" not in out
+    assert ("PASSED test_fixture.py::test_written_in_python" in out) == (fixture.group(1) != "INCONCLUSIVE")
+    undecided = 1 + (workers.group(1) == "INCONCLUSIVE") + (fixture.group(1) == "INCONCLUSIVE")
     assert "FAILED experiments/slower.toml::slower" in out
     assert "experiment slower (gate = true, small run): delay=0.02: roll back: throughput: worse" in out
     assert "FAILED experiments/other.toml::other" in out and "different samples" in out

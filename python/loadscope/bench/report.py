@@ -316,6 +316,8 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
                            "inconclusive": decision == "inconclusive"}
     if decision == "inconclusive":
         out["repetitions_to_decide"] = max(decide) if decide else None
+    why = set(confident if decision == "roll back" else uncertain)
+    out["deciding"] = [r for r in reasons if r.split(":")[0] in why]  # what made it so, for one-line summaries
     return out
 
 

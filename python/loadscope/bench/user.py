@@ -10,6 +10,7 @@ by all arms, needs anyway."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import inspect
@@ -173,11 +174,21 @@ def sample_checksum(leaf_list: List[Tuple[str, Any]], i: int) -> str:
     return h.hexdigest()
 
 
+@functools.lru_cache(maxsize=4096)
+def _real_dir(path: str) -> str:
+    return os.path.realpath(path)
+
+
 def _norm_id(key: Any) -> str:
-    """A sample id as both arms of a swap name it: a file's real path (a DataLoader's dataset
-    and a loadscope Folder may name the same file from different roots), else the key as is."""
+    """A sample id as both arms of a swap name it: a path with its folder made real (a
+    DataLoader's dataset and a loadscope Folder may name the same file from different roots,
+    relative or through a link), else the key as is. Cheap: ids are read inside the timed loop,
+    and a folder is resolved once."""
     key = os.fsdecode(key) if isinstance(key, bytes) else str(key)
-    return os.path.realpath(key) if os.path.isabs(key) or os.path.exists(key) else key
+    if os.sep not in key:
+        return key
+    head, tail = os.path.split(key)
+    return os.path.join(_real_dir(head), tail)
 
 
 def default_ids(batch: Any, obj: Any = None) -> Optional[List[str]]:
