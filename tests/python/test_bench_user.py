@@ -537,7 +537,7 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
     assert "FAILED experiments/undecided.toml" not in out
     assert re.search(r"undecided \(small\): num_workers=0 \(B\) vs num_workers=0: INCONCLUSIVE \(about \d+ repetitions "
                      r"would decide it\) — throughput: undecided", out), out
-    assert f"3 failed, {3 - undecided} passed, {undecided} inconclusive in" in out
+    assert "3 failed, " + (f"{3 - undecided} passed, " if undecided < 3 else "") + f"{undecided} inconclusive in" in out
     assert "suggested" not in out  # results/ is the harness's: not collected
     assert " loadscope experiments " in out and "pyproject" not in out
     assert (repo / "results" / "loadscope" / "workers" / "report.md").exists()
