@@ -369,9 +369,10 @@ def _swap_source(exp: Experiment, kwargs: Dict[str, Any], swap: Dict[str, Any]) 
     try:
         sig = inspect.signature(fn)
         plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in sig.parameters.values())
-        params = str(sig) if plain else "(**kwargs)"
-    except (TypeError, ValueError):
-        plain, params = False, "(**kwargs)"
+        compile(f"def f{sig}: pass", "<signature>", "exec")  # defaults whose repr is not Python: **kwargs
+    except (TypeError, ValueError, SyntaxError):
+        plain = False
+    params = str(sig) if plain else "(**kwargs)"
     call = ", ".join(f"{n}={n}" for n in sig.parameters) if plain else "**kwargs"
     stamp = time.strftime("%Y-%m-%d %H:%M")
     shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
