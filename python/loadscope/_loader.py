@@ -153,17 +153,47 @@ class _Sampler:
 
 class _DatasetView:
     """``Loader.dataset``: the source as code written for a DataLoader reads it.
-    ``len()`` is the number of samples in the source (padding and drop_last aside); other
+    ``len()`` is the number of samples in the source (padding and drop_last aside);
+    ``dataset[i]`` is sample ``i`` of the source made as the loader makes its batches, one
+    sample and not batched (what ``Subset(loader.dataset, ...)`` behind another DataLoader needs:
+    the classic ImageNet script evaluates the samples its sampler left out that way); other
     attributes are the source's (a ``Folder``'s ``classes``, ``class_to_idx``, ``root``)."""
 
     def __init__(self, loader: "Loader") -> None:
         self._loader = loader
+        self._single: Optional["Loader"] = None
 
     def __len__(self) -> int:
         return self._loader._epoch_samples()
 
+    def __getitem__(self, i: int) -> Any:
+        n = len(self)
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"loader.dataset[{i!r}]: an int index")
+        if not -n <= i < n:
+            raise IndexError(f"loader.dataset[{i}]: the source has {n} samples")
+        i %= n
+        if self._single is None:
+            # The loader's source and fields, one sample a batch, in the source's order: sample i
+            # is position i of an unshuffled epoch 0, so its random draws are (seed, 0, i).
+            a = self._loader._args
+            cache = a["cache"] or (None, None)
+            self._single = Loader(a["source"], fields=a["fields"], batch_size=1, threads=1, seed=a["seed"],
+                                  prefetch=1, telemetry=False, rank=0, world_size=1, output=a["output"] or "dict",
+                                  cache_dir=cache[0], cache_limit=cache[1])
+        one = self._single
+        one._epoch, one._resume_batches = 0, i
+        it = one._iterate(0, 1)
+        try:
+            batch = next(it)
+        finally:
+            it.close()
+        if isinstance(batch, dict):
+            return {k: v[0] for k, v in batch.items()}
+        return tuple(v[0] for v in batch)
+
     def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
+        if name.startswith("__") or name == "_single":
             raise AttributeError(name)
         return getattr(self._loader.source, name)
 

@@ -68,13 +68,32 @@ def _bilinear(t: Any) -> None:
 
 
 def _size(value: Any) -> Any:
-    """torchvision's size (an int, [int], (h, w)) as loadscope's (an int for a square)."""
+    """A crop's size (an int, [int], (h, w)) as loadscope's (an int for a square)."""
     if isinstance(value, int):
         return value
     value = list(value)
     if len(value) == 1:
         return int(value[0])
     return int(value[0]) if value[0] == value[1] else (int(value[0]), int(value[1]))
+
+
+def _resize(value: Any) -> Any:
+    """Resize's size: an int (or [int]) is the shorter side; a pair, even a square one, is the
+    exact (h, w) the image is squeezed to."""
+    if isinstance(value, int):
+        return value
+    value = list(value)
+    return int(value[0]) if len(value) == 1 else (int(value[0]), int(value[1]))
+
+
+def _channels(name: str, value: Any) -> Tuple[float, float, float]:
+    """Normalize's mean or std: three numbers, or one (torchvision broadcasts it)."""
+    values = [float(value)] if isinstance(value, (int, float)) else [float(v) for v in value]
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3:
+        raise ConfigError(f"Normalize({name}={value!r}): loadscope normalises RGB images: three numbers, or one")
+    return (values[0], values[1], values[2])
 
 
 def _jitter(value: Any) -> Any:
@@ -99,6 +118,7 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
     image: Dict[str, Any] = {"exif": False}  # PIL's open() in ImageFolder does not rotate by EXIF
     lines: List[str] = []
     stage, resize = -1, None
+    seen: set = set()
     ts = _transforms(transform)
     for i, t in enumerate(ts):
         name = _name(t)
@@ -111,22 +131,28 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
             _bilinear(t)
             image.update(crop="random_resized", size=_size(t.size), scale=tuple(t.scale), ratio=tuple(t.ratio))
             at, what = "geometry", f"crop='random_resized', size={image['size']!r}, scale={image['scale']}, ratio=" \
-                                   f"({image['ratio'][0]:.4g}, {image['ratio'][1]:.4g})"
+                                   f"({image['ratio'][0]:.4g}, {image['ratio'][1]:.4g}) (JPEGs decoded at 1/2..1/8 " \
+                                   "scale where the crop allows: dct_scaling, loadscope's default for random crops; " \
+                                   "slightly sharper than Pillow's resize)"
         elif name == "Resize":
             _bilinear(t)
             if getattr(t, "max_size", None) is not None:
                 raise ConfigError(f"Resize(max_size={t.max_size}): loadscope has no max_size")
-            size = _size(t.size)
+            size = _resize(t.size)
             following = _name(ts[i + 1]) if i + 1 < len(ts) else None
             if isinstance(size, int) and following != "CenterCrop":
                 raise ConfigError(f"Resize({size}) without a CenterCrop after it: images of other shapes would not "
                                   "batch; loadscope's crops give a fixed size (crop='center' with resize=, "
                                   "'random_resized', or 'resize' to a (height, width))")
+            if isinstance(size, tuple) and following == "CenterCrop":
+                raise ConfigError(f"Resize({size}) followed by CenterCrop: loadscope's crop='resize' squeezes the "
+                                  "image to the output size itself; resize to the crop's size, or resize the shorter "
+                                  "side (Resize(int)) before the CenterCrop")
             if isinstance(size, int):
                 resize = size
                 continue  # the CenterCrop that follows completes it
-            image.update(crop="resize", size=size)
-            at, what = "geometry", f"crop='resize', size={size!r}"
+            image.update(crop="resize", size=size if size[0] != size[1] else size[0])
+            at, what = "geometry", f"crop='resize', size={image['size']!r}"
         elif name == "CenterCrop":
             if resize is None:
                 raise ConfigError("CenterCrop without a Resize before it: loadscope's center crop is torchvision's "
@@ -138,6 +164,10 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
             image["flip"] = float(t.p)
             at, what = "geometry", f"flip={float(t.p):g}"  # a flip commutes with the crops
         elif name == "RandAugment":
+            mode = getattr(t, "interpolation", "nearest")
+            if "nearest" not in str(getattr(mode, "value", mode)).lower():
+                raise ConfigError(f"RandAugment(interpolation={mode}): loadscope's RandAugment samples its geometry "
+                                  "nearest-neighbour (torchvision's default) only")
             if getattr(t, "fill", None) not in (None, 0, [0], (0,)):
                 raise ConfigError(f"RandAugment(fill={t.fill}): loadscope fills with 0 only")
             image["randaugment"] = {"num_ops": int(t.num_ops), "magnitude": int(t.magnitude),
@@ -163,22 +193,26 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
             image["dtype"] = "float32"
             at, what = "tensor", "dtype='float32' (x / 255)"
         elif name in ("PILToTensor", "ToImage"):
+            # A PIL image or a uint8 tensor: the same pixels wherever it comes in the Compose.
             image.setdefault("dtype", "uint8")
-            at, what = "tensor", "uint8 output"
+            lines.append(f"{_describe(t)} -> uint8 output")
+            continue
         elif name == "ToDtype":
             import torch
 
             dtype = t.dtype if not isinstance(t.dtype, dict) else None
             if dtype == torch.uint8:
-                image["dtype"] = "uint8"
-            elif dtype in (torch.float32, torch.float16, torch.bfloat16) and getattr(t, "scale", False):
+                image.setdefault("dtype", "uint8")
+                lines.append(f"{_describe(t)} -> uint8 output")
+                continue
+            if dtype in (torch.float32, torch.float16, torch.bfloat16) and getattr(t, "scale", False):
                 image["dtype"] = str(dtype).replace("torch.", "")
             else:
                 raise ConfigError(f"ToDtype({t.dtype}, scale={getattr(t, 'scale', False)}): loadscope outputs uint8, "
                                   "or floats scaled to [0, 1] (scale=True)")
             at, what = "tensor", f"dtype={image['dtype']!r}"
         elif name == "Normalize":
-            image.update(mean=tuple(float(m) for m in t.mean), std=tuple(float(s) for s in t.std))
+            image.update(mean=_channels("mean", t.mean), std=_channels("std", t.std))
             at, what = "normalize", f"mean={image['mean']}, std={image['std']}"
         elif name == "RandomErasing":
             value = t.value
@@ -196,6 +230,14 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
                               "+ CenterCrop, RandomHorizontalFlip, RandAugment, ColorJitter, RandomApply(ColorJitter), "
                               "RandomGrayscale, ToTensor, PILToTensor, Normalize, RandomErasing); apply it with "
                               "Loader(map=...) to whole batches, or leave it out")
+        kind = {"RandomResizedCrop": "crop", "Resize": "crop", "CenterCrop": "crop", "RandomHorizontalFlip": "flip",
+                "RandAugment": "randaugment", "ColorJitter": "color", "RandomApply": "color",
+                "RandomGrayscale": "grayscale", "Normalize": "mean", "RandomErasing": "erasing",
+                "ToTensor": "float", "ToDtype": "float"}[name]
+        if kind in seen:
+            raise ConfigError(f"transform {name}: a second {kind} in the Compose; loadscope.Image applies each "
+                              "operation once")
+        seen.add(kind)
         if _STAGE[at] < stage:
             raise ConfigError(f"transform {name} comes after a later stage of loadscope's fixed order (crop and flip, "
                               "RandAugment, ColorJitter, RandomGrayscale, to tensor, Normalize, RandomErasing): "
@@ -279,12 +321,24 @@ def translate(dataloader: Any) -> Translation:
         loader["shuffle"] = True
         order = "RandomSampler -> shuffle=True (another random order: loadscope's is drawn from (seed, epoch))"
     elif isinstance(sampler, DistributedSampler):
-        loader.update(shuffle=bool(sampler.shuffle), seed=int(sampler.seed), rank=int(sampler.rank),
-                      world_size=int(sampler.num_replicas))
-        if sampler.drop_last and not dataloader.drop_last:
+        W, B, n = int(sampler.num_replicas), int(dataloader.batch_size), len(ds)
+        loader.update(shuffle=bool(sampler.shuffle), seed=int(sampler.seed), rank=int(sampler.rank), world_size=W)
+        order = (f"DistributedSampler(rank {sampler.rank} of {W}, shuffle={sampler.shuffle}, drop_last="
+                 f"{sampler.drop_last}) -> rank, world_size, shuffle")
+        if dataloader.drop_last:
+            # torch: each rank's share (padded, or cut to n // W) batched with its partial batch
+            # dropped; loadscope: whole steps of W x B. At most one batch a rank fewer.
+            share = n // W if sampler.drop_last else -(-n // W)
+            if share // B != n // (W * B):
+                if n // (W * B) == 0:
+                    raise ConfigError(f"DataLoader(drop_last=True) over DistributedSampler: {n} samples, {W} ranks, "
+                                      f"batches of {B}: torch gives each rank {share // B} batch(es), loadscope's whole "
+                                      "steps none; use drop_last=False or a smaller batch")
+                order += (f"; drop_last=True: whole steps, {n // (W * B)} batches a rank where torch gives "
+                          f"{share // B}")
+        elif sampler.drop_last:
             loader["drop_last"] = "uneven"
-        order = (f"DistributedSampler(rank {sampler.rank} of {sampler.num_replicas}, shuffle={sampler.shuffle}, "
-                 f"drop_last={sampler.drop_last}) -> rank=, world_size=, shuffle=, drop_last={loader['drop_last']!r}")
+        order += f", drop_last={loader['drop_last']!r}"
     else:
         raise ConfigError(f"DataLoader(sampler={type(sampler).__name__}): loadscope's order is sequential, shuffled "
                           "or split between ranks as DistributedSampler does; a sampler of your own has no counterpart")
@@ -293,14 +347,18 @@ def translate(dataloader: Any) -> Translation:
     loader["threads"] = max(1, workers)
     loader["prefetch"] = max(2, workers * factor)  # batches in flight or ready, as the workers hold
     cuda = bool(dataloader.pin_memory) and torch.cuda.is_available()
-    if cuda:
+    # Erasing boxes are drawn before the GPU normalises a float batch: such batches stay on the CPU.
+    erase_on_host = "erasing" in image and image["dtype"] != "uint8"
+    if cuda and not erase_on_host:
         loader["device"] = "cuda"
     lines += [f"DataLoader(batch_size={dataloader.batch_size}, drop_last={dataloader.drop_last}) -> batch_size="
               f"{loader['batch_size']}, drop_last={loader['drop_last']!r}", order,
               f"num_workers={workers}, prefetch_factor={factor if workers else None} -> threads={loader['threads']}, "
               f"prefetch={loader['prefetch']} (threads instead of worker processes)",
               f"pin_memory={dataloader.pin_memory} -> " + ("device='cuda' (pinned batches, copied on a side stream)"
-                                                           if cuda else "CPU batches"),
+                                                           if "device" in loader else
+                                                           "CPU batches (RandomErasing on a float output is done "
+                                                           "before the copy)" if cuda else "CPU batches"),
               "default_collate's [images, labels] -> output=('jpg', 'cls')"]
     return Translation(source={"root": ds.root, "extensions": tuple(extensions)}, image=image, loader=loader,
                        lines=lines)
@@ -320,15 +378,25 @@ def from_dataloader(dataloader: Any, *, threads: Optional[int] = None, check: bo
 
 
 def _check_same_files(ds: Any, folder: Any) -> None:
+    """The same files in the same order with the same labels: the class lists, the counts, and
+    100 samples spread over the list (path and label each)."""
     import os
 
+    name = type(ds).__name__
     if list(folder.classes) != list(ds.classes) or len(folder) != len(ds):
         raise ConfigError(f"ls.Folder({folder.root!r}) lists {len(folder)} files in {len(folder.classes)} classes where "
-                          f"{type(ds).__name__} has {len(ds)} in {len(ds.classes)}: they would read different samples")
+                          f"{name} has {len(ds)} in {len(ds.classes)}: they would read different samples")
+    if dict(ds.class_to_idx) != folder.class_to_idx:
+        raise ConfigError(f"{name}.class_to_idx is not the classes' sorted order ({ds.class_to_idx}): loadscope's "
+                          "labels are; the two would label samples differently")
     n = len(ds)
     for i in sorted({n * k // 100 for k in range(100)} | {n - 1}) if n else []:
-        key, members = folder._table.sample(i)
+        key, _ = folder._table.sample(i)
         path, label = ds.samples[i]
         if os.path.realpath(os.fsdecode(key)) != os.path.realpath(path):
-            raise ConfigError(f"sample {i}: ls.Folder lists {os.fsdecode(key)!r}, {type(ds).__name__} {path!r}: the "
+            raise ConfigError(f"sample {i}: ls.Folder lists {os.fsdecode(key)!r}, {name} {path!r}: the "
                               "two would read different samples")
+        top = os.path.relpath(path, ds.root).split(os.sep)[0]
+        if folder.class_to_idx.get(top) != label:
+            raise ConfigError(f"sample {i} ({path}): {name} labels it {label}, its folder {top!r} is class "
+                              f"{folder.class_to_idx.get(top)}: the two would label samples differently")

@@ -176,6 +176,21 @@ def test_what_dataloader_code_reads_from_a_loader_under_ranks(layouts, world):
             assert real_seen == collections.Counter(ref)  # every sample exactly once, padding aside
     with pytest.raises(ls.ConfigError, match="'uneven'"):
         ls.Loader(ls.FileList(manifest), fields={"cls": ls.Int()}, batch_size=8, drop_last="partial")
+    # The classic ImageNet script's remainder: the samples DistributedSampler(drop_last=True)
+    # left out, evaluated on every rank through Subset(val_loader.dataset, ...) and a DataLoader.
+    fields = {"jpg": ls.Image(32, crop="center", resize=36), "cls": ls.Int()}
+    whole = [b for b in ls.Loader(ls.FileList(manifest), fields=fields, batch_size=8, output=("jpg", "cls"))]
+    images, labels = torch.cat([b[0] for b in whole]), torch.cat([b[1] for b in whole])
+    val = ls.Loader(ls.FileList(manifest), fields=fields, batch_size=8, output=("jpg", "cls"), drop_last="uneven",
+                    rank=world - 1, world_size=world)
+    rest = range(len(val.sampler) * world, len(val.dataset))
+    aux = list(torch.utils.data.DataLoader(torch.utils.data.Subset(val.dataset, rest), batch_size=4))
+    assert len(rest) == n % world and sum(len(b[1]) for b in aux) == len(rest)
+    for k, (x, y) in zip(rest, [(x, y) for b in aux for x, y in zip(*b)]):
+        assert torch.equal(x, images[k]) and y == labels[k]
+    assert torch.equal(val.dataset[-1][0], images[-1]) and val.dataset[0][1] == labels[0]
+    with pytest.raises(IndexError):
+        val.dataset[n]
     folder = ls.Loader(ls.Folder(layouts["folder"]), fields={"cls": ls.Int()}, batch_size=8)
     assert folder.dataset.classes == folder.source.classes and len(folder.dataset.class_to_idx) > 1
 

@@ -211,3 +211,72 @@ def test_without_psutil_the_harness_says_so_before_writing_anything(tmp_path, mo
     with pytest.raises(ConfigError, match="need psutil, a dependency of loadscope .* pip install psutil"):
         baseline.run("trainer.data:make_loader", out_dir=str(tmp_path / "out"), quiet=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_check_pass_that_would_not_translate_is_declared_unchecked_not_left_to_fail(repo, tmp_path, monkeypatch):
+    """The swap translates the arms' DataLoader; the check pass (train=False) makes another one,
+    here with a bicubic Resize loadscope has not: the experiment is still written to run, with
+    correctness declared not checked and why — and the generated factory imports and translates."""
+    from loadscope.bench import baseline
+
+    (repo / "trainer" / "bicubic.py").write_text(DATA.replace("T.Resize(size * 8 // 7)",
+                                                              "T.Resize(size * 8 // 7, interpolation=T.InterpolationMode.BICUBIC)"))
+    exp = baseline._experiment("trainer.bicubic:make_loader", {}, setup="trainer.train:build", step="trainer.train:step",
+                               repo=str(repo), sample_ids=None, batch_size_of=None, grad_accum=1, world_size=1, run={},
+                               data=None)
+    o = {k: {"median": None} for k, _, _ in baseline.ROWS}
+    o.update({"data_wait_share": {"median": 0.4}, "cores_used": {"median": 1.9}, "cpu_per_sample": {"median": 2.0}})
+    o.update(usable_cpus=2, persistent_workers=False, has_ids=False, cores_used_uncertainty=0.0,
+             pipeline={"dataloader": True, "num_workers": 2, "sampler": "RandomSampler", "ids_by_position": True,
+                       "translation": {"ok": True, "lines": ["..."], "random": ["RandomResizedCrop"]}})
+    s = baseline.suggest(exp, o, {}, str(tmp_path))
+    assert s["factor"] == "factory" and s["needs"] is None and s["mode"] == "none" and s["overrides"] is None
+    assert "Resize(interpolation=InterpolationMode.BICUBIC)" in s["unchecked"] and "train=False" in s["unchecked"]
+    baseline.write_next(str(tmp_path / "next-experiment.toml"), exp, {}, s, o)
+    raw = tomllib.loads((tmp_path / "next-experiment.toml").read_text())
+    assert raw["correctness"]["mode"] == "none" and raw["pipeline"] == {"shuffle": False}
+    from loadscope.bench import user
+
+    monkeypatch.chdir(repo)
+    with user.on_path(str(repo)):  # the factory as the experiment will call it, in the repository
+        loader = user.resolve(f"{tmp_path}/loadscope_factory.py:make_loadscope_loader", "f")(shuffle=False)
+    assert loader.fields["jpg"].crop == "random_resized" and loader.shuffle is False
+
+
+def test_the_generated_factory_imports_whatever_the_users_signature(repo, tmp_path):
+    """Annotations the generated file has not imported are left out; defaults that are not
+    literals make it take **kwargs; a factory named by file path is resolved, not imported."""
+    from loadscope.bench import baseline, user
+
+    (repo / "trainer" / "typed.py").write_text(textwrap.dedent('''
+        from pathlib import Path
+        from typing import Optional
+
+        from trainer.data import make_loader as _make
+
+
+        def make_loader(root: Optional[str] = "data/folder", size: int = 64, shuffle: bool = True, train: bool = True):
+            return _make(root, shuffle=shuffle, train=train, size=size)
+
+
+        def make_from_path(root: Path = Path("data/folder"), shuffle=True, train=True):
+            return _make(str(root), shuffle=shuffle, train=train)
+    '''))
+    for factory, signature in (("trainer.typed:make_loader", "(root='data/folder', size=64, shuffle=True, train=True)"),
+                               ("trainer.typed:make_from_path", "(**kwargs)"),
+                               (f"{repo}/trainer/typed.py:make_loader", "(root='data/folder', size=64, shuffle=True, "
+                                                                        "train=True)")):
+        exp = baseline._experiment(factory, {}, setup=None, step=None, repo=str(repo), sample_ids=None,
+                                   batch_size_of=None, grad_accum=1, world_size=1, run={}, data=None)
+        source = baseline._swap_source(exp, {}, {"why": None, "lines": ["..."]})
+        assert f"def make_loadscope_loader{signature}:" in source, source
+        path = tmp_path / f"f{abs(hash(factory))}.py"
+        path.write_text(source)
+        with user.on_path(str(repo)):
+            fn = user.resolve(f"{path}:make_loadscope_loader", "f")
+            cwd = os.getcwd()
+            os.chdir(repo)
+            try:
+                assert fn(shuffle=False, train=False).fields["jpg"].crop == "center"
+            finally:
+                os.chdir(cwd)

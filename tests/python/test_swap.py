@@ -232,6 +232,14 @@ def test_translate_maps_every_option(image_folder):
      "a collate function of your own"),
     (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]), weighted=True),
      "sampler=WeightedRandomSampler"),
+    (lambda T: dict(transform=T.Compose([T.Resize((48, 48)), T.CenterCrop(32), T.ToTensor()])),
+     r"Resize\(\(48, 48\)\) followed by CenterCrop"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(48), T.Resize(40), T.CenterCrop(32), T.ToTensor()])),
+     "a second crop"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.RandAugment(
+        interpolation=T.InterpolationMode.BILINEAR), T.ToTensor()])), "nearest-neighbour"),
+    (lambda T: dict(transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]), relabel=True),
+     "would label samples differently"),
 ])
 def test_what_has_no_counterpart_is_refused_by_name(image_folder, make, message):
     import torchvision.transforms as T
@@ -247,8 +255,44 @@ def test_what_has_no_counterpart_is_refused_by_name(image_folder, make, message)
                                                                 target_transform=kw.pop("target_transform", None))
     if kw.pop("weighted", False):
         kw["sampler"] = torch.utils.data.WeightedRandomSampler([1.0] * len(ds), len(ds))
+    if kw.pop("relabel", False):  # a dataset whose labels are not its folders' sorted order
+        ds.class_to_idx = {c: len(ds.classes) - 1 - i for i, c in enumerate(ds.classes)}
+        ds.samples = [(p, len(ds.classes) - 1 - y) for p, y in ds.samples]
     with pytest.raises(ls.ConfigError, match=message):
         ls.from_dataloader(torch.utils.data.DataLoader(ds, batch_size=4, **kw))
+
+
+def test_what_translates_as_torchvision_spells_it(image_folder):
+    """Spellings found in real training scripts: v2's recommended order (ToImage and a uint8
+    ToDtype first), Resize to an exact (h, w), one-number Normalize, DistributedSampler with
+    DataLoader(drop_last=True)."""
+    import torchvision.transforms as T
+    import torchvision.transforms.v2 as v2
+    from torchvision.datasets import ImageFolder
+
+    from loadscope.swap import translate
+
+    def tr(tf, **kw):
+        return translate(torch.utils.data.DataLoader(ImageFolder(str(image_folder), transform=tf), batch_size=4, **kw))
+
+    v2_order = tr(v2.Compose([v2.ToImage(), v2.ToDtype(torch.uint8, scale=True), v2.RandomResizedCrop(32),
+                              v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True),
+                              v2.Normalize(MEAN, STD)]))
+    assert v2_order.image["dtype"] == "float32" and v2_order.image["crop"] == "random_resized"
+    assert tr(T.Compose([T.Resize((40, 40)), T.PILToTensor()])).image["size"] == 40
+    assert tr(T.Compose([T.Resize((40, 56)), T.PILToTensor()])).image == {"exif": False, "crop": "resize",
+                                                                        "size": (40, 56), "dtype": "uint8"}
+    one = tr(T.Compose([T.Resize(36), T.CenterCrop(32), T.ToTensor(), T.Normalize([0.5], [0.25])]))
+    assert one.image["mean"] == (0.5, 0.5, 0.5) and one.image["std"] == (0.25, 0.25, 0.25)
+    one.build()  # and the Image takes them
+    ds = ImageFolder(str(image_folder), transform=T.Compose([T.RandomResizedCrop(32), T.ToTensor()]))
+    # 11 samples, 2 ranks, batches of 2, partial batches dropped: torch 6 // 2 = 3 batches a rank
+    # over its padded share, loadscope's whole steps 11 // 4 = 2: said, not hidden.
+    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=0)
+    t = translate(torch.utils.data.DataLoader(ds, batch_size=2, sampler=sampler, drop_last=True))
+    assert t.loader["drop_last"] is True and any("2 batches a rank where torch gives 3" in x for x in t.lines)
+    with pytest.raises(ls.ConfigError, match="torch gives each rank 1 batch"):
+        translate(torch.utils.data.DataLoader(ds, batch_size=6, sampler=sampler, drop_last=True))
 
 
 def test_every_command_and_subcommand_has_help(capsys):

@@ -12,6 +12,7 @@ next, as a TOML file (`next-experiment.toml`)."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import json
 import os
@@ -229,7 +230,7 @@ def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], out_dir:
     with user.on_path(exp.training_repo):
         fn = user.resolve(arm["factory"], "factory")
         accepted = user.accepts(fn)
-        module = __import__(arm["factory"].split(":")[0], fromlist=["_"])
+        module = inspect.getmodule(fn)
     s = _choose(exp, o, kwargs, accepted, module, out_dir)
     p = o["pipeline"]
     random = (p.get("translation") or {}).get("random")
@@ -260,7 +261,45 @@ def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], out_dir:
                           "and set it in [correctness] overrides to check it")
         notes.append(s["unchecked"])
     s["notes"] = notes
+    if s.get("swap") and s["swap"]["why"] is None:
+        _check_translations(exp, fn, kwargs, s)
     return s
+
+
+def _check_translations(exp: Experiment, fn: Any, kwargs: Dict[str, Any], s: Dict[str, Any]) -> None:
+    """The generated swap translates the DataLoader the factory returns for the experiment's
+    arguments, and for the check pass's (the augmentation flag off: often another pipeline).
+    Both are tried here, before anything is written, so that the experiment runs as written:
+    arms that do not translate get the stub; a check that would not, mode "none" with why."""
+    from ..swap import translate
+
+    pinned = s.get("pipeline") or {}
+    tries = [("the arms", dict(kwargs, **pinned))]
+    if s.get("overrides"):
+        tries.append(("the correctness check", dict(kwargs, **pinned, **s["overrides"])))
+    here = os.getcwd()
+    for what, args in tries:
+        try:  # where the repetitions run it: in the training repository, its root first on the path
+            os.chdir(exp.training_repo or here)
+            with user.on_path(exp.training_repo):
+                t = translate(fn(**args))
+        except Exception as e:  # the user's factory or the translation: either way, no swap written for it
+            why = str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
+            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+            if what == "the arms":
+                s["swap"]["why"] = f"with {shown}: {why}"
+                s["needs"] = f"write {SWAP_NAME} in {s['swap']['path']}: {s['swap']['why']}"
+                return
+            s["mode"], s["overrides"] = "none", None
+            s["unchecked"] = (f"the check pass's pipeline ({shown}) does not translate ({why}), so the arms cannot "
+                              "be compared there: correctness is NOT checked")
+            s.setdefault("notes", []).append(s["unchecked"])
+            return
+        finally:
+            os.chdir(here)
+        if what == "the correctness check" or len(tries) == 1:
+            std = min(t.image.get("std") or (1.0,)) if t.image.get("dtype", "uint8") != "uint8" else None
+            s["tolerance"] = 1.0 if std is None else round(1.0 / 255 / std, 6)
 
 
 def _swap_target(exp: Experiment, o: Dict[str, Any], module: Any, out_dir: Optional[str]) -> Dict[str, Any]:
@@ -269,8 +308,17 @@ def _swap_target(exp: Experiment, o: Dict[str, Any], module: Any, out_dir: Optio
     fails with what could not be translated."""
     arm = exp.arms[0].config
     name = arm["factory"].split(":")[0]
-    existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and callable(getattr(module, n)))
-    if existing:
+
+    def takes_the_arguments(f: Any) -> bool:  # a factory, not some helper with "loadscope" in its name
+        try:
+            user.check_call(f, "", "", kwargs=exp.factory_kwargs(arm))
+            return True
+        except ConfigError:
+            return False
+
+    existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and callable(getattr(module, n))
+                      and not n.startswith("_") and takes_the_arguments(getattr(module, n)))
+    if existing and ":" in arm["factory"] and "." not in arm["factory"].split(":")[1]:
         return {"target": f"{name}:{existing[0]}", "needs": None, "swap": None, "translated": True}
     tr = o["pipeline"].get("translation") or {"ok": False, "why": "the factory did not return a DataLoader"}
     where = os.path.join(out_dir or ".", SWAP_FILE)
@@ -354,7 +402,8 @@ def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted
                 "hypothesis": "more workers turn idle cores into throughput", "expect": "adopt",
                 "factor": "num_workers", "values": [nw, more], "needs": None,
                 "criteria": {"metric": "throughput", "min_gain": 0.05, "max_regression": {"peak_pss": 0.5}}}
-    return swap("throughput", f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores)",
+    return swap("throughput", f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores)" if cores > 0.85 * usable
+                else f"the pipeline uses {cores:.1f} of {usable} cores and a worker more is not an option here",
                 "loadscope does the same work with less CPU per sample: more samples per second on the same cores",
                 {"min_gain": 0.05, "max_regression": {"peak_pss": 0.25}})
 
@@ -366,20 +415,36 @@ def _swap_source(exp: Experiment, kwargs: Dict[str, Any], swap: Dict[str, Any]) 
     module, fn_name = arm["factory"].split(":")
     with user.on_path(exp.training_repo):
         fn = user.resolve(arm["factory"], "factory")
+    # The user's signature, without annotations (their names may not be imported here), when
+    # every default is a Python literal; else **kwargs.
+    names: List[str] = []
+    params = "(**kwargs)"
     try:
         sig = inspect.signature(fn)
-        plain = all(p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in sig.parameters.values())
-        compile(f"def f{sig}: pass", "<signature>", "exec")  # defaults whose repr is not Python: **kwargs
+        pieces = []
+        for p in sig.parameters.values():
+            if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+                raise ValueError("not a plain signature")
+            if p.default is not p.empty:
+                ast.literal_eval(repr(p.default))
+            names.append(p.name)
+            pieces.append(p.name if p.default is p.empty else f"{p.name}={p.default!r}")
+        params = "(" + ", ".join(pieces) + ")"
     except (TypeError, ValueError, SyntaxError):
-        plain = False
-    params = str(sig) if plain else "(**kwargs)"
-    call = ", ".join(f"{n}={n}" for n in sig.parameters) if plain else "**kwargs"
+        names = []
+    call = ", ".join(f"{n}={n}" for n in names) if params != "(**kwargs)" else "**kwargs"
+    if module.endswith(".py") or "." in fn_name:  # a file, or Class.method: resolved as the experiment does
+        importing = (f"from loadscope.bench.user import resolve\n\n{fn_name.replace('.', '_')} = "
+                     f"resolve({arm['factory']!r}, 'the factory')")
+        fn_name = fn_name.replace(".", "_")
+    else:
+        importing = f"from {module} import {fn_name}"
     stamp = time.strftime("%Y-%m-%d %H:%M")
     shown = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
     if swap["why"] is not None:  # not translatable: a stub that says why
         return (f'"""Written by `loadscope bench baseline` on {stamp}: the loadscope counterpart of {arm["factory"]}\n'
                 f"could not be written for you. Write {SWAP_NAME} by hand: a Loader yielding batches of the same\n"
-                f'structure (docs/getting-started.md#the-swap)."""\n\n\n'
+                f'structure (docs/getting-started.md shows one)."""\n\n\n'
                 f"def {SWAP_NAME}{params}:\n"
                 f"    raise NotImplementedError({json.dumps('loadscope could not translate ' + arm['factory'] + ': ' + swap['why'])})\n")
     lines = "\n".join(f"    {ln}" for ln in swap["lines"])
@@ -389,7 +454,7 @@ def _swap_source(exp: Experiment, kwargs: Dict[str, Any], swap: Dict[str, Any]) 
             f"loadscope.from_dataloader, so every argument (train=False, another size...) translates as it does\n"
             f"there. For the baseline's arguments ({shown or 'the defaults'}) that was:\n\n{lines}\n\n"
             f"Batches are the DataLoader's: (images, labels), same dtype, shape and value range.\n"
-            f'"""\n\nimport loadscope as ls\nfrom {module} import {fn_name}\n\n\n'
+            f'"""\n\nimport loadscope as ls\n{importing}\n\n\n'
             f"def {SWAP_NAME}{params}:\n"
             f"    return ls.from_dataloader({fn_name}({call}))\n")
 
@@ -452,9 +517,9 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
     """Writes next-experiment.toml (and the swap's factory beside it, when the swap needs one),
     after checking them as `bench run` will: the experiment's schema, and every callable it
     names imported and called with the arguments it will get."""
-    import tomllib
+    from .experiment import from_dict, toml_module
 
-    from .experiment import from_dict
+    tomllib = toml_module()
 
     if s.get("swap"):
         s["swap"]["path"] = os.path.join(os.path.dirname(os.path.abspath(path)), SWAP_FILE)

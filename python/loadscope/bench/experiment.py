@@ -461,6 +461,19 @@ def _check_arm(arm: Arm, url: str = "") -> None:
         raise ConfigError(f"arm {arm.name}: loadscope needs threads >= 1 (0 is only for a DataLoader's main process)")
 
 
+def toml_module() -> Any:
+    """tomllib (Python 3.11), else the tomli package it came from."""
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        try:
+            import tomli as tomllib  # type: ignore[no-redef]
+        except ImportError:
+            raise ConfigError("reading an experiment file needs Python 3.11 (tomllib) or the tomli package; "
+                              "or pass a dict to loadscope.bench.experiment.from_dict") from None
+    return tomllib
+
+
 def load(path: str) -> Experiment:
     """Reads an experiment from a TOML file, or from the experiment.effective.json a run wrote
     (the exact experiment that ran, overrides included: what its rerun command uses)."""
@@ -474,14 +487,7 @@ def load(path: str) -> Experiment:
             raise ConfigError(f"experiment file {path!r} does not exist") from None
         except ValueError as e:
             raise ConfigError(f"experiment file {path!r}: {e}") from None
-    try:
-        import tomllib
-    except ImportError:  # Python < 3.11
-        try:
-            import tomli as tomllib  # type: ignore[no-redef]
-        except ImportError:
-            raise ConfigError("reading an experiment file needs Python 3.11 (tomllib) or the tomli package; "
-                              "or pass a dict to loadscope.bench.experiment.from_dict") from None
+    tomllib = toml_module()
     try:
         with open(path, "rb") as f:
             raw = tomllib.load(f)
