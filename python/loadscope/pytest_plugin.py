@@ -155,8 +155,13 @@ def run_experiment(config: Any, exp: Any, *, gate: Optional[bool] = None, full: 
     elif gate and failing:
         raise ExperimentFailure(f"experiment {exp.name} (gate = true, {size} run): " + " | ".join(failing)
                                 + f"\nreport: {out}/report.md")
-    summary["_inconclusive"] = bool(undecided)
     return summary
+
+
+def _mark_inconclusive(node: Any, summary: Dict[str, Any]) -> None:
+    """Shows a passing test whose experiment has an inconclusive verdict as INCONCLUSIVE."""
+    if any(v["decision"] == "inconclusive" for v in summary.get("verdicts", {}).values()):
+        node.user_properties.append(("loadscope", "inconclusive"))
 
 
 _VERDICTS = pytest.StashKey[List[str]]()
@@ -175,9 +180,7 @@ class ExperimentItem(pytest.Item):
             exp = load(str(self.path))
         except Exception as e:  # a broken TOML, an unknown key, ...: the message lists what is allowed
             raise ExperimentFailure(f"{self.path}: {e}") from None
-        summary = run_experiment(self.config, exp)
-        if summary.pop("_inconclusive", False):
-            self.user_properties.append(("loadscope", "inconclusive"))
+        _mark_inconclusive(self, run_experiment(self.config, exp))
 
     def repr_failure(self, excinfo: Any, style: Any = None) -> Any:  # type: ignore[override]
         if isinstance(excinfo.value, ExperimentFailure):
@@ -206,8 +209,7 @@ def loadscope_experiment(request: Any):
             summary = run_experiment(request.config, exp, gate=gate, full=full)
         except ExperimentFailure as e:
             pytest.fail(str(e), pytrace=False)
-        if summary.pop("_inconclusive", False):
-            request.node.user_properties.append(("loadscope", "inconclusive"))
+        _mark_inconclusive(request.node, summary)
         return summary
 
     return run

@@ -23,9 +23,16 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ._errors import ConfigError
 
-# The order loadscope.Image applies its operations in (pipeline/image_field.cc). A pipeline
-# that runs them in another order would draw other images: refused, by name.
-_STAGE = {"geometry": 0, "randaugment": 1, "color": 2, "grayscale": 3, "tensor": 4, "normalize": 5, "erasing": 6}
+# Every transform translated: (its stage in the order loadscope.Image applies its operations,
+# pipeline/image_field.cc; what loadscope.Image holds once of it). A pipeline that runs them in
+# another order would draw other images, and a second one of a kind would be lost: both
+# refused, by name. A flip commutes with the crops: the same stage.
+_ROLES = {"RandomResizedCrop": (0, "crop"), "Resize": (0, "crop"), "CenterCrop": (0, "crop"),
+          "RandomHorizontalFlip": (0, "flip"), "RandAugment": (1, "randaugment"), "ColorJitter": (2, "color"),
+          "RandomApply": (2, "color"), "RandomGrayscale": (3, "grayscale"), "ToTensor": (4, "float"),
+          "ToDtype": (4, "float"), "Normalize": (5, "normalize"), "RandomErasing": (6, "erasing")}
+# Conversions to uint8 (a PIL image or a uint8 tensor: the same pixels wherever they come).
+_UINT8 = ("PILToTensor", "ToImage")
 
 
 @dataclass
@@ -112,6 +119,13 @@ def _transforms(transform: Any) -> List[Any]:
     return [transform]
 
 
+def random_transforms(transform: Any) -> List[str]:
+    """The random augmentations of a torchvision transform pipeline, by name: what makes two
+    pipelines, or one DataLoader with another number of workers, draw different images."""
+    return [_name(t) for t in _transforms(transform) if _name(t).startswith("Random") or _name(t) in (
+        "RandAugment", "AutoAugment", "TrivialAugmentWide", "AugMix", "ColorJitter")]
+
+
 def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
     """ls.Image's keyword arguments for a torchvision transform pipeline, and the lines saying
     what became of each part."""
@@ -126,11 +140,14 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
             raise ConfigError(f"transform {name} ({type(t).__module__}) is not one of torchvision's: loadscope cannot "
                               "run it in its threads; apply it to the batch with Loader(map=...) instead "
                               "(docs/augmentations.md)")
-        at, what = None, ""
+        if name not in (*_ROLES, *_UINT8):
+            raise ConfigError(f"transform {name}: loadscope has no counterpart (it translates "
+                              f"{', '.join((*_ROLES, *_UINT8))}); apply it with Loader(map=...) to whole batches, "
+                              "or leave it out")
         if name == "RandomResizedCrop":
             _bilinear(t)
             image.update(crop="random_resized", size=_size(t.size), scale=tuple(t.scale), ratio=tuple(t.ratio))
-            at, what = "geometry", f"crop='random_resized', size={image['size']!r}, scale={image['scale']}, ratio=" \
+            what = f"crop='random_resized', size={image['size']!r}, scale={image['scale']}, ratio=" \
                                    f"({image['ratio'][0]:.4g}, {image['ratio'][1]:.4g}) (JPEGs decoded at 1/2..1/8 " \
                                    "scale where the crop allows: dct_scaling, loadscope's default for random crops; " \
                                    "slightly sharper than Pillow's resize)"
@@ -152,17 +169,17 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
                 resize = size
                 continue  # the CenterCrop that follows completes it
             image.update(crop="resize", size=size if size[0] != size[1] else size[0])
-            at, what = "geometry", f"crop='resize', size={image['size']!r}"
+            what = f"crop='resize', size={image['size']!r}"
         elif name == "CenterCrop":
             if resize is None:
                 raise ConfigError("CenterCrop without a Resize before it: loadscope's center crop is torchvision's "
                                   "Resize(r) + CenterCrop(s) (crop='center', resize=r, size=s)")
             image.update(crop="center", size=_size(t.size), resize=resize)
-            at, what = "geometry", f"crop='center', resize={resize}, size={image['size']!r} (with the Resize before it)"
+            what = f"crop='center', resize={resize}, size={image['size']!r} (with the Resize before it)"
             resize = None
         elif name == "RandomHorizontalFlip":
             image["flip"] = float(t.p)
-            at, what = "geometry", f"flip={float(t.p):g}"  # a flip commutes with the crops
+            what = f"flip={float(t.p):g}"  # a flip commutes with the crops
         elif name == "RandAugment":
             mode = getattr(t, "interpolation", "nearest")
             if "nearest" not in str(getattr(mode, "value", mode)).lower():
@@ -172,7 +189,7 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
                 raise ConfigError(f"RandAugment(fill={t.fill}): loadscope fills with 0 only")
             image["randaugment"] = {"num_ops": int(t.num_ops), "magnitude": int(t.magnitude),
                                     "num_magnitude_bins": int(t.num_magnitude_bins)}
-            at, what = "randaugment", "randaugment=ls.RandAugment(" + ", ".join(
+            what = "randaugment=ls.RandAugment(" + ", ".join(
                 f"{k}={v}" for k, v in image["randaugment"].items()) + ")"
         elif name in ("ColorJitter", "RandomApply"):
             p = 1.0
@@ -185,15 +202,14 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
                 p, jitter = float(t.p), inner[0]
             image["color"] = {k: _jitter(getattr(jitter, k)) for k in ("brightness", "contrast", "saturation", "hue")}
             image["color"]["p"] = p
-            at, what = "color", "color=ls.ColorJitter(" + ", ".join(f"{k}={v}" for k, v in image["color"].items()) + ")"
+            what = "color=ls.ColorJitter(" + ", ".join(f"{k}={v}" for k, v in image["color"].items()) + ")"
         elif name == "RandomGrayscale":
             image["grayscale"] = float(t.p)
-            at, what = "grayscale", f"grayscale={float(t.p):g}"
+            what = f"grayscale={float(t.p):g}"
         elif name == "ToTensor":
             image["dtype"] = "float32"
-            at, what = "tensor", "dtype='float32' (x / 255)"
-        elif name in ("PILToTensor", "ToImage"):
-            # A PIL image or a uint8 tensor: the same pixels wherever it comes in the Compose.
+            what = "dtype='float32' (x / 255)"
+        elif name in _UINT8:
             image.setdefault("dtype", "uint8")
             lines.append(f"{_describe(t)} -> uint8 output")
             continue
@@ -210,10 +226,10 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
             else:
                 raise ConfigError(f"ToDtype({t.dtype}, scale={getattr(t, 'scale', False)}): loadscope outputs uint8, "
                                   "or floats scaled to [0, 1] (scale=True)")
-            at, what = "tensor", f"dtype={image['dtype']!r}"
+            what = f"dtype={image['dtype']!r}"
         elif name == "Normalize":
             image.update(mean=_channels("mean", t.mean), std=_channels("std", t.std))
-            at, what = "normalize", f"mean={image['mean']}, std={image['std']}"
+            what = f"mean={image['mean']}, std={image['std']}"
         elif name == "RandomErasing":
             value = t.value
             if isinstance(value, str):
@@ -223,26 +239,18 @@ def _transform(transform: Any) -> Tuple[Dict[str, Any], List[str]]:
                 value = value[0]
             image["erasing"] = {"p": float(t.p), "scale": tuple(t.scale), "ratio": tuple(t.ratio),
                                 "value": tuple(value) if isinstance(value, list) else value}
-            at, what = "erasing", "erasing=ls.RandomErasing(" + ", ".join(
+            what = "erasing=ls.RandomErasing(" + ", ".join(
                 f"{k}={v}" for k, v in image["erasing"].items()) + ")"
-        else:
-            raise ConfigError(f"transform {name}: loadscope has no counterpart (it translates RandomResizedCrop, Resize "
-                              "+ CenterCrop, RandomHorizontalFlip, RandAugment, ColorJitter, RandomApply(ColorJitter), "
-                              "RandomGrayscale, ToTensor, PILToTensor, Normalize, RandomErasing); apply it with "
-                              "Loader(map=...) to whole batches, or leave it out")
-        kind = {"RandomResizedCrop": "crop", "Resize": "crop", "CenterCrop": "crop", "RandomHorizontalFlip": "flip",
-                "RandAugment": "randaugment", "ColorJitter": "color", "RandomApply": "color",
-                "RandomGrayscale": "grayscale", "Normalize": "mean", "RandomErasing": "erasing",
-                "ToTensor": "float", "ToDtype": "float"}[name]
+        stage_of, kind = _ROLES[name]
         if kind in seen:
             raise ConfigError(f"transform {name}: a second {kind} in the Compose; loadscope.Image applies each "
                               "operation once")
         seen.add(kind)
-        if _STAGE[at] < stage:
+        if stage_of < stage:
             raise ConfigError(f"transform {name} comes after a later stage of loadscope's fixed order (crop and flip, "
                               "RandAugment, ColorJitter, RandomGrayscale, to tensor, Normalize, RandomErasing): "
                               "it would draw other images; reorder the Compose")
-        stage = max(stage, _STAGE[at])
+        stage = max(stage, stage_of)
         lines.append(f"{_describe(t)} -> {what}")
     if resize is not None:
         raise ConfigError(f"Resize({resize}) without a CenterCrop after it")

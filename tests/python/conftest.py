@@ -25,6 +25,23 @@ REQUIRE_SHARED = os.environ.get("LOADSCOPE_REQUIRE_SHARED_DATA") == "1"
 
 
 @pytest.fixture(scope="session")
+def training_repo(tmp_path_factory, demo):
+    """Writes a throwaway training repository: `training_repo(name, package, {module: source})`
+    makes <tmp>/<name>/<package>/ with those modules and `data` linked to the demo dataset (the
+    repository's data, relative to its root)."""
+    def make(name: str, package: str, modules: dict) -> Path:
+        root = tmp_path_factory.mktemp(name)
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
+        for module, source in modules.items():
+            (root / package / f"{module}.py").write_text(source)
+        os.symlink(demo, root / "data")
+        return root
+
+    return make
+
+
+@pytest.fixture(scope="session")
 def real() -> Path:
     """The real test files of ../shared/data/real (see its README). Absent: the test fails
     under `make test`, and skips otherwise, counted in the summary at the end."""

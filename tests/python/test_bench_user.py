@@ -163,15 +163,9 @@ def hanging_step(state, batch):
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, demo) -> Path:
-    r = tmp_path_factory.mktemp("trainrepo")
-    (r / "mytrain").mkdir()
-    (r / "mytrain" / "__init__.py").write_text("")
-    (r / "mytrain" / "data.py").write_text(DATA)
-    (r / "mytrain" / "train.py").write_text(TRAIN)
-    (r / "mytrain" / "broken.py").write_text("import no_such_module_anywhere\n")
-    os.symlink(demo, r / "data")  # the repo's data, relative to its root
-    return r
+def repo(training_repo) -> Path:
+    return training_repo("trainrepo", "mytrain", {"data": DATA, "train": TRAIN,
+                                                  "broken": "import no_such_module_anywhere\n"})
 
 
 def experiment(repo, factor, values, **over):
@@ -585,15 +579,20 @@ def test_a_swap_that_cannot_be_translated_leaves_a_stub_that_says_why(repo, tmp_
                                batch_size_of=None, grad_accum=1, world_size=1, run={}, data=None)
     o = {k: {"median": None} for k, _, _ in baseline.ROWS}
     o.update({"data_wait_share": {"median": 0.5}, "cores_used": {"median": 2.0}})
-    why = "dataset Images: loadscope translates torchvision's ImageFolder and DatasetFolder"
     o.update(usable_cpus=2, persistent_workers=False, has_ids=True, cores_used_uncertainty=0.0,
-             pipeline={"dataloader": True, "num_workers": 2, "translation": {"ok": False, "why": why, "random": []}})
+             pipeline={"dataloader": True, "num_workers": 2})
 
     class NoLoadscopeFactory:  # a module without a loadscope factory of its own
         pass
 
+    # mytrain's Dataset is its own (not an ImageFolder): the translation says so, by name.
+    with bench.user.on_path(str(repo)):
+        fn = bench.user.resolve("mytrain.data:make_loader", "f")
+    tr = baseline._translate(exp, fn, {"root": "data", "num_workers": 2}, None)
+    why = "dataset Images: loadscope translates torchvision's ImageFolder and DatasetFolder"
+    assert tr["arms"]["ok"] is False and tr["arms"]["why"].startswith(why) and tr["random"] == []
     s = baseline._choose(exp, o, {"root": "data", "num_workers": 2}, {"num_workers": 2, "root": None},
-                         NoLoadscopeFactory, str(tmp_path))
+                         NoLoadscopeFactory, str(tmp_path), tr)
     assert s["factor"] == "factory" and why in s["needs"]
     s.update(pipeline={}, overrides=None, notes=[])
     baseline.write_next(str(tmp_path / "next-experiment.toml"), exp, {"root": "data", "num_workers": 2}, s, o)
@@ -648,6 +647,8 @@ def test_a_gate_fails_on_evidence_only(monkeypatch, mode, decision, fails):
             pytest_plugin.run_experiment(config, exp)
     else:
         summary = pytest_plugin.run_experiment(config, exp)
-        assert summary["_inconclusive"] == (decision == "inconclusive")
+        node = SimpleNamespace(user_properties=[])
+        pytest_plugin._mark_inconclusive(node, summary)
+        assert node.user_properties == ([("loadscope", "inconclusive")] if decision == "inconclusive" else [])
     line = next(x for x in stash[pytest_plugin._VERDICTS] if x.startswith("g (full): b vs a"))
     assert decision.upper() in line and ("about 9 repetitions would decide it" in line) == (decision == "inconclusive")

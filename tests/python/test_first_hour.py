@@ -73,14 +73,8 @@ def waiting_step(state, batch):
 
 
 @pytest.fixture(scope="module")
-def repo(tmp_path_factory, demo) -> Path:
-    r = tmp_path_factory.mktemp("imagenet-like")
-    (r / "trainer").mkdir()
-    (r / "trainer" / "__init__.py").write_text("")
-    (r / "trainer" / "data.py").write_text(DATA)
-    (r / "trainer" / "train.py").write_text(TRAIN)
-    os.symlink(demo, r / "data")
-    return r
+def repo(training_repo) -> Path:
+    return training_repo("imagenet-like", "trainer", {"data": DATA, "train": TRAIN})
 
 
 def baseline(repo: Path, step: str, out: str) -> dict:
@@ -124,7 +118,8 @@ def test_the_baselines_suggestion_runs_as_written_and_its_verdict_is_the_one_it_
     assert "return ls.from_dataloader(make_loader(root=root, batch_size=batch_size" in factory
     for line in ("ImageFolder('data/folder') -> ls.Folder('data/folder')", "-> crop='random_resized', size=64",
                  "RandomHorizontalFlip(p=0.5) -> flip=0.5", "ToTensor() -> dtype='float32'",
-                 "-> mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)", "RandomSampler -> shuffle=True"):
+                 "-> mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)", "SequentialSampler -> shuffle=False",
+                 "the experiment's arguments (shuffle=False)"):
         assert line in factory, line
     assert (repo / "results" / ".gitignore").read_text().endswith("*\n")  # outputs stay out of git
     assert_cpu_within_the_cores([json.loads(x) for x in (out / "raw.jsonl").read_text().splitlines()], usable)
@@ -227,8 +222,7 @@ def test_a_check_pass_that_would_not_translate_is_declared_unchecked_not_left_to
     o = {k: {"median": None} for k, _, _ in baseline.ROWS}
     o.update({"data_wait_share": {"median": 0.4}, "cores_used": {"median": 1.9}, "cpu_per_sample": {"median": 2.0}})
     o.update(usable_cpus=2, persistent_workers=False, has_ids=False, cores_used_uncertainty=0.0,
-             pipeline={"dataloader": True, "num_workers": 2, "sampler": "RandomSampler", "ids_by_position": True,
-                       "translation": {"ok": True, "lines": ["..."], "random": ["RandomResizedCrop"]}})
+             pipeline={"dataloader": True, "num_workers": 2, "sampler": "RandomSampler", "ids_by_position": True})
     s = baseline.suggest(exp, o, {}, str(tmp_path))
     assert s["factor"] == "factory" and s["needs"] is None and s["mode"] == "none" and s["overrides"] is None
     assert "Resize(interpolation=InterpolationMode.BICUBIC)" in s["unchecked"] and "train=False" in s["unchecked"]

@@ -224,16 +224,14 @@ def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], out_dir:
     """The next experiment: one factor, chosen from the bottleneck the figures show and from
     what the factory accepts, with what makes its arms comparable. Returns {why, hypothesis,
     expect, factor, values, criteria, pipeline (settings pinned for both arms), mode,
-    overrides, notes, needs (code the user must write first, or None), swap (the generated
-    factory file's text, or None)}."""
+    tolerance, overrides, notes, needs (code the user must write first, or None), swap (what
+    the generated factory file is made from, or None)}."""
     arm = exp.arms[0].config
     with user.on_path(exp.training_repo):
         fn = user.resolve(arm["factory"], "factory")
         accepted = user.accepts(fn)
         module = inspect.getmodule(fn)
-    s = _choose(exp, o, kwargs, accepted, module, out_dir)
     p = o["pipeline"]
-    random = (p.get("translation") or {}).get("random")
     notes: List[str] = []
     # What makes the arms comparable, set through the factory's own arguments for both arms:
     # the same samples in the measured phases (shuffling off) and the same seeds.
@@ -244,68 +242,76 @@ def suggest(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], out_dir:
                      + ("DataLoader shuffled" if p.get("sampler") == "RandomSampler" else "factory may shuffle") + ")")
     if "seed" in accepted:
         pinned["seed"] = 0
-    s["pipeline"] = pinned
     # Random augmentations differ between two pipelines, and within one DataLoader with another
     # number of workers (each worker has its own seed): the check must compare the arms without
     # them — through a flag of the factory's that turns them off, when it has one by a usual name.
     flag = next((k for k in ("train", "training", "augment", "augmentation", "random") if k in accepted), None)
-    s["overrides"] = {flag: False} if flag else None
+    overrides = {flag: False} if flag else None
+    tr = _translate(exp, fn, dict(kwargs, **pinned), dict(kwargs, **pinned, **overrides) if overrides else None)
+    s = _choose(exp, o, kwargs, accepted, module, out_dir, tr)
+    s.update(pipeline=pinned, overrides=overrides)
     shuffles = p.get("sampler") == "RandomSampler" and "shuffle" not in accepted
-    if not flag and (random or shuffles) and s["factor"] in ("factory", "num_workers"):
+    unchecked = None
+    if not flag and (tr["random"] or shuffles) and s["factor"] in ("factory", "num_workers"):
         # Nothing to turn them off with: a check would fail on augmentation, not on the data.
-        s["mode"] = "none"
-        why = (f"the transforms draw at random ({', '.join(random)})" if random else "") + \
-              (" and " if random and shuffles else "") + ("the DataLoader shuffles" if shuffles else "")
-        s["unchecked"] = (f"{why} and {arm['factory']} has no argument to turn that off (train=, shuffle=), so the "
-                          "arms cannot be compared sample for sample: correctness is NOT checked. Add such an argument "
-                          "and set it in [correctness] overrides to check it")
-        notes.append(s["unchecked"])
+        why = (f"the transforms draw at random ({', '.join(tr['random'])})" if tr["random"] else "") + \
+              (" and " if tr["random"] and shuffles else "") + ("the DataLoader shuffles" if shuffles else "")
+        unchecked = (f"{why} and {arm['factory']} has no argument to turn that off (train=, shuffle=), so the arms "
+                     "cannot be compared sample for sample: correctness is NOT checked. Add such an argument and set "
+                     "it in [correctness] overrides to check it")
+    elif s.get("swap") and s["swap"]["why"] is None and overrides and not tr["check"]["ok"]:
+        # The check pass's pipeline (augmentation off) is often another one: it must translate too.
+        shown = ", ".join(f"{k}={v!r}" for k, v in dict(kwargs, **pinned, **overrides).items())
+        unchecked = (f"the check pass's pipeline ({shown}) does not translate ({tr['check']['why']}), so the arms "
+                     "cannot be compared there: correctness is NOT checked")
+    if unchecked:
+        s.update(mode="none", overrides=None, unchecked=unchecked)
+        notes.append(unchecked)
     s["notes"] = notes
-    if s.get("swap") and s["swap"]["why"] is None:
-        _check_translations(exp, fn, kwargs, s)
     return s
 
 
-def _check_translations(exp: Experiment, fn: Any, kwargs: Dict[str, Any], s: Dict[str, Any]) -> None:
-    """The generated swap translates the DataLoader the factory returns for the experiment's
-    arguments, and for the check pass's (the augmentation flag off: often another pipeline).
-    Both are tried here, before anything is written, so that the experiment runs as written:
-    arms that do not translate get the stub; a check that would not, mode "none" with why."""
-    from ..swap import translate
+def _translate(exp: Experiment, fn: Any, arms: Dict[str, Any], check: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """What loadscope.swap makes of the DataLoader the factory returns with the arms' arguments
+    and with the check pass's (None: the same): {"arms": {ok, lines, image} or {ok: False, why},
+    "check": the same, "random": the random transforms of the arms' dataset}. The factory is
+    called as the repetitions call it, in the training repository with its root on the path;
+    the DataLoader is made, never iterated."""
+    from ..swap import random_transforms, translate
 
-    pinned = s.get("pipeline") or {}
-    tries = [("the arms", dict(kwargs, **pinned))]
-    if s.get("overrides"):
-        tries.append(("the correctness check", dict(kwargs, **pinned, **s["overrides"])))
     here = os.getcwd()
-    for what, args in tries:
-        try:  # where the repetitions run it: in the training repository, its root first on the path
+    out: Dict[str, Any] = {"random": []}
+    for what, args in (("arms", arms), ("check", check)):
+        if args is None:
+            out[what] = out["arms"]
+            continue
+        try:
             os.chdir(exp.training_repo or here)
             with user.on_path(exp.training_repo):
-                t = translate(fn(**args))
-        except Exception as e:  # the user's factory or the translation: either way, no swap written for it
-            why = str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
-            shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
-            if what == "the arms":
-                s["swap"]["why"] = f"with {shown}: {why}"
-                s["needs"] = f"write {SWAP_NAME} in {s['swap']['path']}: {s['swap']['why']}"
-                return
-            s["mode"], s["overrides"] = "none", None
-            s["unchecked"] = (f"the check pass's pipeline ({shown}) does not translate ({why}), so the arms cannot "
-                              "be compared there: correctness is NOT checked")
-            s.setdefault("notes", []).append(s["unchecked"])
-            return
+                dl = fn(**args)
+                if what == "arms":
+                    out["random"] = random_transforms(getattr(getattr(dl, "dataset", None), "transform", None))
+                t = translate(dl)
+            out[what] = {"ok": True, "lines": t.lines, "image": t.image}
+        except Exception as e:  # the user's factory or the translation: either way, its reason
+            out[what] = {"ok": False, "why": str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"}
         finally:
             os.chdir(here)
-        if what == "the correctness check" or len(tries) == 1:
-            std = min(t.image.get("std") or (1.0,)) if t.image.get("dtype", "uint8") != "uint8" else None
-            s["tolerance"] = 1.0 if std is None else round(1.0 / 255 / std, 6)
+    return out
 
 
-def _swap_target(exp: Experiment, o: Dict[str, Any], module: Any, out_dir: Optional[str]) -> Dict[str, Any]:
-    """The loadscope arm of a swap: a factory the user's module already has, or one written
-    next to the experiment from the DataLoader's translation (loadscope.swap), or a stub that
-    fails with what could not be translated."""
+def _tolerance(image: Dict[str, Any]) -> float:
+    """Two decoders agree within about a level of 255 (docs/augmentations.md): in the output's
+    units, which for a normalised float output are 1 / 255 / std."""
+    if image.get("dtype", "uint8") == "uint8":
+        return 1.0
+    return round(1.0 / 255 / min(image.get("std") or (1.0,)), 6)
+
+
+def _swap_target(exp: Experiment, module: Any, out_dir: Optional[str], tr: Dict[str, Any]) -> Dict[str, Any]:
+    """The loadscope arm of a swap: a factory the user's module already has (one taking the
+    same arguments), or one written next to the experiment from the DataLoader's translation
+    (loadscope.swap), or a stub that fails with what could not be translated."""
     arm = exp.arms[0].config
     name = arm["factory"].split(":")[0]
 
@@ -316,19 +322,19 @@ def _swap_target(exp: Experiment, o: Dict[str, Any], module: Any, out_dir: Optio
         except ConfigError:
             return False
 
-    existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and callable(getattr(module, n))
-                      and not n.startswith("_") and takes_the_arguments(getattr(module, n)))
-    if existing and ":" in arm["factory"] and "." not in arm["factory"].split(":")[1]:
+    existing = sorted(n for n in dir(module) if "loadscope" in n.lower() and not n.startswith("_")
+                      and callable(getattr(module, n)) and takes_the_arguments(getattr(module, n)))
+    if existing:
         return {"target": f"{name}:{existing[0]}", "needs": None, "swap": None, "translated": True}
-    tr = o["pipeline"].get("translation") or {"ok": False, "why": "the factory did not return a DataLoader"}
     where = os.path.join(out_dir or ".", SWAP_FILE)
-    return {"target": f"{where}:{SWAP_NAME}", "translated": tr["ok"],
-            "needs": None if tr["ok"] else f"write {SWAP_NAME} in {where}: {tr['why']}",
-            "swap": {"path": where, "lines": tr.get("lines", []), "why": tr.get("why")}}
+    t = tr["arms"]
+    return {"target": f"{where}:{SWAP_NAME}", "translated": t["ok"],
+            "needs": None if t["ok"] else f"write {SWAP_NAME} in {where}: {t['why']}",
+            "swap": {"path": where, "lines": t.get("lines", []), "why": t.get("why")}}
 
 
 def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted: Dict[str, Any],
-            module: Any, out_dir: Optional[str] = None) -> Dict[str, Any]:
+            module: Any, out_dir: Optional[str], tr: Dict[str, Any]) -> Dict[str, Any]:
     arm = exp.arms[0].config
     current = lambda k: kwargs.get(k, accepted.get(k))  # noqa: E731
     med = _medians(o)
@@ -344,16 +350,14 @@ def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted
     nw: int = given if isinstance(given, int) else 0
     idle = cores <= 0.85 * usable and workers_arg and nw < usable
 
+    target = _swap_target(exp, module, out_dir, tr)
+
     def swap(metric: str, why: str, hypothesis: str, criteria: Dict[str, Any]) -> Dict[str, Any]:
-        t = _swap_target(exp, o, module, out_dir)
-        # Two decoders agree within about a level of 255 (docs/augmentations.md): in the output's
-        # units, which for a normalised float output are 1 / 255 / std.
-        image = (p.get("translation") or {}).get("image") or {}
-        std = min(image.get("std") or (1.0,)) if image.get("dtype", "uint8") != "uint8" else None
-        tolerance = 1.0 if std is None else round(1.0 / 255 / std, 6)
+        # The check compares the arms with its own arguments: in the units of its output.
         return {"why": why, "hypothesis": hypothesis, "expect": "adopt", "factor": "factory",
-                "values": [arm["factory"], t["target"]], "mode": "tolerance", "tolerance": tolerance,
-                "needs": t["needs"], "swap": t["swap"], "criteria": dict(criteria, metric=metric)}
+                "values": [arm["factory"], target["target"]], "mode": "tolerance",
+                "tolerance": _tolerance(tr["check"].get("image") or {}), "needs": target["needs"],
+                "swap": target["swap"], "criteria": dict(criteria, metric=metric)}
 
     if b["kind"] == "input":
         potential = 1 / (1 - wait) - 1
@@ -382,8 +386,7 @@ def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted
     if b["kind"] == "compute":
         # What feeding training costs is the question: the swap answers it where it can be
         # written (a loadscope factory exists, or the DataLoader translates); else fewer workers.
-        t = _swap_target(exp, o, module, out_dir)
-        if t["translated"] or not (workers_arg and nw > 1):
+        if target["translated"] or not (workers_arg and nw > 1):
             return swap("cpu_per_sample", f"training is compute-bound (data wait {wait:.0%}), and feeding it costs "
                                           f"{at_rate:.2f} of {usable} cores" if at_rate is not None else
                         f"training is compute-bound (data wait {wait:.0%})",
@@ -452,7 +455,7 @@ def _swap_source(exp: Experiment, kwargs: Dict[str, Any], swap: Dict[str, Any]) 
             f"experiment next to this file. It is yours to keep: copy it into your repository and edit it.\n\n"
             f"The DataLoader {fn_name} returns is made (never iterated) and translated option for option by\n"
             f"loadscope.from_dataloader, so every argument (train=False, another size...) translates as it does\n"
-            f"there. For the baseline's arguments ({shown or 'the defaults'}) that was:\n\n{lines}\n\n"
+            f"there. For the experiment's arguments ({shown or 'the defaults'}) that was:\n\n{lines}\n\n"
             f"Batches are the DataLoader's: (images, labels), same dtype, shape and value range.\n"
             f'"""\n\nimport loadscope as ls\n{importing}\n\n\n'
             f"def {SWAP_NAME}{params}:\n"
@@ -516,7 +519,8 @@ def next_experiment_text(exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, A
 def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any]) -> None:
     """Writes next-experiment.toml (and the swap's factory beside it, when the swap needs one),
     after checking them as `bench run` will: the experiment's schema, and every callable it
-    names imported and called with the arguments it will get."""
+    names imported and its signature bound to the arguments it will get (the swap's factory
+    was translated for those arguments by suggest)."""
     from .experiment import from_dict, toml_module
 
     tomllib = toml_module()
@@ -525,7 +529,7 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
         s["swap"]["path"] = os.path.join(os.path.dirname(os.path.abspath(path)), SWAP_FILE)
         s["values"][1] = f"{s['swap']['path']}:{SWAP_NAME}"
         with open(s["swap"]["path"], "w") as f:
-            f.write(_swap_source(exp, kwargs, s["swap"]))
+            f.write(_swap_source(exp, dict(kwargs, **(s.get("pipeline") or {})), s["swap"]))
     text = next_experiment_text(exp, kwargs, s, o)
     try:
         user.validate(from_dict(tomllib.loads(text), source=os.path.abspath(path)))

@@ -413,31 +413,9 @@ def describe(obj: Any) -> Dict[str, Any]:
                    collate_fn=getattr(obj.collate_fn, "__name__", type(obj.collate_fn).__name__),
                    multiprocessing_context=str(obj.multiprocessing_context) if obj.multiprocessing_context else None,
                    ids_by_position=isinstance(getattr(obj.dataset, "samples", None), list))
-        # Whether the swap can be written for the user (loadscope.swap), and what it would be.
-        from ..swap import translate
-
-        try:
-            t = translate(obj)
-            out["translation"] = {"ok": True, "lines": t.lines, "image": t.image, "random": _random_transforms(obj.dataset)}
-        except Exception as e:  # advice only: whatever stops the translation is its reason
-            why = str(e) if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
-            out["translation"] = {"ok": False, "why": why, "random": _random_transforms(obj.dataset)}
     else:
         out["dataloader"] = False
     return out
-
-
-def _random_transforms(dataset: Any) -> List[str]:
-    """The random augmentations of a dataset's torchvision transform (by name): what makes two
-    pipelines, or one DataLoader with another number of workers, draw different images."""
-    from ..swap import _transforms
-
-    try:
-        ts = _transforms(getattr(dataset, "transform", None))
-    except Exception:  # an odd transform object: nothing known
-        return []
-    return [type(t).__name__ for t in ts if type(t).__name__.startswith("Random") or type(t).__name__ in (
-        "RandAugment", "AutoAugment", "TrivialAugmentWide", "AugMix", "ColorJitter")]
 
 
 class _FirstOf(torch.utils.data.Sampler):

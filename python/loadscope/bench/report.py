@@ -220,6 +220,11 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
     reasons: List[str] = []
     confident: List[str] = []   # reasons not to adopt that the intervals support
     uncertain: List[str] = []   # reasons not to adopt that rest on a point estimate
+
+    def because(kind: List[str], reason: str) -> None:  # a reason not to adopt, and how sure it is
+        kind.append(reason)
+        reasons.append(reason)
+
     decide: List[int] = []      # repetitions that would decide each uncertain one
     if s["failure"]:
         return {"decision": "invalid", "reasons": ["a repetition failed: " + s["failure"].splitlines()[0]]}
@@ -233,24 +238,21 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
     pct = lambda x: "n/a" if x is None else f"{x * 100:+.1f}%"  # noqa: E731
     n = s["repetitions"][arm]
     if g["low"] is None:
-        uncertain.append(m)
-        reasons.append(f"{m}: no interval (needs 2 or more repetitions)")
+        because(uncertain, f"{m}: no interval (needs 2 or more repetitions)")
     elif g["low"] > c["min_gain"]:
         reasons.append(f"{m}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; the lower bound "
                        f"is above the required {pct(c['min_gain'])}")
     elif g["high"] is not None and g["high"] < c["min_gain"]:
-        confident.append(m)
         what = ("worse" if g["high"] < 0 else "no significant difference" if sig is False else "gain too small")
-        reasons.append(f"{m}: {what}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; the "
-                       f"whole interval is below the required {pct(c['min_gain'])}")
+        because(confident, f"{m}: {what}: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}]; "
+                           f"the whole interval is below the required {pct(c['min_gain'])}")
     else:
-        uncertain.append(m)
         more = _repetitions_to_decide(g["low"], g["high"], c["min_gain"], n) if g["high"] is not None else None
         if more is not None:
             decide.append(more)
-        reasons.append(f"{m}: undecided: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, {pct(g['high'])}] "
-                       f"holds the required {pct(c['min_gain'])}"
-                       + (f"; about {more} repetitions (or longer ones) would decide it" if more else ""))
+        because(uncertain, f"{m}: undecided: gain {pct(g['gain'])}, {conf_txt(s)} [{pct(g['low'])}, "
+                           f"{pct(g['high'])}] holds the required {pct(c['min_gain'])}"
+                           + (f"; about {more} repetitions (or longer ones) would decide it" if more else ""))
     # Honesty: can this run answer the question it was asked? (Note [what a run can resolve])
     warnings = []
     res = s["resolution"][arm]
@@ -281,34 +283,31 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
             lo, hi = eff.get("ci_low"), eff.get("ci_high")
             least = None if lo is None or hi is None else (-hi if higher else lo)
             if least is not None and least > bound:
-                confident.append(gm)
-                reasons.append(f"{gm}: regresses {pct(regression)} (at least {pct(least)} at the {conf_txt(s)}; "
-                               f"bound {pct(bound)})")
+                because(confident, f"{gm}: regresses {pct(regression)} (at least {pct(least)} at the "
+                                   f"{conf_txt(s)}; bound {pct(bound)})")
             else:
-                uncertain.append(gm)
                 more = None
                 if lo is not None and hi is not None:
                     worse = (-hi, -lo) if higher else (lo, hi)
                     more = _repetitions_to_decide(worse[0], worse[1], bound, n)
                 if more is not None:
                     decide.append(more)
-                reasons.append(f"{gm}: regresses {pct(regression)} (bound {pct(bound)}), but its interval reaches back "
-                               "within the bound" + (f"; about {more} repetitions would decide it" if more else ""))
+                because(uncertain, f"{gm}: regresses {pct(regression)} (bound {pct(bound)}), but its interval "
+                                   "reaches back within the bound"
+                                   + (f"; about {more} repetitions would decide it" if more else ""))
         else:
             reasons.append(f"{gm}: {pct(e)} change, within the {pct(bound)} regression bound")
     st = s["staging"].get(arm)
     if st is not None:
         be, what = st["break_even_epochs"], "cache" if st.get("cache") else "staging"
         if st.get("unknown"):
-            confident.append(what)
-            reasons.append(f"{what}: its cost cannot be weighed (samples per epoch or a time unknown)")
+            because(confident, f"{what}: its cost cannot be weighed (samples per epoch or a time unknown)")
         elif be is None:
-            confident.append(what)
-            reasons.append(f"{what}: costs {st['cost']:.2f} s per run and saves no time per epoch: it never pays off")
+            because(confident, f"{what}: costs {st['cost']:.2f} s per run and saves no time per epoch: it never "
+                               "pays off")
         elif be > c["max_break_even_epochs"]:
-            confident.append(what)
-            reasons.append(f"{what}: costs {st['cost']:.2f} s, pays off after {be:.1f} epochs, more than the "
-                           f"{c['max_break_even_epochs']:g} allowed")
+            because(confident, f"{what}: costs {st['cost']:.2f} s, pays off after {be:.1f} epochs, more than "
+                               f"the {c['max_break_even_epochs']:g} allowed")
         else:
             reasons.append(f"{what}: costs {st['cost']:.2f} s, pays off after {be:.1f} epochs")
     decision = "roll back" if confident else "inconclusive" if uncertain else "adopt"
@@ -316,8 +315,7 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
                            "inconclusive": decision == "inconclusive"}
     if decision == "inconclusive":
         out["repetitions_to_decide"] = max(decide) if decide else None
-    why = set(confident if decision == "roll back" else uncertain)
-    out["deciding"] = [r for r in reasons if r.split(":")[0] in why]  # what made it so, for one-line summaries
+    out["deciding"] = confident if decision == "roll back" else uncertain  # what made it so, for one-line summaries
     return out
 
 
