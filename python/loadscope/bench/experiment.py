@@ -80,6 +80,7 @@ METRICS: Dict[str, Tuple[str, bool, str]] = {
 
 STEP = {"compute": (("none", "sleep", "model", "matmul", "user"), "none"), "compute_ms": ("float>=0", 0.0),
         "grad_accum": ("int>=1", 1), "matmuls": ("int>=1", 4),
+        "model_mb": ("float>=0", 0.0),  # compute = "model": MB of float32 parameters beyond the small CNN
         "setup": ("str", ""), "function": ("str", "")}  # the user's step: compute = "user"
 
 # A user pipeline's [pipeline] keys that the harness reads itself; every other key is passed to
@@ -358,6 +359,8 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         raise ConfigError("[step] compute = 'sleep' needs compute_ms > 0")
     if "matmuls" in given_step and step["compute"] != "matmul":
         raise ConfigError("[step] matmuls applies to compute = 'matmul' only")
+    if "model_mb" in given_step and step["compute"] != "model":
+        raise ConfigError("[step] model_mb sizes the built-in model: it applies to compute = 'model' only")
     run = _section(raw, "run", RUN)
     criteria = _section(raw, "criteria", CRITERIA)
     for k, v in criteria["max_regression"].items():

@@ -34,6 +34,7 @@ import torch
 
 from .. import _native
 from ..telemetry import machine_cpu, machine_load, tree_cpu_seconds
+from ..telemetry.comm import CommTimer
 from . import pipelines
 
 
@@ -62,16 +63,48 @@ def _tree_io() -> Dict[str, int]:
 
 class _SmallCNN(torch.nn.Module):
     """compute='model': a small convolutional classifier, forward and backward on the host
-    (it competes with the loader for the cores, as a CPU-side training step would)."""
+    (it competes with the loader for the cores, as a CPU-side training step would). With
+    `model_mb`, a fully connected head carries about that many MB of float32 parameters: a
+    gradient of known size for the all-reduce (a 25 MB model's backward computes little but
+    all-reduces 25 MB, like the large layers of a real model)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model_mb: float = 0.0) -> None:
         super().__init__()
-        self.net = torch.nn.Sequential(
+        layers: List[torch.nn.Module] = [
             torch.nn.Conv2d(3, 16, 5, stride=4), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3, stride=2),
-            torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(32, 10))
+            torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()]
+        if model_mb > 0:
+            # 32 -> 256 -> k -> 10: (32*256 + 256) + (256*k + k) + (10*k + 10) floats
+            k = max(1, round((model_mb * 1e6 / 4 - 32 * 256 - 256 - 10) / (256 + 1 + 10)))
+            layers += [torch.nn.Linear(32, 256), torch.nn.ReLU(), torch.nn.Linear(256, k), torch.nn.ReLU(),
+                       torch.nn.Linear(k, 10)]
+        else:
+            layers.append(torch.nn.Linear(32, 10))
+        self.net = torch.nn.Sequential(*layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+
+def find_ddp(state: Any, depth: int = 3) -> Optional[Any]:
+    """The DistributedDataParallel module in a user step's state (the state itself, or an item
+    or attribute of it, a few levels down), or None."""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    if isinstance(state, ddp):
+        return state
+    if depth == 0 or state is None or isinstance(state, (str, bytes, int, float, torch.Tensor)):
+        return None
+    if isinstance(state, dict):
+        items = list(state.values())
+    elif isinstance(state, (list, tuple)):
+        items = list(state)
+    else:
+        items = list(getattr(state, "__dict__", {}).values())
+    for x in items:
+        found = find_ddp(x, depth - 1)
+        if found is not None:
+            return found
+    return None
 
 
 class _Step:
@@ -79,17 +112,24 @@ class _Step:
     compute that leaves the host idle), a small model, or a fixed GPU workload (`matmuls`
     bf16 products of 8192x8192 matrices, timed with CUDA events, so that contention with
     decoding on the GPU shows as a longer step); gradient accumulation; with several ranks, the
-    gradient all-reduce a data-parallel step ends with."""
+    gradient all-reduce a data-parallel step ends with.
+
+    The model step is DDP over the ranks, its all-reduce timed by a CommTimer, and each call
+    taken apart (`parts`): forward, backward (the whole call, the exposed all-reduce included),
+    the optimizer, and the rest of the call."""
 
     MATMUL_N = 8192  # one product: 1.1 TFLOP, ~1.4 ms on an H200
     def __init__(self, step: Dict[str, Any], world: int, device: Optional[torch.device]) -> None:
         self.kind, self.ms, self.accum, self.world, self.device = step["compute"], step["compute_ms"], step["grad_accum"], world, device
         self.ms_matmuls = step.get("matmuls", 4)
         self.micro = 0
+        self.comm: Optional[CommTimer] = None
+        self.parts: Dict[str, float] = {}
         if self.kind == "model":
-            model: torch.nn.Module = _SmallCNN().to(device or "cpu")
+            model: torch.nn.Module = _SmallCNN(step.get("model_mb", 0.0)).to(device or "cpu")
             if world > 1:
                 model = torch.nn.parallel.DistributedDataParallel(model)
+                self.comm = CommTimer(model)
             self.model: Any = model
             self.opt = torch.optim.SGD(model.parameters(), lr=0.01)
         if self.kind == "matmul":
@@ -131,18 +171,25 @@ class _Step:
         elif self.kind == "model":
             sync = contextlib.nullcontext() if boundary or self.world == 1 else self.model.no_sync()
             x, y = batch[0], batch[1]  # a built-in pipeline's (images, labels, keys)
+            t0 = time.monotonic()
             with sync:
-                loss = torch.nn.functional.cross_entropy(self.model(x.float() / 255), y % 10)
-                (loss / self.accum).backward()
+                loss = torch.nn.functional.cross_entropy(self.model(x.float() / 255), y % 10) / self.accum
+                t1 = time.monotonic()
+                loss.backward()
+            t2 = time.monotonic()
             if boundary:
                 self.opt.step()
+            t3 = time.monotonic()
+            if boundary:
                 self.opt.zero_grad(set_to_none=True)
+            self.parts = {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "rest": time.monotonic() - t3}
 
 
 class _UserStep:
     """The user's training step: `setup(ctx)` once (the state), then `function(state, batch)` per
     batch. On a GPU each call is bracketed by CUDA events on the current stream, so the GPU's
-    own time per step (and its idle share) is known without synchronising every step."""
+    own time per step (and its idle share) is known without synchronising every step. A
+    DistributedDataParallel model in the state has its all-reduce timed (CommTimer)."""
 
     def __init__(self, step: Dict[str, Any], rank: int, world: int) -> None:
         from . import user
@@ -156,6 +203,14 @@ class _UserStep:
         # CUDA in use once the setup has put something there (a model, an optimizer's state).
         self.uses_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         self.events: List[tuple] = []
+        ddp = find_ddp(self.state) if world > 1 else None
+        self.comm: Optional[CommTimer] = None
+        if ddp is not None:
+            try:
+                self.comm = CommTimer(ddp)
+            except RuntimeError as e:  # the user registered a hook of their own: theirs stays
+                print(f"loadscope: the all-reduce is not timed: {e}", flush=True)
+        self.parts: Dict[str, float] = {}
 
     def gpu_step_seconds(self) -> List[float]:
         out = [s.elapsed_time(e) / 1e3 for s, e in self.events]
@@ -173,6 +228,25 @@ class _UserStep:
             self.events.append((start, end))
         else:
             self.fn(self.state, batch)
+
+
+def step_parts(wait: float, h2d: float, call: float, parts: Dict[str, float], comm: Optional[Any], n: int) -> Dict[str, Any]:
+    """One training step taken apart (seconds): the data wait, the host-to-device copy, and the
+    step's call: for the built-in model forward, backward's compute, the exposed all-reduce, the
+    optimizer and the rest (zero_grad, the loss's bookkeeping, the call itself); for a step
+    known only as a whole (the user's, a sleep) `compute`, the call less the exposed all-reduce.
+    The parts add up to the iteration (wait + h2d + call) by construction; what the loop does
+    between iterations is not in them (the report compares their sum with the measured step)."""
+    exposed = comm.exposed if comm is not None else 0.0
+    row: Dict[str, Any] = {"samples": n, "wait": wait, "h2d": h2d, "comm_exposed": exposed}
+    if parts:
+        row.update(forward=parts["forward"], backward=max(0.0, parts["backward"] - exposed), optimizer=parts["optimizer"],
+                   rest=max(0.0, call - parts["forward"] - parts["backward"] - parts["optimizer"]))
+    else:
+        row["compute"] = max(0.0, call - exposed)
+    if comm is not None and comm.buckets:
+        row.update(allreduces=comm.buckets, comm_bytes=comm.bytes, comm_busy=comm.busy, last_ready=comm.last_ready)
+    return row
 
 
 def _seed_everything(seed: int = 0) -> None:
@@ -440,11 +514,12 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     cuda = to_gpu is not None or pipe.device is not None or step.uses_cuda
 
     def take(batches: int, compute: bool, ids: Optional[List[str]] = None, step_times: Optional[List[float]] = None,
-             cpu: Optional[Dict[str, float]] = None):
+             cpu: Optional[Dict[str, float]] = None, parts: Optional[List[Dict[str, Any]]] = None):
         """Draws `batches` batches: (samples, seconds, waits, compute seconds, timeline). The
         phase's clock stops after the GPU has finished its copies (and compute). With `cpu`,
         fills in the CPU time of the process tree over the phase and the wall time of the
-        window that CPU time was read over (Note [the CPU window])."""
+        window that CPU time was read over (Note [the CPU window]). With `parts`, appends each
+        step taken apart (step_parts)."""
         nonlocal first_batch
         waits, timeline, done, busy = [], [], 0, 0.0
         if cuda:
@@ -465,6 +540,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
                 got = pipe.ids(batch)
                 if got is not None:
                     ids.extend(got)
+            a2 = time.monotonic()
             if to_gpu is not None and not batch[0].is_cuda:
                 batch = (batch[0].to(to_gpu), batch[1].to(to_gpu), batch[2])
             b = time.monotonic()
@@ -477,6 +553,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
                 busy += c - b
                 if step_times is not None:
                     step_times.append(c - b)
+                comm = step.comm.take() if step.comm is not None else None  # drained every step, kept when asked
+                if parts is not None:
+                    parts.append(step_parts(a2 - a, b - a2, c - b, step.parts, comm, n))
             done += n
             timeline.append((time.monotonic() - t0, done))
         if cuda:
@@ -522,7 +601,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         if cuda and hasattr(step, "gpu_step_seconds"):
             step.gpu_step_seconds()  # drop the warm-up's
         step_times: List[float] = []
-        n2, secs2, waits2, busy2, timeline2 = take(batches_for(plan["samples"]), True, step_times=step_times)
+        parts: List[Dict[str, Any]] = []
+        n2, secs2, waits2, busy2, timeline2 = take(batches_for(plan["samples"]), True, step_times=step_times, parts=parts)
+        result["step_parts"] = parts
         wait2 = sum(waits2)
         step_times.sort()
         result.update(e2e_samples=n2, e2e_seconds=secs2, e2e_throughput=n2 / secs2,

@@ -12,7 +12,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import ConfigError
-from . import stats
+from . import scaling, stats
 from .experiment import METRICS, Experiment, load
 
 
@@ -80,6 +80,9 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     summary["machine_load"] = _machine_load(rows)
     summary["storage"] = _storage(by_arm)
     summary["staging"] = _staging(exp, per_arm, summary["storage"], out_dir)
+    summary["step_parts"] = {a: scaling.mean_decomposition([r["decomposition"] for r in by_arm[a] if r.get("decomposition")])
+                             for a in arms}
+    summary["scaling"] = scaling.scaling(exp, summary, by_arm)
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
     summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
     summary["rerun"] = rerun_command(os.path.join(out_dir, "experiment.effective.json"), out_dir)
@@ -464,7 +467,104 @@ def plots(out_dir: str, summary: Dict[str, Any]) -> List[str]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    scaling_png = _scaling_plot(out_dir, summary, plt)
+    if scaling_png:
+        written.append(scaling_png)
     return written
+
+
+def _ms(v: Optional[float]) -> str:
+    return "–" if v is None else f"{v * 1e3:.2f}"
+
+
+def step_lines(summary: Dict[str, Any]) -> List[str]:
+    """The data-parallel step taken apart per arm, and scaling efficiency across world sizes
+    (scaling.py; docs/scaling.md says how to read them)."""
+    decs = {a: d for a, d in (summary.get("step_parts") or {}).items() if d}
+    if not decs:
+        return []
+    keys = [k for k in scaling.PARTS if any(k in d["parts"] for d in decs.values())]
+    L = ["", "### The training step, taken apart", "",
+         "Mean milliseconds per step, over the steps of the end-to-end phase and then the ranks (the arms' "
+         "repetitions averaged). `sum` is the parts' total; `measured` is the phase's time over its steps: the "
+         "parts account for the share in the last column. The exposed all-reduce is the part of the gradient "
+         "all-reduce that backward's compute did not hide, less the straggler wait (waiting for the slowest rank "
+         "to finish its backward).", "",
+         "| arm | " + " | ".join(scaling.LABELS[k] for k in keys) + " | sum | measured | accounted |",
+         "|---|" + "---:|" * (len(keys) + 3)]
+    for a, d in decs.items():
+        L.append(f"| {a} | " + " | ".join(_ms(d["parts"].get(k)) for k in keys)
+                 + f" | {_ms(d['sum'])} | {_ms(d['step'])} | {d['accounted']:.1%} |")
+    comm = {a: d["comm"] for a, d in decs.items() if d.get("comm")}
+    if comm:
+        L += ["", "The gradient all-reduce (timed per bucket by a DDP communication hook; docs/scaling.md):", "",
+              "| arm | all-reduces per sample | MB per synchronised step | all-reduce busy (ms per step) | "
+              "exposed (ms per step, stragglers' wait included) | hidden under backward | exposed ms per sample |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+        for a, c in comm.items():
+            hidden = c.get("hidden_share")
+            L.append(f"| {a} | {c['allreduces_per_sample']:.4f} | {c['bytes_per_step'] / 1e6:.2f} | {_ms(c['busy_per_step'])} "
+                     f"| {_ms(c['exposed_per_step'])} | {'–' if hidden is None else f'{hidden:.0%}'} "
+                     f"| {c['exposed_per_sample'] * 1e3:.3f} |")
+    sc = summary.get("scaling")
+    if sc:
+        L += ["", "### Scaling efficiency", "",
+              f"efficiency = {sc['metric']}(W) / (W / W0 × {sc['metric']}(W0)), against `{sc['reference']}` (W0); "
+              f"interval {conf_txt(summary)} from the paired rounds. The loss columns split 1 − efficiency (as the "
+              "step's parts give it) into its causes: each part's excess over the reference's, scaled to the per-rank "
+              "batch, over the step.", "",
+              "| arm | W | ideal × | throughput | efficiency | data wait | exposed all-reduce | straggler wait | "
+              "compute inflation |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for a, row in sc["arms"].items():
+            eff = row.get("efficiency")
+            eff_txt = "–" if eff is None else f"{eff:.1%}" + (
+                f" [{row['efficiency_low']:.1%}, {row['efficiency_high']:.1%}]" if row.get("efficiency_low") is not None
+                and a != sc["reference"] else "")
+            loss = row.get("loss") or {}
+            L.append(f"| {a} | {row['world_size']} | {row['ideal']:g} | {row['throughput']:.1f} | {eff_txt} | "
+                     + " | ".join(_pct(loss.get(k)) for k in ("data_wait", "comm_exposed", "straggler_wait",
+                                                                "compute_inflation")) + " |")
+    return L
+
+
+def _scaling_plot(out_dir: str, summary: Dict[str, Any], plt: Any) -> Optional[str]:
+    """Throughput against world size with the ideal line, and each arm's step as stacked parts."""
+    decs = {a: d for a, d in (summary.get("step_parts") or {}).items() if d}
+    sc = summary.get("scaling")
+    if not decs and not sc:
+        return None
+    fig, axes = plt.subplots(1, 2 if sc else 1, figsize=(10 if sc else 5.5, 3.6), squeeze=False)
+    ax_parts = axes[0][-1]
+    if sc:
+        ax = axes[0][0]
+        rows = sorted(sc["arms"].values(), key=lambda r: r["ideal"])
+        ref = sc["arms"][sc["reference"]]
+        xs = [r["world_size"] for r in rows]
+        ax.plot(xs, [ref["throughput"] * r["ideal"] for r in rows], "--", color="grey", label="ideal (linear)")
+        ax.plot(xs, [r["throughput"] for r in rows], "o-", label="measured (median)")
+        ax.set_xlabel("world size (ranks)")
+        ax.set_ylabel(f"{sc['metric']} (samples/s)")
+        ax.set_xticks(sorted(set(xs)))
+        ax.legend(fontsize=7)
+        ax.set_title("throughput against world size", fontsize=9)
+    keys = [k for k in scaling.PARTS if any(k in d["parts"] for d in decs.values())]
+    names = list(decs)
+    bottom = [0.0] * len(names)
+    for k in keys:
+        vals = [decs[a]["parts"].get(k, 0.0) * 1e3 for a in names]
+        ax_parts.bar(range(len(names)), vals, bottom=bottom, label=scaling.LABELS[k])
+        bottom = [b + v for b, v in zip(bottom, vals)]
+    ax_parts.scatter(range(len(names)), [decs[a]["step"] * 1e3 for a in names], marker="_", s=400, color="black",
+                     label="measured step", zorder=3)
+    ax_parts.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=7)
+    ax_parts.set_ylabel("ms per step (mean over ranks)")
+    ax_parts.set_title("the step, taken apart", fontsize=9)
+    ax_parts.legend(fontsize=6)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "plots", "scaling.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def _env_lines(out_dir: str) -> List[str]:
@@ -583,6 +683,7 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
                  "repetition, with staging, cache fill and warm-up): "
                  + ", ".join(f"{a} {v['network_bytes'] / 1e6:.1f} MB in {v['network_requests']:.0f} requests "
                              f"[{v['network_bytes_run'] / 1e6:.1f} MB]" for a, v in net.items()))
+    L += step_lines(summary)
     L += ["", "### Correctness", ""]
     corr = summary["correctness"]
     if corr.get("note"):

@@ -25,7 +25,7 @@ from .. import _native
 from .._errors import ConfigError
 from .._sources import _remote_setup
 from . import env as envmod
-from . import pipelines, report
+from . import pipelines, report, scaling
 from .report import rerun_command
 from .experiment import PIPELINE, USER_PIPELINE, Experiment
 
@@ -482,7 +482,9 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                     where = "warm-up round" if row["warmup"] else f"round {row['round']}"
                     failure = f"run {tag} ({arm.name}, {where}) failed {why}"
                     break
+                decomposition = scaling.decompose(results)  # before the ranks merge: it reads each rank's steps
                 merged = _merge_ranks(results)
+                merged["decomposition"] = decomposition
                 ids = sorted(i for r in results for i in r.pop("measured_ids", []))
                 for r in merged.get("ranks", []):
                     r.pop("measured_ids", None)

@@ -1,0 +1,167 @@
+"""Data-parallel training taken apart: the step's parts per rank (rep.step_parts), the
+slowest rank's lead, and scaling efficiency across world sizes with the loss split into its
+causes. See docs/scaling.md.
+
+Note [where a data-parallel step's time goes]
+Each rank's step is: waiting for its batch, copying it to the device, forward, backward's
+compute, the part of the gradient all-reduce that backward's compute did not hide (exposed),
+the optimizer, and the rest of the call. The exposed all-reduce holds two things: the network
+(and the collective's own work), and waiting for a slower rank to reach the rendezvous. All
+ranks of an experiment run on one host (emulated nodes included), so their monotonic clocks
+are one clock: the slowest rank's lead at a step is the latest rank's end of backward compute
+(its last bucket handed over) minus this rank's. That lead, capped at the exposed time, is
+`straggler_wait`; the rest is `comm_exposed`.
+
+Scaling efficiency at W ranks against a reference arm at W0 (the smallest world size):
+    efficiency = throughput(W) / (W / W0 x throughput(W0))
+with its interval from the paired per-round ratios (report.analyze's effects). Its loss is
+split by comparing the step's parts with the reference's, scaled to the per-rank batch: with a
+per-rank batch b(W), the ideal step at W is the reference's parts x b(W)/b(W0) (the same for
+weak scaling, a W0/W share for strong), and the step's excess over it is the sum of each part's
+excess: data wait, exposed communication, straggler wait, and compute inflation (forward,
+backward, optimizer and the rest: ranks competing for cores and memory bandwidth). Each excess
+over the measured step is its share of the efficiency lost."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Dict, List, Optional
+
+# The parts of a step, in the order a step runs them (and a stacked plot draws them).
+PARTS = ("wait", "h2d", "forward", "backward", "compute", "optimizer", "rest", "straggler_wait", "comm_exposed")
+COMPUTE = ("forward", "backward", "compute", "optimizer", "rest")
+LABELS = {"wait": "data wait", "h2d": "host-to-device", "forward": "forward", "backward": "backward (compute)",
+          "compute": "step compute", "optimizer": "optimizer", "rest": "rest of the step",
+          "straggler_wait": "straggler wait", "comm_exposed": "exposed all-reduce"}
+
+
+def decompose(results: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """One repetition's step, from every rank's step_parts: the mean seconds per step of each
+    part (over steps, then ranks), the all-reduce's figures, and the measured step (the e2e
+    phase's time over its steps) the parts are compared with. None without step parts."""
+    ranks = [r for r in results if r.get("step_parts")]
+    if not ranks:
+        return None
+    _straggler(ranks)
+    per_rank = []
+    for r in ranks:
+        rows = r["step_parts"]
+        n = len(rows)
+        parts = {p: sum(row.get(p, 0.0) for row in rows) / n for p in PARTS if any(p in row for row in rows)}
+        synced = [row for row in rows if row.get("allreduces")]
+        samples = sum(row["samples"] for row in rows)
+        comm = None
+        if synced:
+            comm = {"allreduces_per_sample": sum(row["allreduces"] for row in synced) / samples,
+                    "bytes_per_step": statistics.fmean(row["comm_bytes"] for row in synced),
+                    "busy_per_step": statistics.fmean(row["comm_busy"] for row in synced),
+                    # the whole exposed time, the straggler's share included: what backward() waited
+                    "exposed_per_step": statistics.fmean(_exposed(row) for row in synced),
+                    "exposed_per_sample": sum(_exposed(row) for row in rows) / samples,
+                    "synced_steps": len(synced), "steps": n}
+            comm["hidden_share"] = 1 - comm["exposed_per_step"] / comm["busy_per_step"] if comm["busy_per_step"] else None
+        per_rank.append({"rank": r.get("rank", 0), "parts": parts, "steps": n, "samples": samples,
+                         "step": r["e2e_seconds"] / n, "comm": comm})
+    keys = [p for p in PARTS if any(p in pr["parts"] for pr in per_rank)]
+    parts = {p: statistics.fmean(pr["parts"].get(p, 0.0) for pr in per_rank) for p in keys}
+    step = statistics.fmean(pr["step"] for pr in per_rank)
+    comms = [pr["comm"] for pr in per_rank if pr["comm"]]
+    comm = {k: statistics.fmean(c[k] for c in comms if c[k] is not None) for k in comms[0]
+            if any(c[k] is not None for c in comms)} if comms else None
+    for r in ranks:
+        del r["step_parts"]  # summarized: the raw record keeps the decomposition, not every step
+    return {"parts": parts, "sum": sum(parts.values()), "step": step, "accounted": sum(parts.values()) / step,
+            "comm": comm, "ranks": per_rank, "per_rank_samples": statistics.fmean(pr["samples"] / pr["steps"]
+                                                                                   for pr in per_rank)}
+
+
+def _exposed(row: Dict[str, Any]) -> float:
+    return row["comm_exposed"] + row.get("straggler_wait", 0.0)
+
+
+def _straggler(ranks: List[Dict[str, Any]]) -> None:
+    """Splits each synchronised step's exposed all-reduce into the wait for the slowest rank
+    (Note [where a data-parallel step's time goes]) and the rest, in place."""
+    if len(ranks) < 2:
+        return
+    n = min(len(r["step_parts"]) for r in ranks)
+    for k in range(n):
+        rows = [r["step_parts"][k] for r in ranks]
+        if not all(row.get("last_ready") is not None for row in rows):
+            continue
+        latest = max(row["last_ready"] for row in rows)
+        for row in rows:
+            wait = min(row["comm_exposed"], latest - row["last_ready"])
+            row["straggler_wait"] = wait
+            row["comm_exposed"] -= wait
+
+
+def scaling(exp: Any, summary: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]]) -> Optional[Dict[str, Any]]:
+    """Scaling efficiency of every arm against the smallest world size's, with its interval and
+    its loss split (Note [where a data-parallel step's time goes]). None unless the arms differ
+    in world size."""
+    worlds = {a.name: a.config.get("world_size", 1) for a in exp.arms}
+    if len(set(worlds.values())) < 2:
+        return None
+    metric = "e2e_throughput" if "e2e_throughput" in summary["per_arm"][exp.arms[0].name] else "throughput"
+    ref = min(worlds, key=lambda a: (worlds[a], list(worlds).index(a)))
+    base = summary["baseline"]
+    decs = {a: [r["decomposition"] for r in rows if r.get("decomposition")] for a, rows in by_arm.items()}
+    mean_dec = {a: mean_decomposition(d) for a, d in decs.items()}
+    out: Dict[str, Any] = {"reference": ref, "metric": metric, "arms": {}}
+    ratio_ref = _ratio(summary, base, ref, metric)
+    for a, w in worlds.items():
+        r = _ratio(summary, base, a, metric)
+        row: Dict[str, Any] = {"world_size": w, "ideal": w / worlds[ref],
+                               "throughput": summary["per_arm"][a][metric]["median"]}
+        if r is not None and ratio_ref is not None:
+            # throughput(a) / throughput(ref), through the baseline's paired intervals
+            scale = w / worlds[ref]
+            row["efficiency"] = r["effect"] / ratio_ref["effect"] / scale
+            if a == ref:
+                row["efficiency_low"] = row["efficiency_high"] = 1.0
+            elif ref == base and r.get("low") is not None:
+                row["efficiency_low"], row["efficiency_high"] = r["low"] / scale, r["high"] / scale
+        d, d0 = mean_dec.get(a), mean_dec.get(ref)
+        if d and d0 and a != ref:
+            row["loss"] = _loss(d, d0)
+        row["decomposition"] = d
+        out["arms"][a] = row
+    return out
+
+
+def _ratio(summary: Dict[str, Any], base: str, arm: str, metric: str) -> Optional[Dict[str, Any]]:
+    """throughput(arm) / throughput(baseline) with its interval (1 for the baseline itself)."""
+    if arm == base:
+        return {"effect": 1.0, "low": 1.0, "high": 1.0}
+    e = summary["effects"].get(arm, {}).get(metric)
+    if not e or e.get("effect") is None:
+        return None
+    lo, hi = e.get("ci_low"), e.get("ci_high")
+    return {"effect": 1 + e["effect"], "low": None if lo is None else 1 + lo, "high": None if hi is None else 1 + hi}
+
+
+def mean_decomposition(decs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    if not decs:
+        return None
+    keys = list(dict.fromkeys(k for d in decs for k in d["parts"]))
+    parts = {k: statistics.fmean(d["parts"].get(k, 0.0) for d in decs) for k in keys}
+    comms = [d["comm"] for d in decs if d.get("comm")]
+    comm = {k: statistics.fmean(c[k] for c in comms if c.get(k) is not None) for k in comms[0]
+            if any(c.get(k) is not None for c in comms)} if comms else None
+    step = statistics.fmean(d["step"] for d in decs)
+    return {"parts": parts, "sum": sum(parts.values()), "step": step, "accounted": sum(parts.values()) / step,
+            "comm": comm, "per_rank_samples": statistics.fmean(d["per_rank_samples"] for d in decs)}
+
+
+def _loss(d: Dict[str, Any], d0: Dict[str, Any]) -> Dict[str, float]:
+    """Each cause's share of the efficiency lost: (part - ideal part) / measured step, the ideal
+    being the reference's part scaled to this arm's per-rank batch."""
+    scale = d["per_rank_samples"] / d0["per_rank_samples"]
+    p, p0 = d["parts"], d0["parts"]
+
+    def excess(keys: tuple) -> float:
+        return sum(p.get(k, 0.0) - scale * p0.get(k, 0.0) for k in keys) / d["sum"]
+
+    return {"data_wait": excess(("wait", "h2d")), "comm_exposed": excess(("comm_exposed",)),
+            "straggler_wait": excess(("straggler_wait",)), "compute_inflation": excess(COMPUTE)}
