@@ -36,6 +36,10 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
     "storage": (("local", "remote", "remote-cache", "remote-staged"), "local"),
     "shard_index": (("auto", "off"), "auto"),  # tar shards: ranged reads by their .idx, or streamed
     "world_size": ("int>=1", 1),
+    # Emulated nodes (bench/nodes.py, root only): the ranks spread evenly over `nodes` network
+    # namespaces joined by links of `link_mbit` Mbit/s each way (0: not shaped).
+    "nodes": ("int>=1", 1),
+    "link_mbit": ("float>=0", 0.0),
     "size": ("int>=1", 224),
     "crop": (("random_resized", "center"), "random_resized"),
     "flip": ("float[0,1]", 0.5),
@@ -51,7 +55,7 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
 AUTO_CORRECTNESS = {
     "threads": "identical", "prefetch": "identical", "batch_size": "identical", "pin_memory": "identical",
     "staging": "identical", "world_size": "identical", "layout": "identical",
-    "storage": "identical", "shard_index": "identical",
+    "storage": "identical", "shard_index": "identical", "nodes": "identical", "link_mbit": "identical",
     "loader": "tolerance", "decode": "tolerance",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
@@ -86,8 +90,12 @@ STEP = {"compute": (("none", "sleep", "model", "matmul", "user"), "none"), "comp
 # A user pipeline's [pipeline] keys that the harness reads itself; every other key is passed to
 # the factory. sample_ids and batch_size_of say how to read an arm's batches, so [[arms]] may
 # set them beside the factor (they change no data).
-USER_PIPELINE = {"factory": "str", "sample_ids": "str", "batch_size_of": "str", "world_size": "int>=1"}
+USER_PIPELINE = {"factory": "str", "sample_ids": "str", "batch_size_of": "str", "world_size": "int>=1",
+                 "nodes": "int>=1", "link_mbit": "float>=0"}
 USER_READING = ("sample_ids", "batch_size_of")
+# Where the ranks run: an arm of the factor world_size may also say on how many nodes
+# ("1, 2 and 4 ranks on 1 and 2 nodes"): the ranks' placement is part of the world.
+PLACEMENT = ("nodes",)
 RUN = {"warmup_samples": ("int>=0", 256), "samples": ("int>=1", 1024), "repetitions": ("int>=1", 5),
        "order": (("interleaved", "blocked"), "interleaved"), "warmup_round": ((False, True), True),
        "check_samples": ("int>=0", 32), "trace_batches": ("int>=0", 8), "timeout_s": ("float>0", 900.0)}
@@ -265,13 +273,16 @@ def _arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str, check: Cal
         extra = sorted(set(t) - {"name", factor, *reading})
         if extra:
             # The point of the harness: one factor changes, everything else is pinned.
-            also = f" (and in {' and '.join(reading)}, which say how to read their batches)" if reading else ""
+            why = [f"{' and '.join(k for k in reading if k in keys)}, which say {what}"
+                   for keys, what in ((USER_READING, "how to read their batches"), (PLACEMENT, "where the ranks run"))
+                   if any(k in keys for k in reading)]
+            also = f" (and in {'; '.join(why)})" if why else ""
             raise ConfigError(f"{label} sets {', '.join(extra)}: the arms may differ only in the declared factor "
                               f"'{factor}'{also}; declare another experiment for {', '.join(extra)}")
         cfg = dict(baseline)
         for k in reading:
             if k in t:
-                cfg[k] = _check("arms", k, t[k], "str")
+                cfg[k] = _check("arms", k, t[k], "int>=1" if k in PLACEMENT else "str")
         if factor in t:
             cfg[factor] = check("arms", t[factor])
         elif factor not in baseline:
@@ -289,7 +300,7 @@ def _user_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> Li
                           f"'world_size'; {', '.join(USER_READING)} say how to read batches and are not factors")
     rule = USER_PIPELINE.get(factor)  # the harness's own keys are checked; the factory's are its business
     arms = _arms(raw, baseline, factor, (lambda where, v: _check(where, factor, v, rule)) if rule else (lambda where, v: v),
-                 USER_READING)
+                 USER_READING + (PLACEMENT if factor == "world_size" else ()))
     for a in arms:
         if not a.config.get("factory"):
             raise ConfigError(f"arm {a.name}: no factory: [pipeline] factory = 'package.module:function' "
@@ -301,7 +312,8 @@ def _builtin_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) ->
     if factor not in PIPELINE:
         raise ConfigError(f"[factor] name = {factor!r}: allowed are {', '.join(PIPELINE)} (or a keyword argument of "
                           "your own pipeline's factory: [pipeline] factory = 'package.module:function')")
-    return _arms(raw, baseline, factor, lambda where, v: _check(where, factor, v, PIPELINE[factor][0]))
+    return _arms(raw, baseline, factor, lambda where, v: _check(where, factor, v, PIPELINE[factor][0]),
+                 PLACEMENT if factor == "world_size" else ())
 
 
 def _resolve_path(path: str, base: Optional[str]) -> str:
@@ -391,6 +403,11 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
             raise ConfigError(f"experiment: training_repo = {repo!r}: the path of an existing directory (relative to the "
                               "experiment file's folder; its git commit is recorded)")
         repo = raw["training_repo"] = _resolve_path(repo, base_dir)
+    for a in arms:
+        _check_placement(a)
+    if any(a.config.get("link_mbit") for a in arms) and all(a.config.get("nodes", 1) == 1 for a in arms):
+        raise ConfigError("link_mbit shapes the link between emulated nodes, and no arm has nodes > 1 (one node's "
+                          "ranks talk over its loopback): give nodes = 2 or more")
     if user:
         given = raw.get("dataset")
         if given is not None:
@@ -429,6 +446,18 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     return Experiment(name=name, description=str(desc), dataset=dataset, baseline=arms[0].config, factor=factor,
                       arms=arms, step=step, run=run, criteria=criteria, correctness=correctness, training_repo=repo,
                       source=source, raw=raw, user=user, gate=gate, requires=list(requires))
+
+
+def _check_placement(arm: Arm) -> None:
+    """Ranks spread evenly over the emulated nodes; a link joins nodes."""
+    c = arm.config
+    nodes, world = c.get("nodes", 1), c.get("world_size", 1)
+    if nodes > 1 and world % nodes:
+        raise ConfigError(f"arm {arm.name}: world_size = {world} ranks do not spread evenly over nodes = {nodes}: "
+                          "give a world size that is a multiple of the nodes")
+    if nodes > 1 and c.get("storage", "local") != "local":
+        raise ConfigError(f"arm {arm.name}: storage = {c['storage']!r} with nodes = {nodes}: the emulated nodes' "
+                          "namespaces have no route to the object store yet; use storage = 'local'")
 
 
 def _check_arm(arm: Arm, url: str = "") -> None:

@@ -25,7 +25,7 @@ from .. import _native
 from .._errors import ConfigError
 from .._sources import _remote_setup
 from . import env as envmod
-from . import pipelines, report, scaling
+from . import nodes, pipelines, report, scaling
 from .report import rerun_command
 from .experiment import PIPELINE, USER_PIPELINE, Experiment
 
@@ -113,7 +113,7 @@ def _last_phase(log_path: str) -> Optional[str]:
 
 
 def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float,
-            repo: Optional[str] = None) -> int:
+            repo: Optional[str] = None, net: Optional[nodes.Nodes] = None) -> int:
     """Starts one repetition: one process, or `world` ranks with torchrun's environment
     (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rendezvous on localhost), which is
     all torch.distributed's env:// initialisation reads. (torchrun itself is not used: the
@@ -124,7 +124,9 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
     DataLoader workers of a rank that failed or was killed) is killed with it.
 
     With a training repository, the ranks run in it (its relative paths mean what they mean
-    there) with it first on PYTHONPATH."""
+    there) with it first on PYTHONPATH. With emulated nodes (`net`), the ranks are spread over
+    them in order (node k runs ranks k*per_node ...), each started inside its node's network
+    namespace, with torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK for its node."""
     from .user import environ_for
 
     cmd = [sys.executable, "-m", "loadscope.bench.rep", spec_path, out_path]
@@ -136,13 +138,18 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
         if repo and os.path.basename(here) not in ("site-packages", "dist-packages"):
             # A source checkout: the rank imports this loadscope whatever its working directory.
             env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], here])
+        per_node = world // net.nodes if net else world
+        node = rank // per_node
         if world > 1:
-            env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            env.update(RANK=str(rank), LOCAL_RANK=str(rank % per_node), WORLD_SIZE=str(world),
+                       LOCAL_WORLD_SIZE=str(per_node), GROUP_RANK=str(node), MASTER_ADDR="127.0.0.1",
+                       MASTER_PORT=str(port))
+        if net:
+            env.update(net.environ(node))
         log = open(log_path if rank == 0 else f"{log_path}.rank{rank}", "w")
         logs.append(log)
-        procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=repo or None,
-                                      start_new_session=True))
+        procs.append(subprocess.Popen(net.command(node, cmd) if net else cmd, stdout=log, stderr=subprocess.STDOUT,
+                                      env=env, cwd=repo or None, start_new_session=True))
     deadline = time.monotonic() + timeout
     code = 0
     try:
@@ -177,11 +184,17 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
 
 def repetition(spec: Dict[str, Any], spec_path: str, out_path: str, log_path: str, world: int, timeout: float,
                repo: Optional[str]) -> Tuple[List[Dict[str, Any]], Optional[str]]:
-    """Runs one repetition (all its ranks) and reads what each rank wrote: (results, None), or
-    (partial results, why it failed: the user's traceback, or the log's end)."""
+    """Runs one repetition (all its ranks; on emulated nodes made for it and removed after
+    it) and reads what each rank wrote: (results, None), or (partial results, why it failed:
+    the user's traceback, or the log's end)."""
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    code = _launch(spec_path, out_path, world, log_path, timeout, repo)
+    n_nodes = spec["config"].get("nodes", 1)
+    if n_nodes > 1:
+        with nodes.Nodes(n_nodes, spec["config"].get("link_mbit") or 0.0) as net:
+            code = _launch(spec_path, out_path, world, log_path, timeout, repo, net)
+    else:
+        code = _launch(spec_path, out_path, world, log_path, timeout, repo)
     results = []
     for r in range(world):
         p = out_path if r == 0 else f"{out_path}.rank{r}"
@@ -363,6 +376,8 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     from . import require
 
     require()
+    if any(a.config.get("nodes", 1) > 1 for a in exp.arms):
+        nodes.require()  # before anything is written: emulated nodes need root, ip and tc
     if exp.user:  # the user's callables exist and take the arms' arguments, before anything runs
         from . import user
 
