@@ -56,7 +56,7 @@ AUTO_CORRECTNESS = {
     "threads": "identical", "prefetch": "identical", "batch_size": "identical", "pin_memory": "identical",
     "staging": "identical", "world_size": "identical", "layout": "identical",
     "storage": "identical", "shard_index": "identical", "nodes": "identical", "link_mbit": "identical",
-    "loader": "tolerance", "decode": "tolerance",
+    "loader": "tolerance", "decode": "tolerance", "grad_accum": "identical",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
 CORRECTNESS_MODES = ("auto", "identical", "same-samples", "tolerance", "none")
@@ -78,6 +78,10 @@ METRICS: Dict[str, Tuple[str, bool, str]] = {
     "step_time_p50": ("ms", False, "one training step on the host clock (the call, with any waiting it does), median"),
     "step_time_p99": ("ms", False, "one training step on the host clock, 99th percentile"),
     "step_ms": ("ms", False, "GPU time of one training step (compute='matmul', or your step on a GPU), CUDA events, mean"),
+    "allreduces_per_sample": ("count", False, "gradient bucket all-reduces per sample and rank (DDP; fewer with "
+                                              "gradient accumulation)"),
+    "exposed_comm_per_sample": ("ms", False, "all-reduce time backward() waited for, per sample and rank (stragglers' "
+                                             "wait included; DDP)"),
     "gpu_idle_share": ("fraction", False, "share of the e2e phase in which the GPU ran no training step "
                                           "(waiting for input, copying, or decoding it)"),
 }
@@ -91,7 +95,9 @@ STEP = {"compute": (("none", "sleep", "model", "matmul", "user"), "none"), "comp
 # the factory. sample_ids and batch_size_of say how to read an arm's batches, so [[arms]] may
 # set them beside the factor (they change no data).
 USER_PIPELINE = {"factory": "str", "sample_ids": "str", "batch_size_of": "str", "world_size": "int>=1",
-                 "nodes": "int>=1", "link_mbit": "float>=0"}
+                 "nodes": "int>=1", "link_mbit": "float>=0", "grad_accum": "int>=1"}
+# [step] settings that may be the factor (of any pipeline): an arm then carries its own value.
+STEP_FACTORS = ("grad_accum",)
 USER_READING = ("sample_ids", "batch_size_of")
 # Where the ranks run: an arm of the factor world_size may also say on how many nodes
 # ("1, 2 and 4 ranks on 1 and 2 nodes"): the ranks' placement is part of the world.
@@ -192,11 +198,15 @@ class Experiment:
             return {"factory": "tolerance", "world_size": "same-samples"}.get(self.factor, "identical")
         return AUTO_CORRECTNESS[self.factor]
 
+    def step_for(self, config: Dict[str, Any]) -> Dict[str, Any]:
+        """The step an arm runs: [step], with the arm's own value where a step setting is the factor."""
+        return dict(self.step, **{k: config[k] for k in STEP_FACTORS if k in config})
+
     def global_batch(self, config: Dict[str, Any]) -> Optional[int]:
         """Samples per optimizer step; None for a user pipeline (its batch size is observed)."""
         if self.user:
             return None
-        return config["batch_size"] * config["world_size"] * self.step["grad_accum"]
+        return config["batch_size"] * config["world_size"] * self.step_for(config)["grad_accum"]
 
     def factory_kwargs(self, config: Dict[str, Any]) -> Dict[str, Any]:
         """The keyword arguments a user pipeline's factory is called with."""
@@ -309,6 +319,8 @@ def _user_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> Li
 
 
 def _builtin_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> List[Arm]:
+    if factor in STEP_FACTORS:
+        return _arms(raw, baseline, factor, lambda where, v: _check(where, factor, v, STEP[factor][0]))
     if factor not in PIPELINE:
         raise ConfigError(f"[factor] name = {factor!r}: allowed are {', '.join(PIPELINE)} (or a keyword argument of "
                           "your own pipeline's factory: [pipeline] factory = 'package.module:function')")
@@ -356,6 +368,11 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
 
     step = _section(raw, "step", STEP)
     given_step = raw.get("step") or {}
+    for k in STEP_FACTORS:
+        if factor == k and k in given_step:
+            raise ConfigError(f"[step] {k} is the factor: give each arm's value in [factor] values and leave it out of [step]")
+        if factor != k and k in (raw.get("pipeline") or {}):
+            raise ConfigError(f"[pipeline] {k}: a step setting; give it in [step] (or make it the factor)")
     if step["function"] and "compute" not in given_step:
         step["compute"] = "user"
     if step["compute"] == "user" and not step["function"]:
@@ -386,6 +403,9 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         if m in ("step_ms", "gpu_idle_share") and step["compute"] not in ("matmul", "user"):
             raise ConfigError(f"[criteria] {m} is measured on the GPU's synthetic step: it needs [step] compute = 'matmul'"
                               " (or your own step on a GPU)")
+        if m in ("allreduces_per_sample", "exposed_comm_per_sample") and step["compute"] not in ("model", "user"):
+            raise ConfigError(f"[criteria] {m} is measured on a DDP model's all-reduce: it needs [step] compute = "
+                              "'model' (or your own step with a DistributedDataParallel model)")
     if criteria["metric"] == "staging_seconds":
         raise ConfigError("[criteria] metric = 'staging_seconds': only staging arms have it; staging is judged by "
                           "max_break_even_epochs (allowed metrics: " + ", ".join(m for m in METRICS if m != "staging_seconds") + ")")

@@ -230,6 +230,44 @@ class _UserStep:
             self.fn(self.state, batch)
 
 
+def accumulation_check(step: "_Step", batches: List[Any], rtol: float = 1e-4) -> Dict[str, Any]:
+    """Whether gradients accumulated over `batches` as the step does it (no_sync() on every
+    micro-batch but the last, each loss divided by their number) equal one backward over the
+    batches joined (DDP averaging over the ranks in both). Every rank runs it (DDP's
+    all-reduce is collective); no optimizer step is taken. Micro-batches of unequal size (an
+    epoch's last) weigh their samples differently from one large batch: then it is not run."""
+    import contextlib
+
+    sizes = {int(b[0].shape[0]) for b in batches}
+    if len(sizes) > 1:
+        return {"ok": None, "detail": f"micro-batches of unequal sizes {sorted(sizes)}: not comparable"}
+    model, k = step.model, len(batches)
+
+    def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(model(x.float() / 255), y % 10)
+
+    def grads() -> List[torch.Tensor]:
+        return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]
+
+    model.zero_grad(set_to_none=True)
+    for i, b in enumerate(batches):
+        sync = model.no_sync() if i < k - 1 and step.world > 1 else contextlib.nullcontext()
+        with sync:
+            (loss(b[0], b[1]) / k).backward()
+    accumulated = grads()
+    model.zero_grad(set_to_none=True)
+    loss(torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])).backward()
+    joined = grads()
+    model.zero_grad(set_to_none=True)
+    if step.comm is not None:
+        step.comm.take()  # the check's all-reduces are not the measured steps'
+    scale = max(float(g.abs().max()) for g in joined) or 1.0
+    diff = max(float((a - b).abs().max()) for a, b in zip(accumulated, joined)) / scale
+    return {"ok": diff <= rtol, "max_rel_diff": diff, "micro_batches": k, "batch_size": sizes.pop(),
+            "detail": f"gradients accumulated over {k} micro-batches vs one batch of them joined: largest difference "
+                      f"{diff:.2e} of the largest gradient (allowed {rtol:g})"}
+
+
 def step_parts(wait: float, h2d: float, call: float, parts: Dict[str, float], comm: Optional[Any], n: int) -> Dict[str, Any]:
     """One training step taken apart (seconds): the data wait, the host-to-device copy, and the
     step's call: for the built-in model forward, backward's compute, the exposed all-reduce, the
@@ -595,14 +633,20 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     }
     if step_def["compute"] != "none":
         phase("the end-to-end phase (next() and the step)")
-        take(max(1, batches_for(plan["warmup_samples"]) // 4), True)
+        # Whole optimizer steps: the warm-up ends on a boundary, and with accumulation it holds two
+        # synchronised steps (DDP rebuilds its buckets after the first); the measured phase
+        # holds whole accumulation cycles, so that its all-reduces per sample are the cycle's.
+        accum = step_def["grad_accum"]
+        warm = max(1, batches_for(plan["warmup_samples"]) // 4)
+        take(accum * max(2 if accum > 1 else 1, math.ceil(warm / accum)), True)
         if world > 1:
             dist.barrier()
         if cuda and hasattr(step, "gpu_step_seconds"):
             step.gpu_step_seconds()  # drop the warm-up's
         step_times: List[float] = []
         parts: List[Dict[str, Any]] = []
-        n2, secs2, waits2, busy2, timeline2 = take(batches_for(plan["samples"]), True, step_times=step_times, parts=parts)
+        n2, secs2, waits2, busy2, timeline2 = take(accum * math.ceil(batches_for(plan["samples"]) / accum), True,
+                                                   step_times=step_times, parts=parts)
         result["step_parts"] = parts
         wait2 = sum(waits2)
         step_times.sort()
@@ -627,6 +671,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     if isinstance(pipe, pipelines.UserPipeline):
         result["pipeline"] = pipelines.describe(pipe.obj)
         result["has_ids"] = bool(measured_ids)
+    if spec.get("check") and isinstance(step, _Step) and step.kind == "model" and step.accum > 1:
+        phase("the gradient accumulation check")
+        result["grad_check"] = accumulation_check(step, [next(it) for _ in range(step.accum)])
     it.close()  # ends the epoch in progress (a non-persistent DataLoader's workers stop here)
     if spec.get("restart"):  # "baseline": both ways; "own": as configured (an experiment's metric)
         phase("the new-epoch measurement")

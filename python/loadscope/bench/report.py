@@ -129,7 +129,7 @@ def _global_batch(exp: Experiment, arm: Any, rows: List[Dict[str, Any]]) -> Opti
     g = exp.global_batch(arm.config)
     if g is None:
         sizes = [r["batch_size"] for r in rows if r.get("batch_size")]
-        g = sizes[0] * arm.config["world_size"] * exp.step["grad_accum"] if sizes else None
+        g = sizes[0] * arm.config["world_size"] * exp.step_for(arm.config)["grad_accum"] if sizes else None
     return g
 
 
@@ -690,6 +690,9 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
         L.append(f"- {corr['note']}")
     for a, c in corr.get("arms", {}).items():
         L.append(f"- {a}: {({True: '**pass**', False: '**FAIL**'}).get(c['ok'], '**NOT CHECKED**')}: {c['detail']}")
+    for a, c in corr.get("gradients", {}).items():
+        L.append(f"- {a}, gradient accumulation: {({True: '**pass**', False: '**FAIL**'}).get(c['ok'], '**NOT CHECKED**')}"
+                 f": {c['detail']}")
     L += ["", "## Hypotheses (not measured conclusions)", ""]
     L += [f"- {h}" for h in summary["hypotheses"]] or ["- none suggested by the measurements"]
     L += ["", "## Files", ""]

@@ -455,7 +455,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
         for row in order:
             c = exp.arms[row["arm"]].config
             cells = [json.dumps(c[k]) if isinstance(c.get(k), (list, dict)) else c.get(k, "") for k in keys]
-            steps = [exp.step["compute"], exp.step["compute_ms"], exp.step["grad_accum"]] + \
+            steps = [exp.step["compute"], exp.step["compute_ms"], exp.step_for(c)["grad_accum"]] + \
                 ([exp.step["setup"], exp.step["function"]] if exp.user else [exp.global_batch(c)])
             w.writerow([row["run"], row["round"], row["warmup"], exp.arms[row["arm"]].name, *cells, *steps])
 
@@ -467,6 +467,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     check_n = _check_samples(exp)
     raw_path = os.path.join(out_dir, "raw.jsonl")
     checks: Dict[int, Dict[str, Any]] = {}
+    grad_checks: Dict[str, Dict[str, Any]] = {}
     failure: Optional[str] = None
     try:
         with open(raw_path, "w") as raw:
@@ -474,7 +475,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 arm = exp.arms[row["arm"]]
                 first_measured = not row["warmup"] and row["round"] == 0
                 tag = f"{row['run']:03d}"
-                spec = {"config": arm.config, "step": exp.step, "run": exp.run, "root": root, "url": url, "shards": shards,
+                spec = {"config": arm.config, "step": exp.step_for(arm.config), "run": exp.run, "root": root, "url": url, "shards": shards,
                         "stage_dir": os.path.join(stage_root, tag), "cuda": bool(exp.needs_cuda()),
                         "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE),
                         "check_overrides": exp.correctness["overrides"],
@@ -500,6 +501,14 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 decomposition = scaling.decompose(results)  # before the ranks merge: it reads each rank's steps
                 merged = _merge_ranks(results)
                 merged["decomposition"] = decomposition
+                comm = (decomposition or {}).get("comm")
+                if comm:
+                    merged.update(allreduces_per_sample=comm["allreduces_per_sample"],
+                                  exposed_comm_per_sample=comm["exposed_per_sample"] * 1e3)
+                if "check" in spec:
+                    grads = [r["grad_check"] for r in results if r.get("grad_check")]
+                    if grads:  # the rank that agreed least speaks for the arm
+                        grad_checks[arm.name] = max(grads, key=lambda g: (g["ok"] is False, g.get("max_rel_diff") or 0))
                 ids = sorted(i for r in results for i in r.pop("measured_ids", []))
                 for r in merged.get("ranks", []):
                     r.pop("measured_ids", None)
@@ -532,11 +541,14 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 os.remove(os.path.join(out_dir, "check", p))
     elif mode == "none":
         correctness["note"] = f"the factor '{exp.factor}' changes the data by design: no comparison"
+    if grad_checks:
+        correctness["gradients"] = grad_checks
     summary = report.analyze(out_dir, exp, correctness=correctness, failure=failure)
     report.write(out_dir, summary)
     if failure:
         raise ExperimentFailed(failure)
     bad = {k: v["detail"] for k, v in correctness["arms"].items() if v["ok"] is False}
+    bad.update({f"{k} (gradient accumulation)": v["detail"] for k, v in grad_checks.items() if v["ok"] is False})
     if bad:
         raise ExperimentFailed("correctness check failed: " + "; ".join(f"{k}: {v}" for k, v in bad.items())
                                + f" (see {os.path.join(out_dir, 'report.md')})")
