@@ -366,6 +366,12 @@ def test_world_size_is_a_factor_of_the_users_ddp_pipeline(repo, tmp_path):
     rows = [json.loads(line) for line in open(tmp_path / "out" / "raw.jsonl")]
     two = [r for r in rows if r["arm"] == "world_size=2"]
     assert all(len(r["ranks"]) == 2 and r["samples"] == 32 for r in two)  # two ranks of 16
+    # The DDP model in the user's state has its all-reduce timed: every bucket of the gradient,
+    # whose size the model's parameters give (Conv2d(3, 8, 3): 8*27 + 8; Linear(8, 10): 90).
+    comms = [r["decomposition"]["comm"] for r in two]
+    assert comms and all(c["bytes_per_step"] == (8 * 27 + 8 + 90) * 4 for c in comms)
+    assert all(r["decomposition"]["parts"].keys() >= {"wait", "compute", "comm_exposed", "straggler_wait"} for r in two)
+    assert "| step compute |" in (tmp_path / "out" / "report.md").read_text()
 
 
 # --- errors in user code ------------------------------------------------------------------------

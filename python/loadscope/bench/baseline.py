@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional
 
 from .._errors import ConfigError
 from . import env as envmod
-from . import stats, user
+from . import scaling, stats, user
 from .experiment import RUN, STEP, USER_PIPELINE, Arm, Experiment, _check, _section
 
 
@@ -576,7 +576,7 @@ ROWS = [  # (key, what, unit)
 
 def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str, Any], s: Dict[str, Any],
               reps: int) -> str:
-    from .report import _env_lines
+    from .report import _env_lines, step_lines
 
     arm = exp.arms[0].config
     p = o["pipeline"]
@@ -631,6 +631,9 @@ def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str
                 f"cgroup peak {o['cgroup_peak'] / 2**20:.0f} MiB" if o.get("cgroup_peak") else None]
         if any(host):
             L += ["", "Host: " + "; ".join(h for h in host if h) + "."]
+    if o.get("step_parts") and (o["step_parts"].get("comm") or arm["world_size"] > 1):
+        L += step_lines({"step_parts": {"this training": o["step_parts"]}})
+        L += ["", "How this scales with the world size, the nodes and gradient accumulation: docs/scaling.md."]
     L += ["", "## Environment", ""] + _env_lines(out_dir)
     L += ["", "## Bottleneck (from the figures above)", ""] + [f"- {x}" for x in bottleneck(o, has_step)["lines"]]
     L += ["", "## Hypotheses (not measured conclusions)", ""]
@@ -696,7 +699,9 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
                                       exp.training_repo)
             if why is not None:
                 raise ExperimentFailed(f"baseline repetition {tag} failed {why}")
+            decomposition = scaling.decompose(results)
             merged = _merge_ranks(results)
+            merged["decomposition"] = decomposition
             merged.pop("measured_ids", None)
             merged["repetition"] = i
             raw.write(json.dumps(merged) + "\n")
@@ -705,6 +710,7 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
                 + (f"  end to end {merged['e2e_throughput']:8.1f}" if exp.step["compute"] != "none" else "")
                 + f"  peak PSS {merged['peak_pss']:6.0f} MiB")
     o = observe(rows, environment["cpu"]["usable_cpus"])
+    o["step_parts"] = scaling.mean_decomposition([r["decomposition"] for r in rows if r.get("decomposition")])
     s = suggest(exp, o, kwargs, out_dir)
     write_next(os.path.join(out_dir, "next-experiment.toml"), exp, kwargs, s, o)
     text = diagnosis(out_dir, exp, kwargs, o, s, repetitions)

@@ -59,6 +59,7 @@ AUTO_CORRECTNESS = {
     "loader": "tolerance", "decode": "tolerance", "grad_accum": "identical",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
+SCALING = ("weak", "strong")  # [factor] scaling of world_size: per-rank batch held, or the global batch
 CORRECTNESS_MODES = ("auto", "identical", "same-samples", "tolerance", "none")
 
 # Metrics every run records: (unit, higher is better, meaning). docs/ab-testing.md explains each.
@@ -348,10 +349,17 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     if not isinstance(factor_t, dict) or "name" not in factor_t:
         raise ConfigError("experiment: [factor] with name = one of " + ", ".join(PIPELINE)
                           + " (or a keyword argument of your pipeline's factory) is required")
-    unknown = sorted(set(factor_t) - {"name", "values"})
+    unknown = sorted(set(factor_t) - {"name", "values", "scaling"})
     if unknown:
-        raise ConfigError(f"[factor]: unknown key(s) {', '.join(unknown)}; allowed are name, values")
+        raise ConfigError(f"[factor]: unknown key(s) {', '.join(unknown)}; allowed are name, values, scaling")
     factor = factor_t["name"]
+    mode = _check("factor", "scaling", factor_t.get("scaling", "weak"), SCALING)
+    if "scaling" in factor_t and factor != "world_size":
+        raise ConfigError(f"[factor] scaling applies to the factor world_size (not {factor!r})")
+    if mode == "strong" and user:
+        raise ConfigError("[factor] scaling = 'strong' divides the global batch over the ranks, and your factory owns "
+                          "its batch size: make the per-rank batch size an argument and compare it by hand, or use "
+                          "weak scaling")
     if "values" in factor_t and "arms" in raw:
         raise ConfigError("experiment: give the arms either as [factor] values or as [[arms]] tables, not both")
     if "values" not in factor_t and "arms" not in raw:
@@ -362,6 +370,8 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     else:
         baseline = _section(raw, "pipeline", PIPELINE)
         arms = _builtin_arms(raw, baseline, factor)
+        if mode == "strong":
+            _strong(arms)
     names = [a.name for a in arms]
     if len(set(names)) != len(names):
         raise ConfigError(f"experiment: arm names must differ, got {names}")
@@ -466,6 +476,19 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     return Experiment(name=name, description=str(desc), dataset=dataset, baseline=arms[0].config, factor=factor,
                       arms=arms, step=step, run=run, criteria=criteria, correctness=correctness, training_repo=repo,
                       source=source, raw=raw, user=user, gate=gate, requires=list(requires))
+
+
+def _strong(arms: List[Arm]) -> None:
+    """Strong scaling: every arm's global batch is the baseline's (batch_size x world_size), so
+    each arm's per-rank batch is that over its world size."""
+    base = arms[0].config
+    total = base["batch_size"] * base["world_size"]
+    for a in arms:
+        w = a.config["world_size"]
+        if total % w:
+            raise ConfigError(f"arm {a.name}: strong scaling divides the global batch {total} (the baseline's "
+                              f"batch_size x world_size) over {w} ranks, which does not divide it")
+        a.config["batch_size"] = total // w
 
 
 def _check_placement(arm: Arm) -> None:

@@ -509,7 +509,9 @@ def step_lines(summary: Dict[str, Any]) -> List[str]:
     sc = summary.get("scaling")
     if sc:
         L += ["", "### Scaling efficiency", "",
-              f"efficiency = {sc['metric']}(W) / (W / W0 × {sc['metric']}(W0)), against `{sc['reference']}` (W0); "
+              ("Weak scaling (the per-rank batch held: the global batch grows with W). " if sc.get("scaling") != "strong"
+               else "Strong scaling (the global batch held: each rank's batch is the baseline's global batch over W). ")
+              + f"efficiency = {sc['metric']}(W) / (W / W0 × {sc['metric']}(W0)), against `{sc['reference']}` (W0); "
               f"interval {conf_txt(summary)} from the paired rounds. The loss columns split 1 − efficiency (as the "
               "step's parts give it) into its causes: each part's excess over the reference's, scaled to the per-rank "
               "batch, over the step.", "",

@@ -108,7 +108,8 @@ def scaling(exp: Any, summary: Dict[str, Any], by_arm: Dict[str, List[Dict[str, 
     base = summary["baseline"]
     decs = {a: [r["decomposition"] for r in rows if r.get("decomposition")] for a, rows in by_arm.items()}
     mean_dec = {a: mean_decomposition(d) for a, d in decs.items()}
-    out: Dict[str, Any] = {"reference": ref, "metric": metric, "arms": {}}
+    mode = (exp.raw.get("factor") or {}).get("scaling", "weak")
+    out: Dict[str, Any] = {"reference": ref, "metric": metric, "scaling": mode, "arms": {}}
     ratio_ref = _ratio(summary, base, ref, metric)
     for a, w in worlds.items():
         r = _ratio(summary, base, a, metric)

@@ -8,9 +8,11 @@
 Every metric, its unit and how it is measured: docs/telemetry.md. The package's parts:
 snapshot (the loop's clock, Snapshot, build_snapshot), reports (interval reports, deltas),
 traces (Chrome traces, PNG timelines), watcher (any iterable: a DataLoader and its worker
-processes), ranks (across ranks: gather, stragglers).
+processes), ranks (across ranks: gather, stragglers), comm (a DDP model's gradient all-reduce, timed per
+bucket: docs/scaling.md).
 """
 
+from .comm import CommTimer, StepComm
 from .ranks import format_ranks, gather, rank_summary
 from .reports import Reporter, delta
 from .snapshot import LoopStats, Sink, Snapshot, build_snapshot, network_section
@@ -26,7 +28,7 @@ from .watcher import (
 )
 
 __all__ = [
-    "LoopStats", "ProcessTreeSampler", "Reporter", "Sink", "Snapshot", "Watched", "build_snapshot", "chrome_trace",
+    "CommTimer", "LoopStats", "ProcessTreeSampler", "StepComm", "Reporter", "Sink", "Snapshot", "Watched", "build_snapshot", "chrome_trace",
     "delta", "format_ranks", "gather", "machine_cpu", "machine_load", "network_section", "process_cpu_seconds",
     "rank_summary", "render_trace", "tree_cpu_seconds", "watch",
 ]
