@@ -149,3 +149,31 @@ def test_float_images_under_cuda_are_copied_as_uint8_and_normalised_on_the_gpu(d
     assert torch.allclose(gpu.float().cpu(), cpu.float(), rtol=tol, atol=tol)
     # uint8 pixels, the int64 labels and the int64 positions
     assert L.telemetry().to_dict()["transfer"]["bytes"] == 16 * 3 * 96 * 96 + 2 * 16 * 8
+
+
+def test_the_all_reduce_timer_on_nccl_times_every_bucket_and_keeps_the_gradients(tmp_path):
+    import torch.distributed as dist
+
+    from loadscope.telemetry import CommTimer
+
+    if not dist.is_nccl_available():
+        pytest.skip("this torch has no NCCL")
+    dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        plain = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10)).cuda()
+        timed = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.ReLU(), torch.nn.Linear(2048, 10)).cuda()
+        timed.load_state_dict(plain.state_dict())
+        plain_ddp = torch.nn.parallel.DistributedDataParallel(plain, device_ids=[0])
+        timed_ddp = torch.nn.parallel.DistributedDataParallel(timed, device_ids=[0])
+        timer = CommTimer(timed_ddp)
+        x = torch.randn(64, 512, device="cuda")
+        for model in (plain_ddp, timed_ddp):
+            model(x).square().mean().backward()
+        torch.cuda.synchronize()
+        c = timer.take()
+        assert c.bytes == sum(p.numel() * 4 for p in timed.parameters()) and c.buckets >= 1 and c.busy > 0
+        for a, b in zip(plain.parameters(), timed.parameters()):
+            assert torch.equal(a.grad, b.grad)  # the hook does what DDP's default does
+    finally:
+        dist.destroy_process_group()

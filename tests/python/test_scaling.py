@@ -156,6 +156,10 @@ def test_scaling_onto_two_nodes_over_a_shaped_link(demo, tmp_path):
     assert loss["comm_exposed"] == max(loss.values())
     report = (tmp_path / "out" / "report.md").read_text()
     assert "### Scaling efficiency" in report and "scaling.png" in report
+    topology = json.loads((tmp_path / "out" / "env.json").read_text())["topology"]
+    assert topology == {"world_size=2": {"world_size": 2, "nodes": 2, "ranks_per_node": 1, "link_mbit": link, "link":
+                                         "veth pairs to a bridge in network namespaces, tc tbf at 20 Mbit/s each way"}}
+    assert "- world_size=2: 2 rank(s) on 2 node(s), 1 per node; veth pairs" in report
     assert (tmp_path / "out" / "plots" / "scaling.png").stat().st_size > 0
 
 

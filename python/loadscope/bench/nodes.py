@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from .._errors import ConfigError
 
@@ -108,12 +108,6 @@ class Nodes:
     def environ(self, node: int) -> Dict[str, str]:
         return {"GLOO_SOCKET_IFNAME": self.ifnames[node], "MASTER_ADDR": self.master_addr}
 
-    def describe(self) -> Dict[str, Any]:
-        return {"nodes": self.nodes, "link_mbit": self.link_mbit or None,
-                "link": (f"veth pairs to a bridge, tc tbf at {self.link_mbit:g} Mbit/s each way" if self.link_mbit
-                         else "veth pairs to a bridge, not shaped"),
-                "addresses": [self.address(i) for i in range(self.nodes)]}
-
     def __enter__(self) -> "Nodes":
         require()
         reap()
@@ -161,10 +155,11 @@ class Nodes:
         return [ns for ns in ours() if ns in mine]
 
 
-def topology(config: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """Where an arm's ranks run: None on one node, else nodes, ranks per node and the link."""
-    nodes = config.get("nodes", 1)
-    if nodes <= 1:
-        return None
-    world = config.get("world_size", 1)
-    return {"nodes": nodes, "ranks_per_node": world // nodes, "link_mbit": config.get("link_mbit") or None}
+def topology(config: Dict[str, Any]) -> Dict[str, Any]:
+    """Where an arm's ranks run: world size, nodes, ranks per node and the link between nodes."""
+    n, world = config.get("nodes", 1), config.get("world_size", 1)
+    mbit = config.get("link_mbit") or 0.0
+    link = ("one node: its ranks talk over loopback" if n == 1 else
+            f"veth pairs to a bridge in network namespaces, tc tbf at {mbit:g} Mbit/s each way" if mbit else
+            "veth pairs to a bridge in network namespaces, not shaped")
+    return {"world_size": world, "nodes": n, "ranks_per_node": world // n, "link_mbit": mbit or None, "link": link}

@@ -615,6 +615,11 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     cpu: Dict[str, float] = {}
     n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids, cpu=cpu)
     io1, machine1, net1 = _tree_io(), machine_cpu(), _native.network_stats()
+    if world > 1:
+        # A rank that finished its pipeline phase first would start the step's warm-up (the
+        # model's forward and backward) inside the others' measured windows: their "rest of the
+        # machine" would count it. It waits here instead, blocked, not spinning.
+        dist.barrier()
     waits.sort()
     result: Dict[str, Any] = {
         "rank": rank, "world": world, "samples": n, "seconds": secs, "throughput": n / secs,

@@ -600,6 +600,9 @@ def _env_lines(out_dir: str) -> List[str]:
                    f"height {(d.get('image_height') or {}).get('median')} median")
     else:
         out.append("- data: not declared (the experiment has no [dataset] path)")
+    for arm, t in (e.get("topology") or {}).items():
+        out.append(f"- {arm}: {t['world_size']} rank(s) on {t['nodes']} node(s), {t['ranks_per_node']} per node"
+                   + (f"; {t['link']}" if t.get("link") else ""))
     out += [f"- versions: Python {v['python']}, torch {v['torch']}, torchvision {v['torchvision']}, FFmpeg {v.get('ffmpeg')}, "
             f"libjpeg-turbo {v.get('libjpeg-turbo')}, oneTBB {v.get('onetbb')}",
             "- full record: env.json"]

@@ -230,7 +230,7 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
         m = dict(results[0]["machine"])
         m["other_cores"] = max(0.0, m["other_cores"] - sum(r["cpu_seconds"] for r in results[1:])
                                / max(results[0]["seconds"], 1e-9))
-        m["contended"] = m["other_cores"] > 0.25 or m["steal_share"] > 0.05
+        m["contended"] = m["other_cores"] > 0.25 + m.get("resolution", 0.0) or m["steal_share"] > 0.05
         r0["machine"] = m
     if "e2e_seconds" in r0:
         e2e_total = sum(r["e2e_samples"] for r in results)
@@ -435,6 +435,8 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     staging = any(a.config.get("staging") == "local" or a.config.get("storage") in ("remote-cache", "remote-staged")
                   for a in exp.arms)
     environment = envmod.record(root, files, exp.training_repo, stage_parent if staging else None)
+    # Where each arm's ranks ran: on one node (the host), or spread over emulated ones.
+    environment["topology"] = {a.name: nodes.topology(a.config) for a in exp.arms if a.config.get("world_size", 1) > 1}
     with open(os.path.join(out_dir, "env.json"), "w") as f:
         json.dump(environment, f, indent=1)
     epoch = (environment["dataset"] or {}).get("samples")

@@ -79,8 +79,12 @@ def machine_load(before: Dict[str, float], after: Dict[str, float], own_cpu_seco
     total = max(after["total"] - before["total"], 1e-9)
     others = max(0.0, busy - own_cpu_seconds) / wall
     steal = (after["steal"] - before["steal"]) / total
+    # /proc/stat counts in ticks (10 ms): each core's busy time is known to a tick at either
+    # read, so over a short window "others" is uncertain by 2 ticks x cores / wall (0.6 cores
+    # over 64 ms on 2 cores). A window that short cannot show contention: it is not flagged.
+    resolution = 2 * 0.01 * cores / wall
     return {"other_cores": others, "steal_share": steal, "load1": after["load1"], "cores": cores,
-            "contended": others > 0.25 or steal > 0.05}
+            "resolution": resolution, "contended": others > 0.25 + resolution or steal > 0.05}
 
 
 class ProcessTreeSampler:
