@@ -185,3 +185,31 @@ def test_strong_scaling_holds_the_global_batch(demo):
         from_dict(declared(demo, factor={"name": "threads", "values": [1, 2], "scaling": "strong"}))
     with pytest.raises(ConfigError, match="allowed are 'weak', 'strong'"):
         from_dict(declared(demo, factor={"name": "world_size", "values": [1, 2], "scaling": "linear"}))
+
+
+@needs_root
+def test_two_nodes_of_two_ranks_read_remote_shards_through_one_cache_per_node(demo, s3, tmp_path):
+    from servers import put_bucket
+
+    put_bucket(s3, "pernode")
+    exp = from_dict(declared(demo, dataset={"path": str(demo), "generate": False, "url": "s3://pernode/demo"},
+                             pipeline={"batch_size": 4, "threads": 1, "world_size": 4, "nodes": 2, "layout": "shards"},
+                             step={"compute": "none"}, criteria={"metric": "throughput"},
+                             factor={"name": "storage", "values": ["local", "remote-cache"]},
+                             run={"repetitions": 1, "samples": 48, "warmup_samples": 8, "check_samples": 16,
+                                  "trace_batches": 0, "warmup_round": False}))
+    summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
+    assert nodes.ours() == []
+    # every rank's share, merged: the same samples, byte for byte, as the ranks reading local shards
+    assert summary["correctness"]["arms"]["storage=remote-cache"]["ok"] is True
+    cached = [r for r in rows(tmp_path / "out") if r["arm"] == "storage=remote-cache"][0]
+    shard_bytes = sum(p.stat().st_size for p in (demo / "shards").iterdir() if p.suffix == ".tar")
+    assert [n["node"] for n in cached["per_node"]] == [0, 1]
+    for n in cached["per_node"]:
+        assert [r["rank"] for r in n["ranks"]] == ([0, 1] if n["node"] == 0 else [2, 3])
+        # Each node's cache holds the shards its ranks read (every rank touches every shard
+        # here: batches of 4 interleave over shards of 25) and its ranks fetched each once.
+        assert n["cache_bytes"] >= shard_bytes
+        assert n["bytes"] <= 1.05 * n["cache_bytes"], n
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "node 0" in report and "node 1" in report

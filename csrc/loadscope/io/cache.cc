@@ -215,6 +215,23 @@ Settings settings() {
   return *g_settings;
 }
 
+std::string cached_copy(const std::string& url) {
+  const Settings s = settings();
+  if (s.dir.empty()) return "";
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    auto it = g_checked.find(url);  // checked against the server by this process already
+    if (it != g_checked.end()) return ::access(it->second.c_str(), R_OK) == 0 ? it->second : "";
+  }
+  const std::string path = file_for(s.dir, url);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";  // not there: no request at all
+  const remote::ObjectInfo info = remote::stat(url);
+  const bool current =
+      static_cast<uint64_t>(st.st_size) == info.size && read_small(path + ".etag") == info.etag;
+  return current ? path : "";
+}
+
 std::string local_copy(const std::string& url) {
   const Settings s = settings();
   if (s.dir.empty()) return "";

@@ -33,6 +33,11 @@ Settings settings();
 // was evicted and is needed again).
 std::string local_copy(const std::string& url);
 
+// The local file holding `url`'s current version if the cache has it already, else "" (never
+// fetches: for reading a little of an object that may never be read whole, like a shard's
+// fingerprint, without a download).
+std::string cached_copy(const std::string& url);
+
 struct Stats {
   uint64_t hits = 0, misses = 0, evictions = 0;
   uint64_t bytes_fetched = 0;  // into the cache

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/cache.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 
@@ -128,7 +129,12 @@ std::vector<TarMemberInfo> scan_remote_tar(const std::string& url) {
 }  // namespace
 
 std::vector<TarMemberInfo> scan_tar(const std::string& path) {
-  if (remote::is_url(path)) return scan_remote_tar(path);
+  if (remote::is_url(path)) {
+    // With a node cache the shard is fetched whole once for the node (its members are read
+    // from that copy anyway): index the copy, not the network again per process.
+    const std::string local = cache::local_copy(path);
+    return local.empty() ? scan_remote_tar(path) : scan_tar(local);
+  }
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/cache.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 #include "loadscope/io/sources.h"
@@ -56,13 +57,18 @@ uint32_t shard_fingerprint(const std::string& tar_path) {
 uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size) {
   constexpr uint64_t kEdge = 8192;
   std::string head, tail;
-  if (remote::is_url(tar_path)) {  // two small ranges, never through the cache (a whole shard)
+  // A remote shard: two small ranges, never a download of the whole shard through the cache;
+  // but from the node cache's copy when it has one (every process of the node would otherwise
+  // fetch the same ranges again).
+  const std::string cached = remote::is_url(tar_path) ? cache::cached_copy(tar_path) : "";
+  if (remote::is_url(tar_path) && cached.empty()) {
     remote::get(tar_path, 0, static_cast<int64_t>(std::min(size, kEdge)), head);
     remote::get(tar_path, size - std::min(size, kEdge), static_cast<int64_t>(std::min(size, kEdge)),
                 tail);
   } else {
-    read_range(tar_path, 0, std::min(size, kEdge), head);
-    read_range(tar_path, size - std::min(size, kEdge), std::min(size, kEdge), tail);
+    const std::string& local = cached.empty() ? tar_path : cached;
+    read_range(local, 0, std::min(size, kEdge), head);
+    read_range(local, size - std::min(size, kEdge), std::min(size, kEdge), tail);
   }
   uLong crc = crc32(0L, Z_NULL, 0);
   const std::string sz = std::to_string(size);

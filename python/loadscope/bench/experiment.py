@@ -434,7 +434,7 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
                               "experiment file's folder; its git commit is recorded)")
         repo = raw["training_repo"] = _resolve_path(repo, base_dir)
     for a in arms:
-        _check_placement(a)
+        _check_placement(a, "" if user else str((raw.get("dataset") or {}).get("url") or ""))
     if any(a.config.get("link_mbit") for a in arms) and all(a.config.get("nodes", 1) == 1 for a in arms):
         raise ConfigError("link_mbit shapes the link between emulated nodes, and no arm has nodes > 1 (one node's "
                           "ranks talk over its loopback): give nodes = 2 or more")
@@ -491,16 +491,17 @@ def _strong(arms: List[Arm]) -> None:
         a.config["batch_size"] = total // w
 
 
-def _check_placement(arm: Arm) -> None:
+def _check_placement(arm: Arm, url: str = "") -> None:
     """Ranks spread evenly over the emulated nodes; a link joins nodes."""
     c = arm.config
     nodes, world = c.get("nodes", 1), c.get("world_size", 1)
     if nodes > 1 and world % nodes:
         raise ConfigError(f"arm {arm.name}: world_size = {world} ranks do not spread evenly over nodes = {nodes}: "
                           "give a world size that is a multiple of the nodes")
-    if nodes > 1 and c.get("storage", "local") != "local":
-        raise ConfigError(f"arm {arm.name}: storage = {c['storage']!r} with nodes = {nodes}: the emulated nodes' "
-                          "namespaces have no route to the object store yet; use storage = 'local'")
+    if nodes > 1 and c.get("storage", "local") != "local" and not url.startswith("s3://"):
+        raise ConfigError(f"arm {arm.name}: storage = {c['storage']!r} with nodes = {nodes}: emulated nodes reach object "
+                          f"storage through a forwarder to an s3:// endpoint on this machine (AWS_ENDPOINT_URL); "
+                          f"[dataset] url is {url!r}")
 
 
 def _check_arm(arm: Arm, url: str = "") -> None:

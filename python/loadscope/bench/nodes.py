@@ -18,14 +18,23 @@ Note [emulated nodes]
   namespace's loopback route, unshaped, as ranks of a real node talk over NVLink or shared memory.
 - gloo is told the node's interface (GLOO_SOCKET_IFNAME); MASTER_ADDR is node 0's address.
 - Teardown kills whatever still runs in the namespaces and deletes them (their veths go with
-  them); namespaces left by a process that died are removed by the next one (`reap`)."""
+  them); namespaces left by a process that died are removed by the next one (`reap`).
+- Object storage: a server listening on the host's loopback (the tests' radosgw) is reached
+  through a forwarder: a listening socket made inside the hub namespace, on the bridge's own
+  address (SUBNET.254), whose connections are relayed to the server's loopback address from the
+  host's namespace (a socket keeps the namespace it was made in; the thread that makes the
+  listener enters the hub's and comes back). The nodes' traffic to the store crosses their
+  links, shaped like their all-reduce, as a node's NIC carries both. Only a loopback endpoint
+  is forwarded: nothing leaves the machine."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
-from typing import Any, Dict, List
+import threading
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import ConfigError
 
@@ -79,10 +88,115 @@ def _delete(ns: str) -> None:
     _run(["ip", "netns", "del", ns], check=False)
 
 
-class Nodes:
-    """`nodes` emulated nodes joined by links of `link_mbit` Mbit/s each (0: not shaped)."""
+def _setns(path: str) -> None:
+    """Moves the calling thread into the network namespace at `path` (setns(2); Python 3.11
+    has no os.setns)."""
+    import ctypes
 
-    def __init__(self, nodes: int, link_mbit: float = 0.0) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            e = ctypes.get_errno()
+            raise OSError(e, f"setns({path}): {os.strerror(e)}")
+    finally:
+        os.close(fd)
+
+
+class Forwarder:
+    """Relays TCP connections made to `listen` inside the network namespace `ns` to `target` in
+    the caller's namespace (Note [emulated nodes], object storage)."""
+
+    def __init__(self, ns: str, listen: Tuple[str, int], target: Tuple[str, int]) -> None:
+        self.target = target
+        self.bytes = 0
+        self._closing = False
+        made: Dict[str, Any] = {}
+
+        def make() -> None:  # in a thread of its own: setns changes the calling thread only
+            try:
+                _setns(f"/var/run/netns/{ns}")
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind(listen)
+                sock.listen(64)
+                made["sock"] = sock
+            except OSError as e:
+                made["error"] = e
+
+        t = threading.Thread(target=make, name="loadscope-forwarder-setup")
+        t.start()
+        t.join()  # the thread ends in the hub's namespace and is gone; the socket stays there
+        if "error" in made:
+            raise RuntimeError(f"the forwarder to {target[0]}:{target[1]} could not listen in {ns}: {made['error']}")
+        self.sock: socket.socket = made["sock"]
+        self._thread = threading.Thread(target=self._accept, name="loadscope-forwarder", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self.target, timeout=30)
+            except OSError:
+                conn.close()
+                continue
+            up.settimeout(None)
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True, name="loadscope-forwarder-pump").start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        buf = bytearray(1 << 18)
+        try:
+            while True:
+                n = src.recv_into(buf)
+                if n == 0:
+                    break
+                dst.sendall(memoryview(buf)[:n])
+                self.bytes += n
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            src.close()
+
+    def close(self) -> None:
+        self._closing = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+def loopback_endpoint(url: str) -> Tuple[str, int]:
+    """(host, port) of an http:// endpoint on this machine's loopback; a ConfigError otherwise
+    (emulated nodes forward nothing off the machine)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(url)
+    host = u.hostname or ""
+    if u.scheme != "http" or not (host == "localhost" or host.startswith("127.")):
+        raise ConfigError(f"emulated nodes reach object storage on this machine's loopback only (an http://127.0.0.1:PORT "
+                          f"endpoint, AWS_ENDPOINT_URL); the endpoint is {url!r}")
+    return host, u.port or 80
+
+
+class Nodes:
+    """`nodes` emulated nodes joined by links of `link_mbit` Mbit/s each (0: not shaped); with
+    `endpoint` (an http://127.0.0.1:PORT object store), a forwarder that lets the nodes reach it
+    at `store_url`."""
+
+    STORE = f"{SUBNET}.254"
+
+    def __init__(self, nodes: int, link_mbit: float = 0.0, endpoint: Optional[str] = None) -> None:
         if nodes < 2 or nodes > 250:
             raise ConfigError(f"nodes = {nodes}: emulated nodes are 2 to 250")
         self.nodes, self.link_mbit = nodes, link_mbit
@@ -93,6 +207,8 @@ class Nodes:
         self.ifnames = [f"l{short}n{i}" for i in range(nodes)]
         self.ports = [f"l{short}p{i}" for i in range(nodes)]
         self.made: List[str] = []
+        self.endpoint = loopback_endpoint(endpoint) if endpoint else None
+        self.forwarder: Optional[Forwarder] = None
 
     def address(self, node: int) -> str:
         return f"{SUBNET}.{node + 1}"
@@ -106,7 +222,10 @@ class Nodes:
         return ["ip", "netns", "exec", self.names[node], *cmd]
 
     def environ(self, node: int) -> Dict[str, str]:
-        return {"GLOO_SOCKET_IFNAME": self.ifnames[node], "MASTER_ADDR": self.master_addr}
+        env = {"GLOO_SOCKET_IFNAME": self.ifnames[node], "MASTER_ADDR": self.master_addr}
+        if self.endpoint:  # the store, through the forwarder (both variables the client reads)
+            env["AWS_ENDPOINT_URL"] = env["AWS_ENDPOINT_URL_S3"] = f"http://{self.STORE}:{self.endpoint[1]}"
+        return env
 
     def __enter__(self) -> "Nodes":
         require()
@@ -128,6 +247,9 @@ class Nodes:
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
         _run(["ip", "-n", self.hub, "link", "add", "br0", "type", "bridge"])
         _run(["ip", "-n", self.hub, "link", "set", "br0", "up"])
+        if self.endpoint:
+            _run(["ip", "-n", self.hub, "addr", "add", f"{self.STORE}/24", "dev", "br0"])
+            self.forwarder = Forwarder(self.hub, (self.STORE, self.endpoint[1]), self.endpoint)
         for i, ns in enumerate(self.names):
             dev, port = self.ifnames[i], self.ports[i]
             # Made in the hub, one end moved to the node: nothing ever sits in the host's namespace.
@@ -145,6 +267,9 @@ class Nodes:
                           f"{self.link_mbit:g}mbit", "burst", str(burst), "latency", "100ms"])
 
     def close(self) -> None:
+        if self.forwarder:
+            self.forwarder.close()
+            self.forwarder = None
         for ns in reversed(self.made):
             _delete(ns)
         self.made = []

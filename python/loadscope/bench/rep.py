@@ -318,7 +318,8 @@ def _storage(spec: Dict[str, Any], config: Dict[str, Any], rank: int, world: int
     root, storage = spec["root"], config.get("storage", "local")
     if storage in ("remote", "remote-cache"):
         if storage == "remote-cache":
-            spec["cache_dir"] = os.path.join(spec["stage_dir"], "cache")
+            # One cache per node: on emulated nodes each node's ranks share theirs (GROUP_RANK).
+            spec["cache_dir"] = os.path.join(spec["stage_dir"], "cache", f"node{os.environ.get('GROUP_RANK', '0')}")
             # A whole epoch, as in training: the measured window alone would leave the objects
             # that the measured phase's read-ahead touches beyond it cold.
             phase("filling the node-local cache (a first epoch)")
@@ -630,6 +631,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         # Object storage, this process (its loader's fetch threads): what the measured phase fetched.
         "network_bytes": net1["bytes"] - net0["bytes"], "network_requests": net1["requests"] - net0["requests"],
         "network_bytes_run": net1["bytes"] - net_start["bytes"],  # with staging, cache fill and warm-up
+        "network_requests_run": net1["requests"] - net_start["requests"],
+        "node": int(os.environ.get("GROUP_RANK", 0)),
         "first_batch": first_batch, "timeline": _thin(timeline), "measured_ids": measured_ids,
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
         # The rest of the machine while this repetition measured (other ranks are in "own"
@@ -687,6 +690,13 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         result["new_epoch_first_batch"] = min(times) if times else None
     pipe.close()
     it = pipe = None  # type: ignore[assignment]  # released before the check pass (its own pipelines)
+    if spec.get("cache_dir"):
+        if world > 1:
+            dist.barrier()  # every rank of the node done with its cache
+        # What the node's cache holds: each object it fetched, once (the fetch counters of its
+        # ranks are compared with this in the report).
+        result["cache_bytes"] = sum(os.path.getsize(os.path.join(spec["cache_dir"], f)) for f in os.listdir(spec["cache_dir"])
+                                    if not f.endswith((".etag", ".lock")) and ".partial" not in f and not f.startswith("."))
 
     if spec.get("check") and (rank == 0 or user_pipeline):
         phase("the correctness pass")

@@ -83,6 +83,7 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     summary["step_parts"] = {a: scaling.mean_decomposition([r["decomposition"] for r in by_arm[a] if r.get("decomposition")])
                              for a in arms}
     summary["scaling"] = scaling.scaling(exp, summary, by_arm)
+    summary["per_node"] = {a: by_arm[a][0]["per_node"] for a in arms if by_arm[a] and by_arm[a][0].get("per_node")}
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
     summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
     summary["rerun"] = rerun_command(os.path.join(out_dir, "experiment.effective.json"), out_dir)
@@ -688,6 +689,19 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
                  "repetition, with staging, cache fill and warm-up): "
                  + ", ".join(f"{a} {v['network_bytes'] / 1e6:.1f} MB in {v['network_requests']:.0f} requests "
                              f"[{v['network_bytes_run'] / 1e6:.1f} MB]" for a, v in net.items()))
+    nodes_data = summary.get("per_node") or {}
+    if nodes_data:
+        L += ["", "Object storage per node (first measured repetition, the whole repetition: cache fill or staging, "
+              "warm-up and measured phases; a node's ranks share its cache, which holds each object it fetched once):", "",
+              "| arm | node | fetched (MB) | per rank (MB) | requests | its cache holds (MB) | fetched / cache |",
+              "|---|---|---:|---|---:|---:|---:|"]
+        for a, per in nodes_data.items():
+            for n in per:
+                cache = n.get("cache_bytes")
+                L.append(f"| {a} | node {n['node']} | {n['bytes'] / 1e6:.2f} | "
+                         + ", ".join(f"rank {r['rank']} {r['bytes'] / 1e6:.2f}" for r in n["ranks"])
+                         + f" | {n['requests']} | {'–' if cache is None else f'{cache / 1e6:.2f}'} | "
+                         + ("–" if not cache else f"{n['bytes'] / cache:.3f}") + " |")
     L += step_lines(summary)
     L += ["", "### Correctness", ""]
     corr = summary["correctness"]

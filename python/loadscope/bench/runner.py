@@ -191,7 +191,9 @@ def repetition(spec: Dict[str, Any], spec_path: str, out_path: str, log_path: st
         json.dump(spec, f)
     n_nodes = spec["config"].get("nodes", 1)
     if n_nodes > 1:
-        with nodes.Nodes(n_nodes, spec["config"].get("link_mbit") or 0.0) as net:
+        store = spec.get("url") if spec["config"].get("storage", "local") != "local" else None
+        endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")) if store else None
+        with nodes.Nodes(n_nodes, spec["config"].get("link_mbit") or 0.0, endpoint) as net:
             code = _launch(spec_path, out_path, world, log_path, timeout, repo, net)
     else:
         code = _launch(spec_path, out_path, world, log_path, timeout, repo)
@@ -207,6 +209,22 @@ def repetition(spec: Dict[str, Any], spec_path: str, out_path: str, log_path: st
     with open(log_path) as f:
         tail = f.read()[-3000:]
     return results, f"(exit {code}):\n" + (errors[0]["traceback"] if errors else tail)
+
+
+def per_node(results: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """Object storage per node: what its ranks fetched over the repetition (staging, cache fill
+    and warm-up included), per rank and in all, and what its cache holds (each object once)."""
+    out: Dict[int, Dict[str, Any]] = {}
+    for r in results:
+        n = out.setdefault(r.get("node", 0), {"node": r.get("node", 0), "ranks": [], "bytes": 0, "requests": 0,
+                                              "cache_bytes": None})
+        n["ranks"].append({"rank": r["rank"], "bytes": r.get("network_bytes_run") or 0,
+                           "requests": r.get("network_requests_run") or 0})
+        n["bytes"] += r.get("network_bytes_run") or 0
+        n["requests"] += r.get("network_requests_run") or 0
+        if r.get("cache_bytes") is not None:
+            n["cache_bytes"] = r["cache_bytes"]
+    return [out[k] for k in sorted(out)]
 
 
 def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
@@ -232,6 +250,8 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
                                / max(results[0]["seconds"], 1e-9))
         m["contended"] = m["other_cores"] > 0.25 + m.get("resolution", 0.0) or m["steal_share"] > 0.05
         r0["machine"] = m
+    if any(r.get("network_bytes_run") for r in results):
+        r0["per_node"] = per_node(results)
     if "e2e_seconds" in r0:
         e2e_total = sum(r["e2e_samples"] for r in results)
         r0["e2e_throughput"] = e2e_total / max(r["e2e_seconds"] for r in results)
@@ -239,6 +259,9 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
         r0["data_wait_share"] = max(shares) if shares else None
     if any(r.get("staging_seconds") is not None for r in results):
         r0["staging_seconds"] = max(r["staging_seconds"] or 0 for r in results)
+        # What every rank's staging or cache fill fetched: one rank of a node fetches an object
+        # for all of them (its cache), so rank 0's own figure may be nothing.
+        r0["staging"] = dict(r0["staging"] or {}, bytes=sum((r.get("staging") or {}).get("bytes", 0) for r in results))
     return r0
 
 
