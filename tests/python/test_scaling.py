@@ -78,7 +78,7 @@ def test_the_loss_split_adds_up_to_the_efficiency_lost():
     ({"pipeline": {"world_size": 2, "link_mbit": 100}, "factor": {"name": "threads", "values": [1, 2]}},
      "no arm has nodes > 1"),
     ({"pipeline": {"world_size": 2, "nodes": 2, "storage": "remote"}, "factor": {"name": "threads", "values": [1, 2]},
-      "dataset": {"path": "x", "url": "s3://b/p"}}, "have no route to the object store"),
+      "dataset": {"path": "x", "url": "http://127.0.0.1:8080/p"}}, "through a forwarder to an s3:// endpoint"),
     ({"factor": {"name": "grad_accum", "values": [1, 2]}, "step": {"compute": "model", "grad_accum": 2}},
      r"\[step\] grad_accum is the factor"),
     ({"factor": {"name": "threads", "values": [1, 2]}, "step": {"compute": "sleep", "compute_ms": 1, "model_mb": 4}},
@@ -213,3 +213,10 @@ def test_two_nodes_of_two_ranks_read_remote_shards_through_one_cache_per_node(de
         assert n["bytes"] <= 1.05 * n["cache_bytes"], n
     report = (tmp_path / "out" / "report.md").read_text()
     assert "node 0" in report and "node 1" in report
+
+
+def test_emulated_nodes_forward_only_to_this_machines_loopback():
+    assert nodes.loopback_endpoint("http://127.0.0.1:7480") == ("127.0.0.1", 7480)
+    for url in ("https://s3.amazonaws.com", "http://10.0.0.5:7480", "http://minio.internal:9000"):
+        with pytest.raises(ConfigError, match="loopback only"):
+            nodes.loopback_endpoint(url)

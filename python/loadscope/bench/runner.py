@@ -401,6 +401,9 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     require()
     if any(a.config.get("nodes", 1) > 1 for a in exp.arms):
         nodes.require()  # before anything is written: emulated nodes need root, ip and tc
+        if any(a.config.get("nodes", 1) > 1 and a.config.get("storage", "local") != "local" for a in exp.arms):
+            nodes.loopback_endpoint(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or
+                                    "(AWS_ENDPOINT_URL is not set: AWS itself)")
     if exp.user:  # the user's callables exist and take the arms' arguments, before anything runs
         from . import user
 
