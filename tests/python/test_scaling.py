@@ -81,6 +81,8 @@ def test_the_loss_split_adds_up_to_the_efficiency_lost():
       "dataset": {"path": "x", "url": "http://127.0.0.1:8080/p"}}, "through a forwarder to an s3:// endpoint"),
     ({"factor": {"name": "grad_accum", "values": [1, 2]}, "step": {"compute": "model", "grad_accum": 2}},
      r"\[step\] grad_accum is the factor"),
+    ({"factor": {"name": "grad_accum", "values": [1, 2]}, "step": {"compute": "none"}},
+     "compute = 'none' has none"),
     ({"factor": {"name": "threads", "values": [1, 2]}, "step": {"compute": "sleep", "compute_ms": 1, "model_mb": 4}},
      "model_mb sizes the built-in model"),
     ({"factor": {"name": "threads", "values": [1, 2]}, "step": {"compute": "sleep", "compute_ms": 1},
@@ -220,3 +222,35 @@ def test_emulated_nodes_forward_only_to_this_machines_loopback():
     for url in ("https://s3.amazonaws.com", "http://10.0.0.5:7480", "http://minio.internal:9000"):
         with pytest.raises(ConfigError, match="loopback only"):
             nodes.loopback_endpoint(url)
+
+
+@needs_root
+def test_a_run_stopped_by_sigterm_leaves_no_namespace_and_no_rank(demo, tmp_path):
+    import signal
+    import sys
+    import time
+
+    raw = declared(demo, pipeline={"batch_size": 8, "threads": 1, "world_size": 2, "nodes": 2, "link_mbit": 1},
+                   step={"compute": "model", "model_mb": 1}, factor={"name": "threads", "values": [1, 2]},
+                   run={"repetitions": 2, "samples": 64, "warmup_samples": 16, "warmup_round": False})
+    path = tmp_path / "slow.json"  # 1 MB all-reduces over 1 Mbit/s: 8 s a step, long enough to stop it mid-run
+    path.write_text(json.dumps(raw))
+    run = subprocess.Popen([sys.executable, "-m", "loadscope", "bench", "run", str(path), "--out", str(tmp_path / "out"),
+                            "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120  # only catches a hang: the namespaces appear within seconds
+        while not [n for n in nodes.ours() if f"{nodes.PREFIX}{run.pid}-" in n]:
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        log = tmp_path / "out" / "logs" / "000.log"
+        while "the end-to-end phase" not in (log.read_text() if log.exists() else ""):  # ranks mid-step
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert [n for n in nodes.ours() if f"{nodes.PREFIX}{run.pid}-" in n] == []
+    ranks = subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True, text=True).stdout.split()
+    assert ranks == []

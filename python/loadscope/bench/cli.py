@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 from typing import List, Optional
 
 from .._errors import ConfigError
@@ -48,6 +49,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     from . import report, runner
     from .experiment import load
 
+    import signal
+
+    # SIGTERM (`timeout`, a CI job cancelled, a scheduler) ends the run as Ctrl-C does: by an
+    # exception, so that every `finally` runs: the ranks are stopped and emulated nodes removed.
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         if a.command == "baseline":
             from . import baseline

@@ -398,6 +398,9 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         raise ConfigError("[step] compute = 'sleep' needs compute_ms > 0")
     if "matmuls" in given_step and step["compute"] != "matmul":
         raise ConfigError("[step] matmuls applies to compute = 'matmul' only")
+    if factor == "grad_accum" and step["compute"] == "none":
+        raise ConfigError("[factor] grad_accum: accumulation changes the training step, and [step] compute = 'none' has "
+                          "none: give compute = 'model' (the gradients are then checked too) or your own step")
     if "model_mb" in given_step and step["compute"] != "model":
         raise ConfigError("[step] model_mb sizes the built-in model: it applies to compute = 'model' only")
     run = _section(raw, "run", RUN)

@@ -346,6 +346,8 @@ def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_
         e = s["effects"][arm]
         tp, cpu = e.get("throughput", {}).get("effect"), e.get("cpu_per_sample", {}).get("effect")
         cpu_sig = stats.significant(e.get("cpu_per_sample", {})) is True
+        if s["factor"] in ("world_size", "nodes", "link_mbit"):
+            continue  # more ranks split the work and add processes: the per-sample CPU and memory rules misread it
         if tp is not None and cpu is not None:
             if cpu < -0.1 and cpu_sig:  # only from a difference the interval shows
                 out.append(f"{arm} spends {-cpu:.0%} less CPU per sample than {base}: less work per sample "
@@ -516,7 +518,7 @@ def step_lines(summary: Dict[str, Any]) -> List[str]:
               f"interval {conf_txt(summary)} from the paired rounds. The loss columns split 1 − efficiency (as the "
               "step's parts give it) into its causes: each part's excess over the reference's, scaled to the per-rank "
               "batch, over the step.", "",
-              "| arm | W | ideal × | throughput | efficiency | data wait | exposed all-reduce | straggler wait | "
+              f"| arm | W | ideal × | {sc['metric']} (median) | efficiency | data wait | exposed all-reduce | straggler wait | "
               "compute inflation |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for a, row in sc["arms"].items():
             eff = row.get("efficiency")
@@ -543,8 +545,16 @@ def _scaling_plot(out_dir: str, summary: Dict[str, Any], plt: Any) -> Optional[s
         rows = sorted(sc["arms"].values(), key=lambda r: r["ideal"])
         ref = sc["arms"][sc["reference"]]
         xs = [r["world_size"] for r in rows]
-        ax.plot(xs, [ref["throughput"] * r["ideal"] for r in rows], "--", color="grey", label="ideal (linear)")
-        ax.plot(xs, [r["throughput"] for r in rows], "o-", label="measured (median)")
+        ax.plot(sorted(set(xs)), [ref["throughput"] * w / ref["world_size"] for w in sorted(set(xs))], "--",
+                color="grey", label="ideal (linear)")
+        # One line per placement: ranks on one node and ranks spread over two are different curves.
+        # The reference (the smallest world) starts every line.
+        for n in sorted({r.get("nodes", 1) for r in rows}):
+            line = [r for r in rows if r.get("nodes", 1) == n]
+            if ref not in line:
+                line = [ref] + line
+            ax.plot([r["world_size"] for r in line], [r["throughput"] for r in line], "o-",
+                    label=f"measured, {n} node{'s' if n > 1 else ''} (median)")
         ax.set_xlabel("world size (ranks)")
         ax.set_ylabel(f"{sc['metric']} (samples/s)")
         ax.set_xticks(sorted(set(xs)))
@@ -658,7 +668,8 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
           f"- step: compute={st['compute']}"
           + (f" ({st['compute_ms']:g} ms)" if st['compute'] == 'sleep' else "")
           + (f" (setup {st.get('setup') or 'none'}, function {st.get('function')})" if st['compute'] == 'user' else "")
-          + f", gradient accumulation {st['grad_accum']}, global batch "
+          + (", gradient accumulation per arm (the factor; each arm measures whole accumulation cycles)"
+             if summary["factor"] == "grad_accum" else f", gradient accumulation {st['grad_accum']}") + ", global batch "
           + ", ".join(f"{a} {b}" for a, b in summary["global_batch"].items()),
           f"- run: {summary['run']['repetitions']} repetitions per arm, {summary['run']['order']} order"
           + (", one warm-up round discarded" if summary["run"]["warmup_round"] else "")

@@ -254,7 +254,8 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
         r0["per_node"] = per_node(results)
     if "e2e_seconds" in r0:
         e2e_total = sum(r["e2e_samples"] for r in results)
-        r0["e2e_throughput"] = e2e_total / max(r["e2e_seconds"] for r in results)
+        r0.update(e2e_samples=e2e_total, e2e_seconds=max(r["e2e_seconds"] for r in results))  # global, like samples
+        r0["e2e_throughput"] = e2e_total / r0["e2e_seconds"]
         shares = [r["data_wait_share"] for r in results if r.get("data_wait_share") is not None]
         r0["data_wait_share"] = max(shares) if shares else None
     if any(r.get("staging_seconds") is not None for r in results):

@@ -27,6 +27,8 @@ from __future__ import annotations
 import statistics
 from typing import Any, Dict, List, Optional
 
+from . import stats
+
 # The parts of a step, in the order a step runs them (and a stacked plot draws them).
 PARTS = ("wait", "h2d", "forward", "backward", "compute", "optimizer", "rest", "straggler_wait", "comm_exposed")
 COMPUTE = ("forward", "backward", "compute", "optimizer", "rest")
@@ -105,41 +107,37 @@ def scaling(exp: Any, summary: Dict[str, Any], by_arm: Dict[str, List[Dict[str, 
         return None
     metric = "e2e_throughput" if "e2e_throughput" in summary["per_arm"][exp.arms[0].name] else "throughput"
     ref = min(worlds, key=lambda a: (worlds[a], list(worlds).index(a)))
-    base = summary["baseline"]
     decs = {a: [r["decomposition"] for r in rows if r.get("decomposition")] for a, rows in by_arm.items()}
     mean_dec = {a: mean_decomposition(d) for a, d in decs.items()}
     mode = (exp.raw.get("factor") or {}).get("scaling", "weak")
     out: Dict[str, Any] = {"reference": ref, "metric": metric, "scaling": mode, "arms": {}}
-    ratio_ref = _ratio(summary, base, ref, metric)
+    paired = summary.get("paired", True)
     for a, w in worlds.items():
-        r = _ratio(summary, base, a, metric)
-        row: Dict[str, Any] = {"world_size": w, "ideal": w / worlds[ref],
-                               "throughput": summary["per_arm"][a][metric]["median"]}
-        if r is not None and ratio_ref is not None:
-            # throughput(a) / throughput(ref), through the baseline's paired intervals
-            scale = w / worlds[ref]
-            row["efficiency"] = r["effect"] / ratio_ref["effect"] / scale
-            if a == ref:
-                row["efficiency_low"] = row["efficiency_high"] = 1.0
-            elif ref == base and r.get("low") is not None:
-                row["efficiency_low"], row["efficiency_high"] = r["low"] / scale, r["high"] / scale
+        scale = w / worlds[ref]
+        row: Dict[str, Any] = {"world_size": w, "nodes": next(x.config.get("nodes", 1) for x in exp.arms if x.name == a),
+                               "ideal": scale, "throughput": summary["per_arm"][a][metric]["median"]}
+        if a == ref:
+            row.update(efficiency=1.0, efficiency_low=1.0, efficiency_high=1.0)
+        else:
+            # throughput(a) / throughput(ref): the geometric mean of the per-round ratios (paired
+            # rounds), with its interval, whichever arm is the baseline
+            xs, ys = [r.get(metric) for r in by_arm[ref]], [r.get(metric) for r in by_arm[a]]
+            if paired:
+                n = min(len(xs), len(ys))
+                pairs = [(x, y) for x, y in zip(xs[:n], ys[:n]) if x and y]
+                xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+            e = stats.relative_effect(xs, ys, paired=paired, confidence=summary["confidence"])
+            effect, lo, hi = e["effect"], e["ci_low"], e["ci_high"]
+            if effect is not None:
+                row["efficiency"] = (1 + effect) / scale
+                if lo is not None and hi is not None:
+                    row["efficiency_low"], row["efficiency_high"] = (1 + lo) / scale, (1 + hi) / scale
         d, d0 = mean_dec.get(a), mean_dec.get(ref)
         if d and d0 and a != ref:
             row["loss"] = _loss(d, d0)
         row["decomposition"] = d
         out["arms"][a] = row
     return out
-
-
-def _ratio(summary: Dict[str, Any], base: str, arm: str, metric: str) -> Optional[Dict[str, Any]]:
-    """throughput(arm) / throughput(baseline) with its interval (1 for the baseline itself)."""
-    if arm == base:
-        return {"effect": 1.0, "low": 1.0, "high": 1.0}
-    e = summary["effects"].get(arm, {}).get(metric)
-    if not e or e.get("effect") is None:
-        return None
-    lo, hi = e.get("ci_low"), e.get("ci_high")
-    return {"effect": 1 + e["effect"], "low": None if lo is None else 1 + lo, "high": None if hi is None else 1 + hi}
 
 
 def mean_decomposition(decs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -156,8 +154,10 @@ def mean_decomposition(decs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
 
 
 def _loss(d: Dict[str, Any], d0: Dict[str, Any]) -> Dict[str, float]:
-    """Each cause's share of the efficiency lost: (part - ideal part) / measured step, the ideal
-    being the reference's part scaled to this arm's per-rank batch."""
+    """Each cause's share of the efficiency lost: (part - ideal part) / the sum of the parts (the
+    measured step less the loop's own work between steps, a fraction of a percent: see
+    `accounted`), the ideal being the reference's part scaled to this arm's per-rank batch. So
+    the shares add up to 1 - the efficiency the parts give."""
     scale = d["per_rank_samples"] / d0["per_rank_samples"]
     p, p0 = d["parts"], d0["parts"]
 
