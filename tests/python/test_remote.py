@@ -607,6 +607,24 @@ def test_convert_writes_indexed_shards_into_s3_that_read_like_the_folder(s3, dem
     assert again.returncode == 1 and "already holds shard-* objects" in again.stderr
 
 
+def _wait_until_refused(endpoint, restart, timeout=120.0):
+    """Returns once nothing accepts connections at `endpoint` (the timeout only catches a hang)."""
+    import socket
+    import time
+    from urllib.parse import urlsplit
+
+    u = urlsplit(endpoint)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((u.hostname, u.port), timeout=1).close()
+        except OSError:
+            return
+        assert restart.poll() is None, "the restart ended before the server was seen down"
+        time.sleep(0.01)
+    raise AssertionError(f"{endpoint} still accepts connections {timeout:g} s after the kill")
+
+
 def test_radosgw_killed_and_restarted_mid_epoch_loses_and_repeats_nothing(s3, s3_demo):
     from conftest import REPO
 
@@ -624,6 +642,9 @@ def test_radosgw_killed_and_restarted_mid_epoch_loses_and_repeats_nothing(s3, s3
         if i == 3:  # the server dies (SIGKILL) and comes back while the epoch goes on
             restart = subprocess.Popen(["bash", str(REPO / "scripts" / "s3-server.sh"), "restart-rgw", s3["dir"]],
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            # Go on only once it is down: on a busy machine the kill could otherwise come after
+            # the loader has fetched the rest of the epoch, and the outage would never be met.
+            _wait_until_refused(s3["AWS_ENDPOINT_URL"], restart)
     assert restart is not None and restart.wait(timeout=120) == 0, restart.stderr.read() if restart else ""
     assert got == want
     assert _native.network_stats()["retries_network"] > before  # the dead server was met
