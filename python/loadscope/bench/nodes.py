@@ -109,7 +109,6 @@ class Forwarder:
 
     def __init__(self, ns: str, listen: Tuple[str, int], target: Tuple[str, int]) -> None:
         self.target = target
-        self.bytes = 0
         self._closing = False
         made: Dict[str, Any] = {}
 
@@ -156,7 +155,6 @@ class Forwarder:
                 if n == 0:
                     break
                 dst.sendall(memoryview(buf)[:n])
-                self.bytes += n
         except OSError:
             pass
         finally:
@@ -274,10 +272,6 @@ class Nodes:
             _delete(ns)
         self.made = []
 
-    def left(self) -> List[str]:
-        """This topology's namespaces still present (empty after close)."""
-        mine = {self.hub, *self.names}
-        return [ns for ns in ours() if ns in mine]
 
 
 def topology(config: Dict[str, Any]) -> Dict[str, Any]:

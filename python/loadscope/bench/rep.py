@@ -148,6 +148,10 @@ class _Step:
 
     uses_cuda = property(lambda self: self.kind == "matmul")
 
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """The model step's loss on a built-in pipeline's images and labels."""
+        return torch.nn.functional.cross_entropy(self.model(x.float() / 255), y % 10)
+
     def __call__(self, batch: Any) -> None:
         import contextlib
 
@@ -173,7 +177,7 @@ class _Step:
             x, y = batch[0], batch[1]  # a built-in pipeline's (images, labels, keys)
             t0 = time.monotonic()
             with sync:
-                loss = torch.nn.functional.cross_entropy(self.model(x.float() / 255), y % 10) / self.accum
+                loss = self.loss(x, y) / self.accum
                 t1 = time.monotonic()
                 loss.backward()
             t2 = time.monotonic()
@@ -241,10 +245,7 @@ def accumulation_check(step: "_Step", batches: List[Any], rtol: float = 1e-4) ->
     sizes = {int(b[0].shape[0]) for b in batches}
     if len(sizes) > 1:
         return {"ok": None, "detail": f"micro-batches of unequal sizes {sorted(sizes)}: not comparable"}
-    model, k = step.model, len(batches)
-
-    def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(model(x.float() / 255), y % 10)
+    model, k, loss = step.model, len(batches), step.loss
 
     def grads() -> List[torch.Tensor]:
         return [p.grad.detach().clone() for p in model.parameters() if p.grad is not None]

@@ -63,18 +63,10 @@ def decompose(results: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
                     "synced_steps": len(synced), "steps": n}
             comm["hidden_share"] = 1 - comm["exposed_per_step"] / comm["busy_per_step"] if comm["busy_per_step"] else None
         per_rank.append({"rank": r.get("rank", 0), "parts": parts, "steps": n, "samples": samples,
-                         "step": r["e2e_seconds"] / n, "comm": comm})
-    keys = [p for p in PARTS if any(p in pr["parts"] for pr in per_rank)]
-    parts = {p: statistics.fmean(pr["parts"].get(p, 0.0) for pr in per_rank) for p in keys}
-    step = statistics.fmean(pr["step"] for pr in per_rank)
-    comms = [pr["comm"] for pr in per_rank if pr["comm"]]
-    comm = {k: statistics.fmean(c[k] for c in comms if c[k] is not None) for k in comms[0]
-            if any(c[k] is not None for c in comms)} if comms else None
+                         "per_rank_samples": samples / n, "step": r["e2e_seconds"] / n, "comm": comm})
     for r in ranks:
         del r["step_parts"]  # summarized: the raw record keeps the decomposition, not every step
-    return {"parts": parts, "sum": sum(parts.values()), "step": step, "accounted": sum(parts.values()) / step,
-            "comm": comm, "ranks": per_rank, "per_rank_samples": statistics.fmean(pr["samples"] / pr["steps"]
-                                                                                   for pr in per_rank)}
+    return dict(mean_decomposition(per_rank) or {}, ranks=per_rank)
 
 
 def _exposed(row: Dict[str, Any]) -> float:
@@ -141,6 +133,8 @@ def scaling(exp: Any, summary: Dict[str, Any], by_arm: Dict[str, List[Dict[str, 
 
 
 def mean_decomposition(decs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The mean of several decompositions (the ranks of a repetition, or an arm's repetitions):
+    each part, each all-reduce figure, the measured step and the samples per step."""
     if not decs:
         return None
     keys = list(dict.fromkeys(k for d in decs for k in d["parts"]))

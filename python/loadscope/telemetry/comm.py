@@ -18,7 +18,7 @@ and when its future completed (`end`, in the future's callback). From those:
   - hidden: busy minus exposed.
 An all-reduce is a rendezvous: a bucket's time includes waiting for the slowest rank to hand
 over the same bucket. Across ranks (one host: one monotonic clock) that share is known
-(`straggler_wait`, ranks.py's stragglers) and reported apart from the network's time.
+(`straggler_wait`, bench/scaling.py) and reported apart from the network's time.
 
 Why a hook rather than the alternatives: torch.profiler records every op of every rank, costs
 time on every op and leaves a trace per rank to parse; DDP's logging data
