@@ -51,7 +51,7 @@ kept=0; dropped=0
 for f in "$L"/*.so.*; do
   [ -L "$f" ] && continue
   soname=$(objdump -p "$f" 2>/dev/null | awk '/SONAME/{print $2}')
-  case "$soname" in libav*|libsw*|libjpeg*|libturbojpeg*|libtbb*|libpkgconf*) kept=$((kept + 1)); continue;; esac
+  case "$soname" in libav*|libsw*|libjpeg*|libturbojpeg*|libtbb*|libpkgconf*|libcurl*|libwebp*|libsharpyuv*) kept=$((kept + 1)); continue;; esac
   if [ -z "${GPU_CHECK_KEEP_ALL:-}" ] && [ -n "$soname" ] && ldconfig -p | grep -q "^[[:space:]]$soname "; then
     rm -f "$L/$soname"; dropped=$((dropped + 1))
   else

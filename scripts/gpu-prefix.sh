@@ -27,7 +27,8 @@ owner() {  # the package that owns a library path (Debian 12 is usr-merged: try 
 runtime=$(ldd "$ext" | awk '$3 ~ /^\// {print $3}' | while read -r lib; do owner "$lib"; done |
           sort -u | grep -vx -e libc6 -e libstdc++6 -e libgcc-s1 -e zlib1g)
 dev="libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev libjpeg62-turbo-dev
-     libturbojpeg0-dev libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 zlib1g-dev pkgconf-bin libpkgconf3"
+     libturbojpeg0-dev libtbb-dev libtbb12 libtbbmalloc2 libtbbbind-2-5 zlib1g-dev pkgconf-bin libpkgconf3
+     libcurl4-openssl-dev libwebp-dev"
 
 rm -rf "$out/debs" "$out/root"
 mkdir -p "$out/debs" "$out/root"
