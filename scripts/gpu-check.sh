@@ -7,6 +7,8 @@
 # env.txt, cuda-tests.txt, suite.txt, probe.json, summary.md, results.tar.gz.
 #
 #   GPU_CHECK_REPS=5 GPU_CHECK_SAMPLES=2048 scripts/gpu-check.sh
+#   GPU_CHECK_ONLY=cuda,pin_memory scripts/gpu-check.sh   # a rerun of some stages (after the build):
+#                                        cuda, probe, decode, pin_memory, suite
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/gpu-check}
@@ -18,6 +20,7 @@ SAMPLES=${GPU_CHECK_SAMPLES:-2048}
 RES=results/gpu
 T0=$(date +%s)
 step() { echo "== +$(( $(date +%s) - T0 ))s $*"; }
+want() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ ",$GPU_CHECK_ONLY," == *",$1,"* ]]; }
 finish() {
   step "summary"
   tar -czf "$OUT/results.tar.gz" "$RES" 2>/dev/null
@@ -80,29 +83,43 @@ missing=$(ldd python/loadscope/_native*.so | grep "not found")
 [ -z "$missing" ] || { BUILD="built, but libraries are missing: $missing"; exit 1; }
 $PY -c "import loadscope, loadscope._native as n; print('loadscope', loadscope.__version__, n.library_versions())" || { BUILD="built, import FAILED"; exit 1; }
 
-step "CUDA tests"
-timeout 300 $PY -m pytest tests/python -m cuda -v -rs -p no:cacheprovider > "$OUT/cuda-tests.txt" 2>&1
-CUDA_TESTS="$(tail -1 "$OUT/cuda-tests.txt")"
-grep -E "PASSED|FAILED|SKIPPED|ERROR|GPU vs CPU" "$OUT/cuda-tests.txt"
+if want cuda; then
+  step "CUDA tests"
+  timeout 300 $PY -m pytest tests/python -m cuda -v -rs -p no:cacheprovider > "$OUT/cuda-tests.txt" 2>&1
+  rc=$?
+  if [ $rc -gt 128 ] && [ $rc != 137 ]; then  # killed by a signal: name the test it was in
+    CUDA_TESTS="CRASHED (signal $((rc - 128))) in $(grep -oE 'test_[a-z_]+\.py::[^ ]+' "$OUT/cuda-tests.txt" | tail -1)"
+  else
+    CUDA_TESTS="$(tail -1 "$OUT/cuda-tests.txt")"
+  fi
+  grep -E "PASSED|FAILED|SKIPPED|ERROR|GPU vs CPU" "$OUT/cuda-tests.txt"
+fi
 
-step "copies and NVDEC probe"
-timeout 120 $PY benchmarks/bench_gpu.py probe "$RES/probe.json" > /dev/null 2>&1 || echo "probe failed"
+if want probe; then
+  step "copies and NVDEC probe"
+  timeout 120 $PY benchmarks/bench_gpu.py probe "$RES/probe.json" > /dev/null 2>&1 || echo "probe failed"
+fi
 
-step "demo data (images only: no ffmpeg CLI here)"
-timeout 300 $PY -m loadscope.datasets --out data/demo --videos 0 || echo "data generation failed"
+if want decode || want pin_memory; then
+  step "demo data (images only: no ffmpeg CLI here)"
+  timeout 300 $PY -m loadscope.datasets --out data/demo --videos 0 || echo "data generation failed"
+fi
 
 for exp in decode pin_memory; do
+  want "$exp" || continue
   step "experiment $exp ($REPS repetitions of $SAMPLES samples)"
   timeout "${GPU_CHECK_EXP_S:-200}" $PY -m loadscope bench run "benchmarks/experiments/$exp.toml" --out "$RES/$exp" \
     --repetitions "$REPS" --samples "$SAMPLES" --quiet > "$RES/$exp.txt" 2>&1 || echo "experiment $exp exited $?"
   tail -5 "$RES/$exp.txt"
 done
 
-step "the whole Python suite under this torch"
-timeout "${GPU_CHECK_SUITE_S:-120}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider > "$OUT/suite.txt" 2>&1
-rc=$?
-if [ $rc = 124 ]; then
-  SUITE="stopped at ${GPU_CHECK_SUITE_S:-120} s: $(grep -E '^[.FEsxX]+ *(\[|$)' "$OUT/suite.txt" | tr -cd '.FEs' | awk '{print gsub(/\./,"") " passed, " gsub(/F/,"") " failed, " gsub(/E/,"") " errors, " gsub(/s/,"") " skipped so far"}')"
-else
-  SUITE="$(tail -1 "$OUT/suite.txt")"
+if want suite; then
+  step "the whole Python suite under this torch"
+  timeout "${GPU_CHECK_SUITE_S:-120}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider > "$OUT/suite.txt" 2>&1
+  rc=$?
+  if [ $rc = 124 ]; then
+    SUITE="stopped at ${GPU_CHECK_SUITE_S:-120} s: $(grep -E '^[.FEsxX]+ *(\[|$)' "$OUT/suite.txt" | tr -cd '.FEs' | awk '{print gsub(/\./,"") " passed, " gsub(/F/,"") " failed, " gsub(/E/,"") " errors, " gsub(/s/,"") " skipped so far"}')"
+  else
+    SUITE="$(tail -1 "$OUT/suite.txt")"
+  fi
 fi

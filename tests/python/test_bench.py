@@ -38,6 +38,16 @@ def test_the_gpu_step_is_declared_consistently(demo):
     assert exp.needs_cuda() and all("matmuls on a GPU" in why for why in exp.needs_cuda())
 
 
+def test_every_step_answers_for_its_gpu_time():
+    """A CUDA pipeline (pin_memory) with a sleep step: the runner drops the warm-up's GPU step
+    times whatever the step is (the first GPU run failed here: only the matmul step had them)."""
+    from loadscope.bench import rep
+
+    step = rep._Step({"compute": "sleep", "compute_ms": 0, "grad_accum": 1}, world=1, device=None)
+    step(None)
+    assert step.gpu_step_seconds() == [] and not step.uses_cuda
+
+
 def test_arms_that_differ_in_a_second_setting_are_refused(demo):
     raw = declared(demo, arms=[{"name": "a", "threads": 1}, {"name": "b", "threads": 2, "prefetch": 4}])
     del raw["factor"]["values"]

@@ -3,6 +3,7 @@ the GPU against the CPU path and torchvision. Run on a GPU machine by scripts/gp
 skipped with a reason elsewhere."""
 
 import ctypes
+import gc
 import io
 
 import pytest
@@ -14,6 +15,15 @@ from loadscope.gpu import JpegDecoder, crop_params
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)")]
+
+
+@pytest.fixture(autouse=True)
+def _garbage_freed_by_its_test():
+    """Loaders left mid-epoch and their page-locked blocks are freed at the end of the test that
+    made them, so a fault in a destructor is charged to that test, not to a later one."""
+    yield
+    gc.collect()
+    torch.cuda.synchronize()
 
 
 def images(demo, **kw):

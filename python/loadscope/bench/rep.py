@@ -107,7 +107,28 @@ def find_ddp(state: Any, depth: int = 3) -> Optional[Any]:
     return None
 
 
-class _Step:
+class _GpuTimed:
+    """A step whose GPU time is bracketed by CUDA events on the current stream, read back only
+    after the runner has synchronised (no host synchronisation per step). Every step has the
+    list, so the runner can drop the warm-up's whatever the step is."""
+
+    events: List[tuple]
+
+    def gpu_step_seconds(self) -> List[float]:
+        """GPU seconds of each timed step since the last call (call after a synchronize)."""
+        out = [s.elapsed_time(e) / 1e3 for s, e in self.events]
+        self.events = []
+        return out
+
+    def timed(self, fn: Any, *args: Any) -> None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        self.events.append((start, end))
+
+
+class _Step(_GpuTimed):
     """The training step an experiment declares: nothing, a fixed sleep (an accelerator's
     compute that leaves the host idle), a small model, or a fixed GPU workload (`matmuls`
     bf16 products of 8192x8192 matrices, timed with CUDA events, so that contention with
@@ -123,6 +144,7 @@ class _Step:
         self.kind, self.ms, self.accum, self.world, self.device = step["compute"], step["compute_ms"], step["grad_accum"], world, device
         self.ms_matmuls = step.get("matmuls", 4)
         self.micro = 0
+        self.events = []
         self.comm: Optional[CommTimer] = None
         self.parts: Dict[str, float] = {}
         if self.kind == "model":
@@ -138,15 +160,12 @@ class _Step:
             self.a = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
             self.b = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
             self.c = torch.empty(n, n, device=device, dtype=torch.bfloat16)
-            self.events: List[tuple] = []
-
-    def gpu_step_seconds(self) -> List[float]:
-        """GPU seconds of each matmul step since the last call (call after a synchronize)."""
-        out = [s.elapsed_time(e) / 1e3 for s, e in self.events]
-        self.events = []
-        return out
 
     uses_cuda = property(lambda self: self.kind == "matmul")
+
+    def _matmuls(self) -> None:
+        for _ in range(self.ms_matmuls):
+            torch.mm(self.a, self.b, out=self.c)
 
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """The model step's loss on a built-in pipeline's images and labels."""
@@ -164,12 +183,7 @@ class _Step:
             if boundary and self.world > 1:
                 dist.all_reduce(torch.zeros(1))
         elif self.kind == "matmul":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(self.ms_matmuls):
-                torch.mm(self.a, self.b, out=self.c)
-            end.record()
-            self.events.append((start, end))
+            self.timed(self._matmuls)
             if boundary and self.world > 1:
                 dist.all_reduce(torch.zeros(1))
         elif self.kind == "model":
@@ -189,7 +203,7 @@ class _Step:
             self.parts = {"forward": t1 - t0, "backward": t2 - t1, "optimizer": t3 - t2, "rest": time.monotonic() - t3}
 
 
-class _UserStep:
+class _UserStep(_GpuTimed):
     """The user's training step: `setup(ctx)` once (the state), then `function(state, batch)` per
     batch. On a GPU each call is bracketed by CUDA events on the current stream, so the GPU's
     own time per step (and its idle share) is known without synchronising every step. A
@@ -206,7 +220,7 @@ class _UserStep:
         self.state = setup(self.ctx) if setup else None
         # CUDA in use once the setup has put something there (a model, an optimizer's state).
         self.uses_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.events: List[tuple] = []
+        self.events = []
         ddp = find_ddp(self.state) if world > 1 else None
         self.comm: Optional[CommTimer] = None
         if ddp is not None:
@@ -216,20 +230,11 @@ class _UserStep:
                 print(f"loadscope: the all-reduce is not timed: {e}", flush=True)
         self.parts: Dict[str, float] = {}
 
-    def gpu_step_seconds(self) -> List[float]:
-        out = [s.elapsed_time(e) / 1e3 for s, e in self.events]
-        self.events = []
-        return out
-
     def __call__(self, batch: Any) -> None:
         self.ctx.micro_step += 1
         self.ctx.boundary = self.ctx.micro_step % self.ctx.grad_accum == 0
         if self.uses_cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            self.fn(self.state, batch)
-            end.record()
-            self.events.append((start, end))
+            self.timed(self.fn, self.state, batch)
         else:
             self.fn(self.state, batch)
 
@@ -650,7 +655,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(accum * max(2 if accum > 1 else 1, math.ceil(warm / accum)), True)
         if world > 1:
             dist.barrier()
-        if cuda and hasattr(step, "gpu_step_seconds"):
+        if cuda:
             step.gpu_step_seconds()  # drop the warm-up's
         step_times: List[float] = []
         parts: List[Dict[str, Any]] = []
