@@ -106,6 +106,17 @@ def _drop_last_arg(value: Any) -> Union[bool, str]:
                       "split evenly between the ranks, as DistributedSampler(drop_last=True))")
 
 
+PARTITIONS = ("interleave", "contiguous")
+
+
+def _partition_arg(value: Any) -> str:
+    if value in PARTITIONS:
+        return value
+    raise ConfigError(f"partition={value!r}: allowed are 'interleave' (rank r takes batches r, r+W, r+2W, ...) and "
+                      "'contiguous' (rank r takes the r-th contiguous block of the epoch's batches: ranks read "
+                      "their own shards)")
+
+
 def _native_drop_last(value: Union[bool, str]) -> str:
     return "uneven" if value == "uneven" else "steps" if value else "none"
 
@@ -252,6 +263,12 @@ class Loader:
             r, r+W, r+2W, ... of the epoch; every rank gets the same number of batches (the
             epoch is padded with its first samples, at most W-1 of them, or cut to whole
             steps with ``drop_last``): docs/distributed.md.
+        partition: how the epoch's batches are dealt to the ranks. ``"interleave"`` (default):
+            rank r takes batches r, r+W, r+2W, ...; ``"contiguous"``: rank r takes the r-th
+            contiguous block of them, so that with tar shards each rank (and each node) reads
+            its own shards, and reading ahead fetches nothing another rank needs. The same
+            samples with the same random draws either way, the same counts per rank
+            (docs/distributed.md#which-batches-a-rank-takes).
 
         map: a callable applied to every batch (in the form ``output`` gives) before the
             training loop sees it, for what has no native op (``torchvision.transforms.v2``'s
@@ -290,6 +307,7 @@ class Loader:
         telemetry: bool = True,
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
+        partition: str = "interleave",
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_limit: Union[int, str, None] = None,
         output: Union[str, Sequence[str]] = "dict",
@@ -327,7 +345,7 @@ class Loader:
             drop_last=_drop_last_arg(drop_last),
             prefetch=int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
             device=device, telemetry=_bool_arg("telemetry", telemetry),
-            distributed=resolve_rank(rank, world_size),
+            distributed=resolve_rank(rank, world_size), partition=_partition_arg(partition),
             cache=_cache_args(cache_dir, cache_limit),
             output=_output_arg(output),
             map=_map_arg(map),
@@ -365,6 +383,7 @@ class Loader:
         d = a["distributed"]
         self.rank: int = d["rank"]
         self.world_size: int = d["world_size"]
+        self.partition: str = a["partition"]
         # Float images under a CUDA device: uint8 is copied, and normalised on the GPU after.
         on_device = self.device is not None
         self._normalize_on_device = [(name, f) for name, f in self.fields.items()
@@ -454,7 +473,7 @@ class Loader:
         return {"format": "loadscope.Loader", "version": self.STATE_VERSION, "epoch": epoch, "batches": batches,
                 "epoch_set": self._epoch_set, "batch_size": self.batch_size, "seed": self.seed,
                 "shuffle": self.shuffle, "drop_last": self.drop_last, "world_size": self.world_size,
-                "rank": self.rank, "samples": self.samples}
+                "partition": self.partition, "rank": self.rank, "samples": self.samples}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues from ``state`` (see ``state_dict``) at the next ``iter()``."""
@@ -466,9 +485,11 @@ class Loader:
         batches = int_arg("state['batches']", state["batches"], 0)
         mine = {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
                 "drop_last": self.drop_last, "samples": self.samples}
-        if batches:  # mid-epoch: the epoch must be cut the same way
+        if batches:  # mid-epoch: the epoch must be cut and dealt the same way
             mine["world_size"] = self.world_size
-        differ = [f"{k}: saved {state.get(k)!r}, here {v!r}" for k, v in mine.items() if state.get(k) != v]
+            mine["partition"] = self.partition
+        saved = {"partition": "interleave", **state}  # states saved before partition existed
+        differ = [f"{k}: saved {saved.get(k)!r}, here {v!r}" for k, v in mine.items() if saved.get(k) != v]
         if differ:
             world = "world_size" in mine and state.get("world_size") != self.world_size
             raise ConfigError("load_state_dict: this loader differs from the one that saved the state ("
@@ -544,6 +565,11 @@ class Loader:
     def __iter__(self) -> Iterator[Batch]:
         return self._iterate(0, 1)
 
+    def _epoch_batch(self, j: int) -> int:
+        """Which of the epoch's batches (all ranks' in order) is this rank's j-th."""
+        return _native.batch_of_slot(self._epoch_samples(), self.batch_size, self.world_size,
+                                     _native_drop_last(self.drop_last), self.rank + j * self.world_size, self.partition)
+
     def _iterate(self, worker: int, workers: int) -> "_EpochIterator":
         """One epoch for DataLoader worker `worker` of `workers` (0 of 1 outside DataLoader):
         of this rank's batches (global batches k with k % W == rank), the worker takes every
@@ -577,7 +603,7 @@ class Loader:
             max_error_rate=budget if isinstance(budget, float) else -1.0,
             seed=self.seed, epoch=epoch, shuffle=self.shuffle,
             batch_offset=worker * W + self.rank, batch_stride=workers * W, row=W, start_batch=resume * W,
-            pin=pin, unpin=unpin,
+            pin=pin, unpin=unpin, partition=self.partition,
         )
         if self._telemetry_on:
             self._loop.epoch_started(epoch_start_ns)

@@ -114,7 +114,7 @@ class Pipeline:
         """
     def set_tracing(self, on: bool, max_spans: int = 500000) -> None:
         ...
-    def start(self, threads: int, batch_size: int, prefetch: int, drop_last: str, on_error: str, max_errors: int, max_error_rate: float, seed: int, epoch: int, shuffle: bool, batch_offset: int, batch_stride: int, row: int = 1, start_batch: int = 0, pin: int = 0, unpin: int = 0) -> EpochRun:
+    def start(self, threads: int, batch_size: int, prefetch: int, drop_last: str, on_error: str, max_errors: int, max_error_rate: float, seed: int, epoch: int, shuffle: bool, batch_offset: int, batch_stride: int, row: int = 1, start_batch: int = 0, pin: int = 0, unpin: int = 0, partition: str = 'interleave') -> EpochRun:
         ...
     def take_spans(self) -> list:
         ...
@@ -145,6 +145,10 @@ def _set_read_faults(faults: list[tuple]) -> None:
     ...
 def audio_field(name: str, keys: list[str], sample_rate: int, channels: int, seconds: float, max_seconds: float, position: str, stream: int, align: str, optional: bool) -> FieldSpec:
     ...
+def batch_of_slot(n: int, batch: int, row: int, drop_last: str, slot: int, partition: str) -> int:
+    """
+    The epoch's batch that slot k reads (rank k % row's (k // row)-th batch) under a partition.
+    """
 def decode_image(data: bytes, field: FieldSpec, seed: int = 0, epoch: int = 0, position: int = 0) -> tuple:
     ...
 def decode_video_frames(source: typing.Any, pts: list[int], height: int, width: int, channels_last: bool = True, stream: int = -1, rotate: bool = True, color_tags: bool = True, threads: int = 1) -> bytes:

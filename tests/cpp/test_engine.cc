@@ -381,6 +381,35 @@ TEST_CASE("epoch geometry: equal batch counts per rank, padding as DistributedSa
   CHECK(stream.size(1000) == 4);
 }
 
+TEST_CASE("contiguous partition: the same batches, each rank's in one increasing stretch",
+          "[engine][ranks]") {
+  for (int64_t world : {1, 2, 3, 8}) {
+    for (int64_t batch : {1, 4, 7}) {
+      for (int64_t n : {0, 1, 5, 31, 32, 33, 100, 1001}) {
+        for (DropLast drop : {DropLast::kNone, DropLast::kSteps, DropLast::kUneven}) {
+          INFO("n=" << n << " batch=" << batch << " world=" << world);
+          EpochGeometry g(n, batch, world, drop);
+          std::vector<int> taken(static_cast<size_t>(g.batches()), 0);
+          for (int64_t r = 0; r < world; ++r) {
+            int64_t last = -1, samples = 0;
+            for (int64_t k = r; k < g.batches(); k += world) {
+              const int64_t b = g.batch_of_slot(k, Partition::kContiguous);
+              CHECK(b > last);  // a rank's batches lie in order: reaching each is a skip forward
+              CHECK(g.size(b) == g.size(k));  // each slot keeps its size
+              ++taken[static_cast<size_t>(b)];
+              samples += g.size(b);
+              last = b;
+            }
+            CHECK(samples == g.rank_length(r));
+          }
+          for (int t : taken) CHECK(t == 1);  // every batch of the epoch exactly once
+          CHECK(g.batch_of_slot(g.batches(), Partition::kContiguous) == g.batches());
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("a read or decode Failure is an Error, and names its sample as a SampleError",
           "[engine]") {
   try {

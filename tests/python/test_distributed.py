@@ -146,6 +146,88 @@ def test_drop_last_gives_whole_steps_only(layouts):
     assert all(len(b) == 16 for p in per_rank for b in p[0])  # 120 // 48 = 2 steps of 3 x 16
 
 
+def epoch_slots(layout, spec, world, part, drop_last=False, shuffle=True, fields=None, **kw):
+    """Each rank's batches, as (keys, positions, field values) per batch."""
+    out = []
+    for r in range(world):
+        loader = ls.Loader(make_source(layout, spec), fields=fields or {"cls": ls.Int()}, batch_size=8,
+                           shuffle=shuffle, seed=4, threads=2, rank=r, world_size=world, drop_last=drop_last,
+                           partition=part, **kw)
+        out.append([(list(b["__key__"]), b["__index__"].tolist(), {k: b[k] for k in loader.fields}) for b in loader])
+    return out
+
+
+@pytest.mark.parametrize("layout,shuffle", [("list", True), ("indexed", True), ("tar", False)])
+@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("drop_last", [False, True, "uneven"])
+def test_contiguous_ranks_take_their_own_stretch_of_the_same_epoch(layouts, layout, shuffle, world, drop_last):
+    """Note [ranks reading contiguous blocks]: rank r's full batches are the r-th block of the
+    epoch's full batches (interleave's batches, dealt differently), its last-row batch is the
+    one interleave gives it, and every sample keeps its position and its random draws."""
+    fields = {"jpg": ls.Image(24, crop="random_resized", flip=0.5), "cls": ls.Int()}
+    inter = epoch_slots(layout, layouts, world, "interleave", drop_last, shuffle, fields)
+    contig = epoch_slots(layout, layouts, world, "contiguous", drop_last, shuffle, fields)
+    assert [len(r) for r in contig] == [len(r) for r in inter] and len({len(r) for r in inter}) == 1
+    epoch = [inter[k % world][k // world] for k in range(world * len(inter[0]))]  # the epoch's batches in order
+    full = sum(1 for _, pos, _ in epoch if len(pos) == 8) // world * world if drop_last != "uneven" else None
+    if full is None:  # uneven: the full rows are those before the epoch's last row of short batches
+        full = len(epoch) if len(epoch[-1][1]) == 8 else len(epoch) - world
+    per = full // world
+    for r in range(world):
+        want = epoch[r * per:(r + 1) * per] + ([epoch[full + r]] if len(epoch) > full else [])
+        assert [b[0] for b in contig[r]] == [b[0] for b in want], (r, [b[1][0] for b in contig[r]])
+        for (_, pos, got), (_, pos_i, ref) in zip(contig[r], want):
+            assert pos == pos_i
+            assert torch.equal(got["jpg"], ref["jpg"]) and torch.equal(got["cls"], ref["cls"])
+
+
+def test_contiguous_ranks_read_their_own_shards(layouts):
+    """In shard order, interleaved ranks each read from (almost) every shard; contiguous ranks
+    from their own stretch of them (two ranks share at most the shard at their boundary)."""
+    def shards_read(part):
+        return [{k.split(":")[0] for keys, _, _ in rank for k in keys}
+                for rank in epoch_slots("indexed", layouts, 3, part, shuffle=False)]
+
+    inter = shards_read("interleave")
+    assert all(len(s) >= len(UNEVEN) - 1 for s in inter), inter  # the 7-sample shard is one batch
+    contig = shards_read("contiguous")
+    assert sum(len(s) for s in contig) <= len(UNEVEN) + 2, contig
+    assert set().union(*contig) == set(layouts["indexed"])
+
+
+@pytest.mark.parametrize("part", ["interleave", "contiguous"])
+def test_dataloader_workers_split_a_contiguous_ranks_share(layouts, part):
+    kw = dict(fields={"cls": ls.Int()}, batch_size=8, rank=1, world_size=2, partition=part)
+    mine = [list(b["__key__"]) for b in ls.Loader(ls.WebDataset(layouts["indexed"]), **kw)]
+    dl = torch.utils.data.DataLoader(ls.Dataset(ls.WebDataset(layouts["indexed"]), **kw), batch_size=None,
+                                     num_workers=2)
+    assert [list(b["__key__"]) for b in dl] == mine
+
+
+def test_partition_is_checked_and_kept_by_a_resume(layouts):
+    src = ls.WebDataset(layouts["indexed"])
+    with pytest.raises(ls.ConfigError, match="partition='blocks': allowed are 'interleave' .* and 'contiguous'"):
+        ls.Loader(src, fields={"cls": ls.Int()}, batch_size=4, partition="blocks")
+
+    def make(part, r=1):
+        return ls.Loader(ls.WebDataset(layouts["indexed"]), fields={"cls": ls.Int()}, batch_size=4, shuffle=True,
+                         seed=9, rank=r, world_size=3, partition=part)
+
+    whole = [list(b["__key__"]) for b in make("contiguous")]
+    a = make("contiguous")
+    it = iter(a)
+    head = [list(next(it)["__key__"]) for _ in range(3)]
+    state = a.state_dict()
+    assert state["partition"] == "contiguous"
+    with pytest.raises(ls.ConfigError, match="partition: saved 'contiguous', here 'interleave'"):
+        make("interleave").load_state_dict(state)
+    b = make("contiguous")
+    b.load_state_dict(state)
+    assert head + [list(x["__key__"]) for x in b] == whole
+    old = {k: v for k, v in make("interleave").state_dict().items() if k != "partition"}  # saved before partition
+    make("interleave").load_state_dict(dict(old, batches=2))
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_what_dataloader_code_reads_from_a_loader_under_ranks(layouts, world):
     """len(loader), len(loader.sampler), loader.dataset and drop_last='uneven', against what a

@@ -76,6 +76,12 @@ enum class DropLast {
             // DistributedSampler(drop_last=True); each rank's last batch may be short
 };
 
+// Which of the epoch's batches a rank takes (Note [ranks reading contiguous blocks]).
+enum class Partition {
+  kInterleave,  // batch k to rank k % row: a step of all ranks is `row` neighbouring batches
+  kContiguous,  // rank r the r-th contiguous block of the full batches, then its last-row batch
+};
+
 // How an epoch of n samples is cut into batches that `row` consumers (data-parallel ranks)
 // take in turn: batch k goes to rank k % row, so rank r's j-th batch is batch j*row + r and a
 // "row" is one step of all ranks. Every rank must get the same number of batches, or the
@@ -96,6 +102,10 @@ struct EpochGeometry {
   int64_t length() const { return length_; }    // samples drawn, padding included; -1 unknown
   int64_t padding() const { return n_ < 0 ? 0 : std::max<int64_t>(0, length_ - n_); }
   int64_t start(int64_t k) const;  // first sample position of batch k
+  // The batch of the epoch that slot k reads. Slots are dealt as batches are under
+  // kInterleave (slot k is rank k % row's (k / row)-th), so ownership, resume points and
+  // batch sizes are the same under both partitions; only the samples behind a slot differ.
+  int64_t batch_of_slot(int64_t k, Partition partition) const;
   int64_t size(int64_t k) const;   // its size (0 past the end)
   // Samples rank r draws in an epoch: all of them (padding included), and those that are
   // not padding (positions < n). -1 when n is unknown.
@@ -121,6 +131,7 @@ struct EngineOptions {
   int64_t batch_stride = 1;    // (ranks, and torch DataLoader workers within a rank)
   int64_t row = 1;             // ranks sharing the epoch: see EpochGeometry
   int64_t start_batch = 0;     // resume: batches before this one are skipped, never read
+  Partition partition = Partition::kInterleave;
   EpochOrder order;
   PinHooks pin;  // page-lock batch blocks (CUDA transfer); none by default
 };

@@ -24,6 +24,12 @@ DropLast drop_last_arg(const std::string& s) {
   throw ConfigError("drop_last must be 'none', 'steps' or 'uneven', got '" + s + "'");
 }
 
+Partition partition_arg(const std::string& s) {
+  if (s == "interleave") return Partition::kInterleave;
+  if (s == "contiguous") return Partition::kContiguous;
+  throw ConfigError("partition must be 'interleave' or 'contiguous', got '" + s + "'");
+}
+
 }  // namespace
 
 void register_engine(py::module_& m) {
@@ -51,6 +57,16 @@ void register_engine(py::module_& m) {
       "(batches of all ranks, samples drawn, padded samples, samples rank draws, of which not "
       "padding) of an epoch of n samples; drop_last 'none', 'steps' or 'uneven' (see "
       "EpochGeometry).");
+  m.def(
+      "batch_of_slot",
+      [](int64_t n, int64_t batch, int64_t row, const std::string& drop_last, int64_t slot,
+         const std::string& partition) {
+        return EpochGeometry(n, batch, row, drop_last_arg(drop_last))
+            .batch_of_slot(slot, partition_arg(partition));
+      },
+      py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"), py::arg("slot"),
+      py::arg("partition"),
+      "The epoch's batch that slot k reads (rank k % row's (k // row)-th batch) under a partition.");
 
   py::class_<Batch>(m, "Batch")
       .def_readonly("index", &Batch::index)
@@ -165,7 +181,7 @@ void register_engine(py::module_& m) {
           [](Pipeline& p, int threads, int batch_size, int prefetch, const std::string& drop_last,
              const std::string& on_error, int64_t max_errors, double max_error_rate, uint64_t seed,
              int64_t epoch, bool shuffle, int64_t batch_offset, int64_t batch_stride, int64_t row,
-             int64_t start_batch, uintptr_t pin, uintptr_t unpin) {
+             int64_t start_batch, uintptr_t pin, uintptr_t unpin, const std::string& partition) {
             EngineOptions o;
             o.threads = threads;
             o.batch_size = batch_size;
@@ -185,6 +201,7 @@ void register_engine(py::module_& m) {
             o.batch_stride = batch_stride;
             o.row = row;
             o.start_batch = start_batch;
+            o.partition = partition_arg(partition);
             EpochGeometry(p.source->size(), batch_size, row, o.drop_last);  // fails early, here
             // Addresses of cudaHostRegister / cudaHostUnregister, found by Python (or 0).
             o.pin.pin = reinterpret_cast<int (*)(void*, size_t, unsigned)>(pin);
@@ -196,7 +213,8 @@ void register_engine(py::module_& m) {
           py::arg("threads"), py::arg("batch_size"), py::arg("prefetch"), py::arg("drop_last"),
           py::arg("on_error"), py::arg("max_errors"), py::arg("max_error_rate"), py::arg("seed"),
           py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"),
-          py::arg("row") = 1, py::arg("start_batch") = 0, py::arg("pin") = 0, py::arg("unpin") = 0);
+          py::arg("row") = 1, py::arg("start_batch") = 0, py::arg("pin") = 0, py::arg("unpin") = 0,
+          py::arg("partition") = "interleave");
 }
 
 }  // namespace loadscope::binding

@@ -36,6 +36,8 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
     "storage": (("local", "remote", "remote-cache", "remote-staged"), "local"),
     "shard_index": (("auto", "off"), "auto"),  # tar shards: ranged reads by their .idx, or streamed
     "world_size": ("int>=1", 1),
+    # How a loadscope Loader deals the epoch's batches to the ranks (Loader(partition=...)).
+    "partition": (("interleave", "contiguous"), "interleave"),
     # Emulated nodes (bench/nodes.py, root only): the ranks spread evenly over `nodes` network
     # namespaces joined by links of `link_mbit` Mbit/s each way (0: not shaped).
     "nodes": ("int>=1", 1),
@@ -54,7 +56,7 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
 #   none          the factor changes the data by design; nothing to compare
 AUTO_CORRECTNESS = {
     "threads": "identical", "prefetch": "identical", "batch_size": "identical", "pin_memory": "identical",
-    "staging": "identical", "world_size": "identical", "layout": "identical",
+    "staging": "identical", "world_size": "identical", "layout": "identical", "partition": "identical",
     "storage": "identical", "shard_index": "identical", "nodes": "identical", "link_mbit": "identical",
     "loader": "tolerance", "decode": "tolerance", "grad_accum": "identical",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
@@ -534,6 +536,9 @@ def _check_arm(arm: Arm, url: str = "") -> None:
                               "rank only can do; use world_size=1 or shard_index='auto'")
     if c["loader"] != "loadscope" and c["layout"] == "shards":
         raise ConfigError(f"arm {arm.name}: loader={c['loader']!r} reads files; use layout 'files' or 'folder'")
+    if c["loader"] != "loadscope" and c["partition"] != "interleave":
+        raise ConfigError(f"arm {arm.name}: partition={c['partition']!r} is loadscope's; loader={c['loader']!r} "
+                          "deals batches as DistributedSampler does (partition='interleave')")
     if c["loader"] != "loadscope" and c["decode"] == "gpu":
         raise ConfigError(f"arm {arm.name}: decode='gpu' is a loadscope pipeline (bytes from the loader, nvJPEG in the consumer)")
     if c["loader"] == "loadscope" and c["threads"] < 1:

@@ -118,6 +118,10 @@ class Pipeline:
         """Samples in one of this pipeline's batches."""
         return len(batch[2])
 
+    def global_batch(self, k: int) -> int:
+        """Which of the epoch's batches (all ranks' in order) is this rank's k-th."""
+        return self.rank + k * self.world
+
     def ids(self, batch: Any) -> Optional[List[str]]:
         """The ids of a batch's samples (the same sample has the same id in every arm), or None."""
         return [sample_id(k) for k in batch[2]]
@@ -150,7 +154,7 @@ class LoadscopePipeline(Pipeline):
         self.loader = Loader(source, fields={"jpg": image, "cls": Int()}, batch_size=c["batch_size"],
                              threads=c["threads"], prefetch=c["prefetch"], shuffle=c["shuffle"], seed=c["seed"],
                              device=self.device if c["pin_memory"] else "cpu", rank=self.rank, world_size=self.world,
-                             cache_dir=self.cache_dir)
+                             partition=c["partition"], cache_dir=self.cache_dir)
         self._gpu = None
         if c["decode"] == "gpu":  # loadscope reads the bytes; nvJPEG decodes them (loadscope.gpu)
             from ..gpu import JpegDecoder
@@ -158,9 +162,12 @@ class LoadscopePipeline(Pipeline):
             crop_flip = {"flip": c["flip"]} if c["crop"] == "random_resized" else {}
             self._gpu = JpegDecoder(c["size"], crop=c["crop"], seed=c["seed"], device=self.device, **crop_flip)
 
+    def global_batch(self, k: int) -> int:
+        return self.loader._epoch_batch(k)
+
     def epoch(self, e: int) -> Iterator[BatchT]:
         self.loader.set_epoch(e)
-        for b in self.loader:  # rank r of W: batches r, r+W, ...
+        for b in self.loader:  # rank r of W: batches r, r+W, ... (partition = "interleave")
             images = b["jpg"] if self._gpu is None else self._gpu(b["jpg"], b["__index__"], e, b["__key__"])
             yield images, b["cls"], b["__key__"]
 

@@ -379,7 +379,7 @@ def _check_batches(spec: Dict[str, Any], root: str, config: Dict[str, Any], n: i
         pipe = make_pipeline(spec, root, config, r, world, overrides)
         try:
             for k, batch in enumerate(pipe.epoch(0)):
-                gi = r + k * world
+                gi = pipe.global_batch(k)
                 count = pipe.count(batch)
                 if need is None:  # global batches to take, from the first batch's size
                     need = max(2 * world, math.ceil(n / max(1, count)))
