@@ -288,9 +288,8 @@ void EpochRun::plan() {
       // Under kContiguous this rank's batches follow one another in the source: only its
       // DataLoader workers (stride / row) take turns.
       processor_->prepare(job->samples, stop_flag_,
-                          options_.partition == Partition::kContiguous
-                              ? options_.batch_stride / row
-                              : options_.batch_stride);
+                          options_.partition == Partition::kContiguous ? options_.batch_stride / row
+                                                                       : options_.batch_stride);
       submit(std::move(job));
       if (end) break;
     }

@@ -106,7 +106,7 @@ struct EpochGeometry {
   // kInterleave (slot k is rank k % row's (k / row)-th), so ownership, resume points and
   // batch sizes are the same under both partitions; only the samples behind a slot differ.
   int64_t batch_of_slot(int64_t k, Partition partition) const;
-  int64_t size(int64_t k) const;   // its size (0 past the end)
+  int64_t size(int64_t k) const;  // its size (0 past the end)
   // Samples rank r draws in an epoch: all of them (padding included), and those that are
   // not padding (positions < n). -1 when n is unknown.
   int64_t rank_length(int64_t rank) const;

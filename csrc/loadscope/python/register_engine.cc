@@ -66,7 +66,8 @@ void register_engine(py::module_& m) {
       },
       py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"), py::arg("slot"),
       py::arg("partition"),
-      "The epoch's batch that slot k reads (rank k % row's (k // row)-th batch) under a partition.");
+      "The epoch's batch that slot k reads (rank k % row's (k // row)-th batch) under a "
+      "partition.");
 
   py::class_<Batch>(m, "Batch")
       .def_readonly("index", &Batch::index)
