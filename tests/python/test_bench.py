@@ -158,6 +158,29 @@ def test_compare_checks_finds_order_pixel_and_sample_differences(tmp_path):
     assert runner.compare_checks("tolerance", a, b, 5.0)["ok"]
 
 
+def test_measured_windows_must_agree_between_arms_unless_the_factor_deals_the_epoch(tmp_path):
+    """Every factor but partition: both arms' measured phases read the same samples. Partition
+    deals the epoch to the ranks differently, so each arm must agree with itself only."""
+    def raw(rows):
+        path = tmp_path / "raw.jsonl"
+        path.write_text("".join(json.dumps({"arm": a, "measured_ids": {"count": 64, "digest": d}}) + "\n"
+                                for a, d in rows))
+        return str(path)
+
+    def check(rows, per_arm):
+        c = {"ok": True, "detail": "ids agree"}
+        runner._check_measured_ids(raw(rows), "a", "b", c, per_arm=per_arm)
+        return c
+
+    differ = [("a", "x"), ("b", "y"), ("a", "x"), ("b", "y")]
+    assert not check(differ, False)["ok"]
+    ok = check(differ, True)
+    assert ok["ok"] and "different stretches of the same epoch" in ok["detail"]
+    bad = check(differ + [("b", "z")], True)
+    assert not bad["ok"] and "2 different sets of 64" in bad["detail"]
+    assert check([("a", "x"), ("b", "x")], False)["ok"]
+
+
 def test_a_correctness_mismatch_fails_the_experiment_loudly(demo, tmp_path):
     # seed changes every crop; declaring that the arms must be identical is a lie the check catches
     exp = from_dict(declared(demo, factor={"name": "seed", "values": [0, 1]}, correctness={"mode": "identical"}))

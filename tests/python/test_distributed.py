@@ -146,11 +146,14 @@ def test_drop_last_gives_whole_steps_only(layouts):
     assert all(len(b) == 16 for p in per_rank for b in p[0])  # 120 // 48 = 2 steps of 3 x 16
 
 
-def epoch_slots(layout, spec, world, part, drop_last=False, shuffle=True, fields=None, **kw):
+def epoch_slots(layout, spec, world, part, drop_last=False, shuffle=True, fields=None, shuffle_buffer_source=None,
+                **kw):
     """Each rank's batches, as (keys, positions, field values) per batch."""
     out = []
     for r in range(world):
-        loader = ls.Loader(make_source(layout, spec), fields=fields or {"cls": ls.Int()}, batch_size=8,
+        source = make_source(layout, spec) if shuffle_buffer_source is None else \
+            ls.WebDataset(spec[layout], shuffle_buffer=shuffle_buffer_source)
+        loader = ls.Loader(source, fields=fields or {"cls": ls.Int()}, batch_size=8,
                            shuffle=shuffle, seed=4, threads=2, rank=r, world_size=world, drop_last=drop_last,
                            partition=part, **kw)
         out.append([(list(b["__key__"]), b["__index__"].tolist(), {k: b[k] for k in loader.fields}) for b in loader])
@@ -193,6 +196,23 @@ def test_contiguous_ranks_read_their_own_shards(layouts):
     contig = shards_read("contiguous")
     assert sum(len(s) for s in contig) <= len(UNEVEN) + 2, contig
     assert set().union(*contig) == set(layouts["indexed"])
+
+
+def test_a_contiguous_step_mixes_more_shards_under_a_shard_shuffle(layouts):
+    """Shard order plus a small shuffle buffer: interleaved ranks' step is W neighbouring
+    batches (few shards); contiguous ranks' step is W batches from distant stretches."""
+    def same_shard_pairs(part):
+        ranks = epoch_slots("indexed", layouts, 3, part, shuffle=True, shuffle_buffer_source=16)
+        shares = []
+        for j in range(len(ranks[0])):
+            step = collections.Counter(k.split(":")[0] for r in ranks for k in r[j][0])
+            n = sum(step.values())
+            shares.append(sum(c * (c - 1) for c in step.values()) / (n * (n - 1)))
+        return sum(shares) / len(shares)
+
+    inter, contig = same_shard_pairs("interleave"), same_shard_pairs("contiguous")
+    print(f"same-shard pairs per step: interleave {inter:.3f}, contiguous {contig:.3f}")
+    assert contig < 0.75 * inter, (contig, inter)
 
 
 @pytest.mark.parametrize("part", ["interleave", "contiguous"])
