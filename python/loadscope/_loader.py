@@ -567,13 +567,16 @@ class Loader:
 
     def _epoch_batch(self, j: int) -> int:
         """Which of the epoch's batches (all ranks' in order) is this rank's j-th."""
+        if self.partition == "interleave" or self.world_size == 1:  # no size needed (index="off" has none)
+            return self.rank + j * self.world_size
         return _native.batch_of_slot(self._epoch_samples(), self.batch_size, self.world_size,
                                      _native_drop_last(self.drop_last), self.rank + j * self.world_size, self.partition)
 
     def _iterate(self, worker: int, workers: int) -> "_EpochIterator":
         """One epoch for DataLoader worker `worker` of `workers` (0 of 1 outside DataLoader):
-        of this rank's batches (global batches k with k % W == rank), the worker takes every
-        `workers`-th, so global batch k goes to worker (k // W) % workers."""
+        of this rank's batches (its slots k with k % W == rank; `_epoch_batch` says which of the
+        epoch's batches each one is), the worker takes every `workers`-th, so slot k goes to
+        worker (k // W) % workers."""
         if self._active is not None:
             previous = self._active()
             if previous is not None:

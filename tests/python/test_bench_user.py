@@ -658,3 +658,18 @@ def test_a_gate_fails_on_evidence_only(monkeypatch, mode, decision, fails):
         assert node.user_properties == ([("loadscope", "inconclusive")] if decision == "inconclusive" else [])
     line = next(x for x in stash[pytest_plugin._VERDICTS] if x.startswith("g (full): b vs a"))
     assert decision.upper() in line and ("about 9 repetitions would decide it" in line) == (decision == "inconclusive")
+
+
+def test_the_check_merges_a_factorys_contiguous_loader_by_its_epoch_batches(demo):
+    """A factory's loadscope Loader dealing the epoch contiguously: its k-th batch is the epoch
+    batch the Loader says, not rank + k * world (the check merges ranks by it)."""
+    import loadscope as ls
+    from loadscope.bench.pipelines import UserPipeline
+
+    kw = dict(source=ls.FileList(str(demo / "manifest.jsonl")), fields={"cls": ls.Int()}, batch_size=8, rank=1,
+              world_size=3, partition="contiguous")
+    pipe = UserPipeline({"factory": "loadscope:Loader"}, kw, rank=1, world=3)
+    assert len(pipe.obj.dataset) == 120 and len(pipe.obj) == 5  # 15 full batches: ranks take 0-4, 5-9, 10-14
+    assert [pipe.global_batch(k) for k in range(5)] == [5, 6, 7, 8, 9]
+    interleaved = UserPipeline({"factory": "loadscope:Loader"}, dict(kw, partition="interleave"), rank=1, world=3)
+    assert [interleaved.global_batch(k) for k in range(3)] == [1, 4, 7]

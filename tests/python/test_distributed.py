@@ -160,8 +160,8 @@ def epoch_slots(layout, spec, world, part, drop_last=False, shuffle=True, fields
     return out
 
 
-@pytest.mark.parametrize("layout,shuffle", [("list", True), ("indexed", True), ("tar", False)])
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize("layout,shuffle,world", [("list", True, 2), ("indexed", True, 3), ("tar", False, 2),
+                                                  ("list", True, 7)])  # 7: 6 padded samples, a short last row
 @pytest.mark.parametrize("drop_last", [False, True, "uneven"])
 def test_contiguous_ranks_take_their_own_stretch_of_the_same_epoch(layouts, layout, shuffle, world, drop_last):
     """Note [ranks reading contiguous blocks]: rank r's full batches are the r-th block of the
@@ -182,6 +182,28 @@ def test_contiguous_ranks_take_their_own_stretch_of_the_same_epoch(layouts, layo
         for (_, pos, got), (_, pos_i, ref) in zip(contig[r], want):
             assert pos == pos_i
             assert torch.equal(got["jpg"], ref["jpg"]) and torch.equal(got["cls"], ref["cls"])
+
+
+def test_a_map_that_draws_from_its_batch_sees_the_epochs_batch_under_both_partitions(layouts):
+    """map= callables with wants_position (ls.mixup_cutmix) draw from (epoch, batch_index): the
+    index is the epoch's batch, so the same batch gets the same draws whichever rank reads it."""
+    def seen(part):
+        got = {}
+
+        def record(batch, *, epoch, batch_index):
+            got[tuple(batch["__key__"])] = (epoch, batch_index)
+            return batch
+        record.wants_position = True
+        for r in range(3):
+            loader = ls.Loader(ls.FileList(layouts["manifest"]), fields={"cls": ls.Int()}, batch_size=8, shuffle=True,
+                               seed=3, rank=r, world_size=3, partition=part, map=record)
+            loader.set_epoch(2)
+            for _ in loader:
+                pass
+        return got
+
+    inter = seen("interleave")
+    assert seen("contiguous") == inter and sorted(i for _, i in inter.values()) == list(range(15))
 
 
 def test_contiguous_ranks_read_their_own_shards(layouts):

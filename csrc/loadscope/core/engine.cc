@@ -107,6 +107,11 @@ EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcess
       options_.batch_offset >= options_.batch_stride) {
     throw ConfigError("batch_offset must be in [0, batch_stride)");
   }
+  // A rank's slots are every row-th: only then do its contiguous batches lie in order.
+  if (options_.partition == Partition::kContiguous && options_.row > 0 &&
+      options_.batch_stride % options_.row != 0) {
+    throw ConfigError("partition 'contiguous' needs batch_stride to be a multiple of row");
+  }
   size_t offset = 0;
   for (size_t bytes : processor_->fixed_bytes_per_sample()) {
     layout_.fixed.push_back(FixedSlot{offset, bytes});
@@ -167,15 +172,15 @@ int64_t EpochGeometry::start(int64_t k) const {
 
 // Note [ranks reading contiguous blocks]
 // Under kInterleave a rank reads one batch in `row` of the epoch's order, so with shards the
-// ranks of one node all read from the same shards, and a rank that reads ahead in blocks reads
-// its neighbours' samples too (2.3x the shards' bytes per node, streaming from S3 with 4 ranks
-// on 2 nodes). Under kContiguous rank r reads the full batches [r*per, (r+1)*per) (per = full
-// batches / row), then the last row's batch r, as under kInterleave: each rank reads its own
-// stretch of the order, which for shards in storage or shard-shuffled order is its own shards.
-// The epoch's order, each sample's position (and so every random draw), the batch sizes and
-// the counts per rank are those of kInterleave: the same samples, dealt to ranks differently.
-// A step of all ranks then holds batches from `row` distant stretches of the order rather than
-// `row` neighbouring ones, which for a shard order with a shuffle buffer mixes more shards.
+// ranks of one node all read from the same shards, each in many small spans, and a rank that
+// read ahead in blocks would fetch its neighbours' samples. Under kContiguous rank r reads the full
+// batches [r*per, (r+1)*per) (per = full batches / row), then the last row's batch r, as under
+// kInterleave: each rank reads its own stretch of the order, which for shards in storage or
+// shard-shuffled order is its own shards. The epoch's order, each sample's position (and so every
+// random draw), the batch sizes and the counts per rank are those of kInterleave: the same samples,
+// dealt to ranks differently. A step of all ranks then holds batches from `row` distant stretches
+// of the order rather than `row` neighbouring ones, which for a shard order with a shuffle buffer
+// mixes more shards.
 int64_t EpochGeometry::batch_of_slot(int64_t k, Partition partition) const {
   if (partition == Partition::kInterleave || n_ < 0 || k >= full_) return k;
   return (k % row_) * (full_ / row_) + k / row_;
@@ -238,8 +243,14 @@ void EpochRun::plan() {
       const int64_t want = geo.size(b);
       if (want == 0) break;  // the last batch of a sized epoch
       if (k % options_.batch_stride != options_.batch_offset) continue;
-      const int64_t gap = geo.start(b) - position;
-      if (gap > 0 && skip(gap) < gap) break;  // the source ended first
+      // In steps, so that a stop is seen during a long skip of a source that reads to skip
+      // (a Mix, streamed shards: the last contiguous rank skips most of the epoch).
+      bool ended = false;
+      for (int64_t gap; !ended && !stop_flag_.load() && (gap = geo.start(b) - position) > 0;) {
+        const int64_t step = std::min<int64_t>(gap, 1024);
+        ended = skip(step) < step;
+      }
+      if (ended || stop_flag_.load()) break;  // the source ended first, or the run stops
       {
         const uint64_t b0 = t_ ? telemetry::now_ns() : 0;
         std::unique_lock<std::mutex> lock(mutex_);
@@ -251,7 +262,7 @@ void EpochRun::plan() {
       }
       const uint64_t fill0 = t_ ? telemetry::now_ns() : 0;
       auto job = std::make_unique<Job>();
-      job->index = k;
+      job->index = b;  // the epoch's batch: what map= draws from and traces name
       job->samples.reserve(static_cast<size_t>(want));
       bool end = false;
       while (static_cast<int64_t>(job->samples.size()) < want && !stop_flag_.load()) {

@@ -14,7 +14,7 @@ import glob
 import json
 import os
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -341,6 +341,12 @@ class UserPipeline(Pipeline):
         self._ids = user.resolve(config["sample_ids"], "[pipeline] sample_ids") if config.get("sample_ids") else None
         self._size = user.resolve(config["batch_size_of"], "[pipeline] batch_size_of") if config.get("batch_size_of") else None
         self.obj = factory(**kwargs)
+        # A loadscope Loader knows which epoch batch each of its batches is: the factory's own,
+        # or the one behind a loadscope Dataset (in a DataLoader, whose workers take the rank's
+        # batches in turn, so its k-th batch is still the rank's k-th).
+        inners = (self.obj, getattr(self.obj, "loader", None), getattr(getattr(self.obj, "dataset", None), "loader", None))
+        self._epoch_batch: Optional[Callable[[int], int]] = next(
+            (i._epoch_batch for i in inners if i is not None and hasattr(i, "_epoch_batch")), None)
         if not hasattr(self.obj, "__iter__"):
             kind = type(self.obj).__name__
             hint = (": a map-style Dataset yields samples by index; return a DataLoader over it"
@@ -364,6 +370,9 @@ class UserPipeline(Pipeline):
                 self._spans[id(batch)] = (position, n)
                 position += n
             yield batch
+
+    def global_batch(self, k: int) -> int:
+        return self._epoch_batch(k) if self._epoch_batch is not None else super().global_batch(k)
 
     def count(self, batch: Any) -> int:
         if self._size is None:
