@@ -15,14 +15,15 @@ deps:
 	@scripts/bootstrap.sh
 
 # Incremental CMake build of the core, the C++ tests and the extension module, placed in
-# python/loadscope and put on the venv's path (an editable install without pip).
+# python/loadscope, then the package installed editable by pip (see below).
 build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOADSCOPE_TESTS=ON -DLOADSCOPE_PYTHON=ON \
 	  -DPython3_EXECUTABLE=$(PY) -DLOADSCOPE_MODULE_DIR=$(abspath python/loadscope) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
-	@for py in $(PY) $(PY_COMPAT); do $$py -c "import sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], 'loadscope-dev.pth').write_text('$(abspath python)\n')"; done
-	@# The console script pip would install (pyproject's [project.scripts]), so the docs' `loadscope ...` works.
-	@printf '#!%s\nimport sys\nfrom loadscope.__main__ import main\nsys.exit(main())\n' $(PY) > $(VENV)/bin/loadscope && chmod +x $(VENV)/bin/loadscope
+	@# Installed as pip installs it (editable; the extension built above, not again): the metadata,
+	@# the `loadscope` console script and the pytest11 entry point are the install's, as in a wheel.
+	@for py in $(PY) $(PY_COMPAT); do rm -f "$$($$py -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/loadscope-dev.pth"; \
+	  LOADSCOPE_SKIP_NATIVE=1 $$py -m pip install --no-deps --no-build-isolation --no-index -q -e . || exit 1; done
 
 test: check-data lint test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
 

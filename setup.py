@@ -68,7 +68,10 @@ class BuildPy(build_py):
         out.write_text(json.dumps(info) + "\n")
 
 
+# `make build` builds the extension in place with CMake and then installs the package editable
+# with LOADSCOPE_SKIP_NATIVE=1: pip writes the metadata, the console script and the pytest11
+# entry point, as any install does, without building the extension a second time.
 setup(
-    ext_modules=[CMakeExtension("loadscope._native")],
+    ext_modules=[] if os.environ.get("LOADSCOPE_SKIP_NATIVE") == "1" else [CMakeExtension("loadscope._native")],
     cmdclass={"build_ext": CMakeBuild, "build_py": BuildPy},
 )

@@ -20,4 +20,4 @@ echo "example: baseline in examples/image-classifier/results/baseline/diagnosis.
 # tested on an impossible criterion in tests/python/test_bench_user.py). FULL=1 enforces them.
 GATES=report
 [ -n "${FULL:-}" ] && GATES=enforce
-"$PY" -m pytest -p loadscope.pytest_plugin -p no:cacheprovider -q ${FULL:+--loadscope-full} "--loadscope-gates=$GATES"
+"$PY" -m pytest -p no:cacheprovider -q ${FULL:+--loadscope-full} "--loadscope-gates=$GATES"

@@ -48,7 +48,7 @@ from ._sources import (
     expand_braces,
 )
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "Audio", "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",

@@ -18,6 +18,12 @@ COMMANDS = {
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--version"]:
+        from . import __version__, _native
+
+        libs = ", ".join(f"{k} {v}" for k, v in _native.library_versions().items())
+        print(f"loadscope {__version__} ({libs})")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         import textwrap
 

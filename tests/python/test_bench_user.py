@@ -518,7 +518,7 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
                                       "run": {"repetitions": 2, "samples": 32, "warmup_samples": 16}})
             assert s["correctness"]["arms"]["batch_size=16"]["ok"] is True
     '''))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "loadscope.pytest_plugin", "-p", "no:cacheprovider", "-rA"],
+    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA"],
                        cwd=repo, capture_output=True, text=True, timeout=900)
     out = r.stdout
     assert r.returncode == 1, out
