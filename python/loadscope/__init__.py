@@ -48,7 +48,7 @@ from ._sources import (
     expand_braces,
 )
 
-from ._version import __version__
+from ._version import __version__ as __version__  # re-exported
 
 __all__ = [
     "Audio", "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
