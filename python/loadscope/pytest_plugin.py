@@ -140,8 +140,10 @@ def run_experiment(config: Any, exp: Any, *, gate: Optional[bool] = None, full: 
     rejected, undecided = [], []
     for arm, v in summary["verdicts"].items():
         more = v.get("repetitions_to_decide")
-        lines.append(f"{exp.name} ({size}): {arm} vs {summary['baseline']}: {v['decision'].upper()}"
-                     + (f" (about {more} repetitions would decide it)" if more else "")
+        # No estimate when the interval is too wide to scale (its low end at -100%): say so.
+        hint = (f" (about {more} repetitions would decide it)" if more else
+                " (too noisy to estimate how many repetitions would decide it)" if v["decision"] == "inconclusive" else "")
+        lines.append(f"{exp.name} ({size}): {arm} vs {summary['baseline']}: {v['decision'].upper()}" + hint
                      + (f" — {(v.get('deciding') or v['reasons'])[0]}" if v["reasons"] else ""))
         if v["decision"] == "inconclusive":
             undecided.append(f"{arm}: INCONCLUSIVE: " + "; ".join(v["reasons"]))

@@ -535,8 +535,11 @@ def test_the_pytest_plugin_collects_runs_and_gates_experiments(repo, tmp_path):
     assert "FAILED experiments/typo.toml::typo" in out and "unknown key(s) factr" in out
     # Gated but inconclusive: passes, counted and reported as such, with what would decide it.
     assert "FAILED experiments/undecided.toml" not in out
-    assert re.search(r"undecided \(small\): num_workers=0 \(B\) vs num_workers=0: INCONCLUSIVE \(about \d+ repetitions "
-                     r"would decide it\) — throughput: undecided", out), out
+    # With what would decide it: a number, or (an interval too wide to scale, on a busy machine) a
+    # statement that there is none.
+    assert re.search(r"undecided \(small\): num_workers=0 \(B\) vs num_workers=0: INCONCLUSIVE \((about \d+ repetitions "
+                     r"would decide it|too noisy to estimate how many repetitions would decide it)\) — throughput: "
+                     r"undecided", out), out
     assert "3 failed, " + (f"{3 - undecided} passed, " if undecided < 3 else "") + f"{undecided} inconclusive in" in out
     assert "suggested" not in out  # results/ is the harness's: not collected
     assert " loadscope experiments " in out and "pyproject" not in out
