@@ -20,10 +20,14 @@ build: deps
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOADSCOPE_TESTS=ON -DLOADSCOPE_PYTHON=ON \
 	  -DPython3_EXECUTABLE=$(PY) -DLOADSCOPE_MODULE_DIR=$(abspath python/loadscope) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
-	@# Installed as pip installs it (editable; the extension built above, not again): the metadata,
-	@# the `loadscope` console script and the pytest11 entry point are the install's, as in a wheel.
-	@for py in $(PY) $(PY_COMPAT); do rm -f "$$($$py -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/loadscope-dev.pth"; \
-	  LOADSCOPE_SKIP_NATIVE=1 $$py -m pip install --no-deps --no-build-isolation --no-index -q -e . || exit 1; done
+	@$(MAKE) -s --no-print-directory $(VENV)/.loadscope-editable .venv-compat/.loadscope-editable
+
+# The package installed as pip installs it (editable; the extension built in place above, not
+# again): the metadata, the `loadscope` console script and the pytest11 entry point are the
+# install's, as in a wheel. Redone only when what pip reads changes, or the venv is new.
+%/.loadscope-editable: pyproject.toml setup.py
+	@rm -f "$$($*/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/loadscope-dev.pth"
+	@LOADSCOPE_SKIP_NATIVE=1 $*/bin/python -m pip install --no-deps --no-build-isolation --no-index -q -e . && touch $@
 
 test: check-data lint test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
 

@@ -146,16 +146,14 @@ def test_drop_last_gives_whole_steps_only(layouts):
     assert all(len(b) == 16 for p in per_rank for b in p[0])  # 120 // 48 = 2 steps of 3 x 16
 
 
-def epoch_slots(layout, spec, world, part, drop_last=False, shuffle=True, fields=None, shuffle_buffer_source=None,
-                **kw):
+def epoch_slots(layout, spec, world, part, drop_last=False, shuffle=True, fields=None, **source_kw):
     """Each rank's batches, as (keys, positions, field values) per batch."""
     out = []
     for r in range(world):
-        source = make_source(layout, spec) if shuffle_buffer_source is None else \
-            ls.WebDataset(spec[layout], shuffle_buffer=shuffle_buffer_source)
+        source = ls.WebDataset(spec[layout], **source_kw) if source_kw else make_source(layout, spec)
         loader = ls.Loader(source, fields=fields or {"cls": ls.Int()}, batch_size=8,
                            shuffle=shuffle, seed=4, threads=2, rank=r, world_size=world, drop_last=drop_last,
-                           partition=part, **kw)
+                           partition=part)
         out.append([(list(b["__key__"]), b["__index__"].tolist(), {k: b[k] for k in loader.fields}) for b in loader])
     return out
 
@@ -224,7 +222,7 @@ def test_a_contiguous_step_mixes_more_shards_under_a_shard_shuffle(layouts):
     """Shard order plus a small shuffle buffer: interleaved ranks' step is W neighbouring
     batches (few shards); contiguous ranks' step is W batches from distant stretches."""
     def same_shard_pairs(part):
-        ranks = epoch_slots("indexed", layouts, 3, part, shuffle=True, shuffle_buffer_source=16)
+        ranks = epoch_slots("indexed", layouts, 3, part, shuffle=True, shuffle_buffer=16)
         shares = []
         for j in range(len(ranks[0])):
             step = collections.Counter(k.split(":")[0] for r in ranks for k in r[j][0])

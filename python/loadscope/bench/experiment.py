@@ -61,6 +61,9 @@ AUTO_CORRECTNESS = {
     "loader": "tolerance", "decode": "tolerance", "grad_accum": "identical",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
+# Factors that deal the same epoch to the ranks differently: each arm's measured window is
+# another stretch of it, so the arms' windows are compared with themselves, not each other.
+DEALS_THE_EPOCH = ("partition",)
 SCALING = ("weak", "strong")  # [factor] scaling of world_size: per-rank batch held, or the global batch
 CORRECTNESS_MODES = ("auto", "identical", "same-samples", "tolerance", "none")
 

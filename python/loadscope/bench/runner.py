@@ -27,7 +27,7 @@ from .._sources import _remote_setup
 from . import env as envmod
 from . import nodes, pipelines, report, scaling
 from .report import rerun_command
-from .experiment import PIPELINE, USER_PIPELINE, Experiment
+from .experiment import DEALS_THE_EPOCH, PIPELINE, USER_PIPELINE, Experiment
 
 
 class ExperimentFailed(RuntimeError):
@@ -335,8 +335,8 @@ def _check_samples(exp: Experiment) -> int:
 def _check_measured_ids(raw_path: str, base: str, arm: str, check: Dict[str, Any], per_arm: bool = False) -> None:
     """The measured phases must have read the same samples in every repetition of both arms
     (compared where the counts agree: batch sizes round the count to whole batches). With
-    `per_arm` (a factor that deals the epoch to the ranks differently: each rank's measured
-    window is another stretch of the same epoch), in every repetition of each arm."""
+    `per_arm` (a factor that deals the epoch to the ranks differently, so that each rank's
+    measured window is another stretch of the same epoch), in every repetition of each arm."""
     with open(raw_path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     seen = {(r["arm"], r["measured_ids"]["count"], r["measured_ids"]["digest"]) for r in rows
@@ -344,24 +344,20 @@ def _check_measured_ids(raw_path: str, base: str, arm: str, check: Dict[str, Any
     if not seen:
         check["detail"] += "; which samples the measured phases read is not known (no ids)"
         return
-    by_count: Dict[Any, set] = {}
+    groups: Dict[Tuple[Optional[str], int], set] = {}
     for name, count, digest in seen:
-        by_count.setdefault((name, count) if per_arm else count, set()).add(digest)
-    if per_arm and not {k for k, d in by_count.items() if len(d) > 1}:
-        counts = sorted({c for _, c in by_count})
-        check["detail"] += (f"; each arm's measured phases read the same samples in every repetition ({'/'.join(map(str, counts))} "
-                            "samples); the arms' measured windows are different stretches of the same epoch, by design")
-        return
-    bad = {c: d for c, d in by_count.items() if len(d) > 1}
+        groups.setdefault((name if per_arm else None, count), set()).add(digest)
+    bad = [(count, digests) for (_, count), digests in groups.items() if len(digests) > 1]
     if bad:
         check["ok"] = False
-        count = next(iter(bad))
-        count = count[1] if isinstance(count, tuple) else count
-        check["detail"] += f"; but the measured phases read different samples ({len(next(iter(bad.values())))} different sets of {count})"
+        check["detail"] += f"; but the measured phases read different samples ({len(bad[0][1])} different sets of {bad[0][0]})"
         sizes = sorted({r.get("batch_size") for r in rows if r["arm"] in (base, arm) and r.get("batch_size")})
         if len(sizes) > 1:
             check["detail"] += (f": the arms' batches hold {' and '.join(map(str, sizes))} samples, so [run] warmup_samples "
                                 "and samples must be multiples of every one of them (each phase takes whole batches)")
+    elif per_arm:
+        check["detail"] += ("; each arm's measured phases read the same samples in every repetition; the arms' windows are "
+                            "different stretches of the same epoch, by design")
     else:
         check["detail"] += "; the measured phases read the same samples in every repetition"
 
@@ -574,7 +570,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                 got = json.load(f)
             correctness["arms"][arm.name] = compare_checks(mode, base, got, exp.correctness["tolerance"])
             _check_measured_ids(raw_path, exp.arms[0].name, arm.name, correctness["arms"][arm.name],
-                                per_arm=exp.factor == "partition")
+                                per_arm=exp.factor in DEALS_THE_EPOCH)
         for p in os.listdir(os.path.join(out_dir, "check")):  # the pixels served the comparison; keep ids and checksums
             if p.endswith(".pt"):
                 os.remove(os.path.join(out_dir, "check", p))
