@@ -7,7 +7,7 @@ BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 CXX_SOURCES = $(shell git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'tests/fuzz/*.cc')
 
-.PHONY: all deps build stub lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers
+.PHONY: all deps build stub lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers wheel check-wheel
 
 all: build
 
@@ -86,6 +86,11 @@ data: build
 
 bench: build
 	@$(PY) benchmarks/bench_images.py
+
+# The self-contained wheel in dist/ (scripts/build-wheel.sh): the extension with the libraries it
+# needs, an LGPL decoders-only FFmpeg among them, and the THIRD-PARTY notice; plus the sdist.
+wheel: build
+	@scripts/build-wheel.sh
 
 # A real `pip install --no-build-isolation .` into a throwaway venv, then an import.
 check-install: deps
