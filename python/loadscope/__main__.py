@@ -20,9 +20,16 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--version"]:
         from . import __version__, _native
+        from ._version import carried_libraries
 
         libs = ", ".join(f"{k} {v}" for k, v in _native.library_versions().items())
         print(f"loadscope {__version__} ({libs})")
+        carried = carried_libraries()
+        if carried is None:
+            print("built from source: the libraries above are the system's")
+        else:
+            print(f"wheel {carried['wheel']}: carries {len(carried['libraries'])} projects' libraries "
+                  f"(licences: {carried['notice']})")
         return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         import textwrap

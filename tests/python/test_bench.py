@@ -272,6 +272,22 @@ def test_library_versions_agree_with_the_ffmpeg_cli():
     ours = _native.library_versions()
     for lib in ("libavcodec", "libavformat", "libavutil", "libswscale"):
         assert ours[lib].split()[0] == cli[lib], lib
+    # The same FFmpeg libraries, so the same licence as the CLI's (Debian's: GPL, x264 and x265).
+    licence = subprocess.run(["ffmpeg", "-hide_banner", "-L"], capture_output=True, text=True).stdout
+    assert re.search(r"GNU (Lesser )?General Public License", licence)
+    assert ours["ffmpeg_license"].startswith("LGPL" if "Lesser" in licence else "GPL"), ours["ffmpeg_license"]
+    number = re.search(r"version ([\d.]+)", ours["ffmpeg_license"]).group(1)  # "GPL version 2 or later"
+    assert f"version {number} of the License" in " ".join(licence.split())
+
+
+def test_libcurl_version_agrees_with_the_curl_cli():
+    """The curl CLI links the same libcurl: its banner names the version and the TLS library."""
+    from loadscope import _native
+
+    banner = subprocess.run(["curl", "--version"], capture_output=True, text=True, check=True).stdout.split()
+    libcurl = next(w for w in banner if w.startswith("libcurl/")).split("/")[1]
+    tls = next(w for w in banner if w.startswith(("OpenSSL/", "GnuTLS/")))
+    assert _native.library_versions()["libcurl"] == f"{libcurl} ({tls})"
 
 
 def test_storage_record_of_a_tmpfs_and_of_the_repo():

@@ -31,6 +31,8 @@ std::string dotted(
 std::vector<std::pair<std::string, std::string>> library_versions() {
   return {
       {"ffmpeg", av_version_info()},
+      // Which FFmpeg is loaded: Debian's links GPL parts, the one a wheel carries does not.
+      {"ffmpeg_license", avcodec_license()},
       {"libavcodec", dotted(avcodec_version()) + " (built " + dotted(LIBAVCODEC_VERSION_INT) + ")"},
       {"libavformat",
        dotted(avformat_version()) + " (built " + dotted(LIBAVFORMAT_VERSION_INT) + ")"},

@@ -50,6 +50,31 @@ double env_number(const char* name, double fallback) {
   return d;
 }
 
+bool nonempty_file(const char* path) {
+  struct stat st{};
+  return path != nullptr && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+// Note [the CA bundle of a carried libcurl]
+// libcurl looks for trusted certificates where the distribution that built it keeps them: the
+// wheel carries Debian's, which looks in /etc/ssl/certs/ca-certificates.crt. On RHEL, Fedora,
+// SUSE or Alpine that file does not exist and every https:// request would fail to verify. So
+// when libcurl's own default is not there, use SSL_CERT_FILE (OpenSSL's variable, which conda
+// and many clusters set), else the first of the other distributions' bundles that exists.
+// Empty: libcurl's default, as before.
+std::string fallback_ca_bundle() {
+  const curl_version_info_data* info = curl_version_info(CURLVERSION_NOW);
+  if (info->cainfo == nullptr || nonempty_file(info->cainfo)) return {};
+  const std::string from_env = env("SSL_CERT_FILE");
+  if (nonempty_file(from_env.c_str())) return from_env;
+  for (const char* path : {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                           "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/ca-bundle.pem",
+                           "/etc/ssl/cert.pem"}) {
+    if (nonempty_file(path)) return path;
+  }
+  return {};
+}
+
 Options from_environment() {
   Options o;
   o.max_attempts =
@@ -72,6 +97,7 @@ Options from_environment() {
       break;
     }
   }
+  if (o.ca_bundle.empty()) o.ca_bundle = fallback_ca_bundle();
   return o;
 }
 
@@ -707,6 +733,13 @@ void reload_environment() {
 std::string credentials_source() {
   return environment()->cred.source;
 }
+std::string library_version() {
+  const curl_version_info_data* info = curl_version_info(CURLVERSION_NOW);
+  std::string v = info->version;
+  if (info->ssl_version != nullptr) v += std::string(" (") + info->ssl_version + ")";
+  return v;
+}
+
 std::string s3_region() {
   return environment()->region;
 }

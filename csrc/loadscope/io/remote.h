@@ -89,7 +89,9 @@ struct Options {
   double backoff_cap = 5.0;
   double connect_timeout = 10.0;  // seconds
   double stall_seconds = 30.0;    // LOADSCOPE_REMOTE_STALL: no byte for this long = failed
-  std::string ca_bundle;          // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE
+  // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE; where none is set and libcurl's own
+  // default is missing, SSL_CERT_FILE or another distribution's bundle (Note [the CA bundle ...]).
+  std::string ca_bundle;
   bool ca_bundle_set = false;     // given by configure(): reload_environment() keeps it
   bool retry_set = false;  // attempts, backoff, stall, timeout given by configure(): kept too
   bool verify_tls = true;
@@ -109,6 +111,8 @@ void reload_environment();
 
 // Where the S3 credentials come from, for errors and the environment record (no secret).
 std::string credentials_source();
+// libcurl as loaded, with its TLS library: "7.88.1 (OpenSSL/3.0.19)", for the environment record.
+std::string library_version();
 // The endpoint as "scheme://host[:port]" and the region, for the environment record.
 std::string s3_endpoint();
 std::string s3_region();

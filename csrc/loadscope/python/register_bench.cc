@@ -3,6 +3,7 @@
 
 #include "loadscope/bench/decode_only.h"
 #include "loadscope/bench/versions.h"
+#include "loadscope/io/remote.h"
 
 namespace loadscope::binding {
 
@@ -10,6 +11,7 @@ void register_bench(py::module_& m) {
   m.def("library_versions", [] {
     py::dict d;
     for (const auto& [name, version] : bench::library_versions()) d[py::str(name)] = version;
+    d["libcurl"] = io::remote::library_version();  // io/'s (bench/ does not reach it)
     return d;
   });
 

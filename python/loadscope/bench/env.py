@@ -226,6 +226,7 @@ def peer_versions() -> Dict[str, Optional[str]]:
 def record(data_root: Optional[str], layout_files: List[str], training_repo: Optional[str] = None,
            stage_dir: Optional[str] = None) -> Dict[str, Any]:
     from .. import __version__
+    from .._version import carried_libraries
 
     def version_of(module: str) -> Optional[str]:  # optional for a user pipeline: recorded when there
         try:
@@ -237,7 +238,8 @@ def record(data_root: Optional[str], layout_files: List[str], training_repo: Opt
     return {
         "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": platform.node(),
-        "loadscope": {"version": __version__, "path": os.path.dirname(here), "git": _loadscope_git(here)},
+        "loadscope": {"version": __version__, "path": os.path.dirname(here), "git": _loadscope_git(here),
+                      "wheel": carried_libraries()},  # None: built from source, the system's libraries
         "training_repo": _git(training_repo),
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "torchvision": version_of("torchvision"), "pillow": version_of("PIL"),
