@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -164,6 +165,29 @@ def test_http_and_https_shards_match_local_and_tls_is_verified(http_server, http
         assert digest(ls.WebDataset(tls), shuffle=True) == want
     finally:
         _native.remote_configure_ca("")
+
+
+def test_without_the_debian_ca_bundle_ssl_cert_file_is_trusted(http_server, http_demo):
+    """A carried libcurl looks for Debian's CA bundle; on another distribution that file is not
+    there (hidden here in a mount namespace) and SSL_CERT_FILE names the bundle instead."""
+    default = "/etc/ssl/certs/ca-certificates.crt"
+    if os.geteuid() != 0 or not os.path.exists(default) or shutil.which("unshare") is None:
+        pytest.skip("needs root, unshare and Debian's CA bundle")
+    url = f"{http_server['LOADSCOPE_HTTPS_URL']}/demo/shards/{sorted(os.listdir(http_demo / 'shards'))[0]}"
+    code = (f"import loadscope as ls; print(sum(len(b['cls']) for b in ls.Loader(ls.WebDataset([{url!r}]), "
+            "fields={'cls': ls.Int()}, batch_size=5)))")
+    env = {k: v for k, v in os.environ.items() if k not in ("LOADSCOPE_CA_BUNDLE", "CURL_CA_BUNDLE", "AWS_CA_BUNDLE")}
+
+    def run(**extra):
+        return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                               f'mount --bind /dev/null {default} && exec "$0" -c "$1"', sys.executable, code],
+                              capture_output=True, text=True, timeout=120, env={**env, **extra})
+
+    trusted = run(SSL_CERT_FILE=http_server["LOADSCOPE_HTTP_CA"])
+    assert trusted.returncode == 0, trusted.stderr[-2000:]
+    assert int(trusted.stdout) > 0
+    untrusted = run()  # the test CA is in no bundle on this machine: verification must fail
+    assert untrusted.returncode != 0 and "certificate" in untrusted.stderr
 
 
 def test_a_remote_manifest_naming_remote_files_matches_the_local_one(http_server, http_demo):
