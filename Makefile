@@ -29,7 +29,7 @@ build: deps
 	@rm -f "$$($*/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/loadscope-dev.pth"
 	@LOADSCOPE_SKIP_NATIVE=1 $*/bin/python -m pip install --no-deps --no-build-isolation --no-index -q -e . && touch $@
 
-test: check-data lint test-cpp test-python test-bench test-example test-compat check-install test-sanitizers
+test: check-data lint test-cpp test-python test-bench test-example test-compat check-install check-wheel test-sanitizers
 
 # The tests' reference data must be there, and unchanged: a test that needs it fails instead of
 # skipping (scripts/check-shared-data.py; `pytest tests/python` alone still skips, loudly).
@@ -95,6 +95,12 @@ wheel: build
 # A real `pip install --no-build-isolation .` into a throwaway venv, then an import.
 check-install: deps
 	@scripts/check-install.sh
+
+# The wheel as users get it: into a fresh venv with only torch, the system's codec, TBB, jpeg,
+# webp and curl libraries hidden; real files decoded as the source build does, shards read from
+# radosgw, an experiment and a baseline (scripts/check-wheel.sh; needs root).
+check-wheel: build
+	@scripts/check-wheel.sh
 
 # libFuzzer targets (clang, ASan + UBSan), each run FUZZ_SECONDS (tests/fuzz/README.md).
 fuzz:

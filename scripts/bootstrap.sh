@@ -23,6 +23,8 @@ PACKAGES=(
   python3-pytest python3-pytest-timeout python3-skimage python3-scipy python3-matplotlib python3-av
   ffmpeg libjpeg-turbo-progs
   clang-format
+  # `make wheel`: the carried FFmpeg is built from Debian's source package (scripts/build-ffmpeg.sh).
+  nasm libdav1d-dev dpkg-dev
 )
 
 # `make fuzz` only: clang, its libFuzzer and sanitizer runtimes, llvm-symbolizer for reports.

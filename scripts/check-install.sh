@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs loadscope the ways users do — `pip install .` (build isolation: the declared build
-# requirements come from PyPI) and `pip install --no-build-isolation .` (what is installed) —
+# Installs loadscope the ways users do — from the sdist with `pip install` (build isolation: the
+# declared build requirements come from PyPI; the sdist must hold everything the build needs) and `pip install --no-build-isolation .` (what is installed) —
 # into fresh virtual environments that see the system's torch, then uses it from outside the
 # source tree. Catches a missing file in the package, a broken setup.py, an undeclared build
 # requirement or a missing build step.
@@ -16,8 +16,10 @@ mkdir "$tmp/src"
 tar -c --exclude=./.venv --exclude=./.venv-compat --exclude=./build --exclude=./data --exclude=./results --exclude=./.git \
   --exclude='./examples/*/data' --exclude='./examples/*/results' --exclude='*.so' . | tar -x -C "$tmp/src"
 quiet() { grep -v "^WARNING: Location 'file:" >&2 || true; }  # this machine's pip config names missing folders
-echo "check-install: pip wheel . + pip install (isolated build; builds the extension; about a minute)"
-"$tmp/venv/bin/pip" wheel -q --no-deps -w "$tmp/dist" "$tmp/src" 2> >(quiet)
+echo "check-install: the sdist, then pip wheel on it + pip install (isolated build; builds the extension; about a minute)"
+(cd "$tmp/src" && /usr/bin/python3 setup.py -q sdist -d "$tmp/sdist" >/dev/null 2>&1) \
+  || { echo "check-install: setup.py sdist failed" >&2; exit 1; }
+"$tmp/venv/bin/pip" wheel -q --no-deps -w "$tmp/dist" "$tmp"/sdist/loadscope-*.tar.gz 2> >(quiet)
 "$tmp/venv/bin/pip" install -q --no-deps "$tmp"/dist/loadscope-*.whl 2> >(quiet)
 echo "check-install: pip install --no-build-isolation . (another venv; about a minute)"
 /usr/bin/python3 -m venv --system-site-packages "$tmp/venv2"
@@ -51,47 +53,4 @@ printf 'name = "x"\n[pipeline]\nfactory = "m:f"\n[factor]\nname = "n"\nvalues = 
   > "$tmp/collect.txt" 2>&1 || true
 grep -q "experiments/x.toml::x" "$tmp/collect.txt" \
   || { echo "check-install: the pytest plugin did not collect an experiment TOML:" >&2; tail -20 "$tmp/collect.txt" >&2; exit 1; }
-
-# A fresh environment with nothing but torch (PyPI's CPU build, from this machine's wheel store)
-# and the wheel built above, as a user's training environment: its declared dependencies come
-# with it (psutil), and `loadscope bench baseline` runs on a pipeline that uses torch only.
-echo "check-install: a venv with only torch, then the wheel: bench baseline there"
-/usr/bin/python3 -m venv "$tmp/fresh"
-"$tmp/fresh/bin/pip" install -q torch==2.13.0 "$tmp"/dist/loadscope-*.whl 2> >(quiet)
-mkdir -p "$tmp/torchonly/mine"
-touch "$tmp/torchonly/mine/__init__.py"
-cat > "$tmp/torchonly/mine/train.py" <<'PY'
-import torch
-
-
-class Shapes(torch.utils.data.Dataset):
-    def __len__(self):
-        return 256
-
-    def __getitem__(self, i):
-        return torch.full((3, 16, 16), float(i % 7)), i % 3
-
-
-def make_loader(batch_size=16, num_workers=1):
-    return torch.utils.data.DataLoader(Shapes(), batch_size=batch_size, num_workers=num_workers)
-
-
-def build(ctx):
-    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(768, 3))
-    return {"model": model, "opt": torch.optim.SGD(model.parameters(), lr=0.1)}
-
-
-def step(state, batch):
-    x, y = batch
-    torch.nn.functional.cross_entropy(state["model"](x), y).backward()
-    state["opt"].step()
-    state["opt"].zero_grad()
-PY
-(cd "$tmp/torchonly" && "$tmp/fresh/bin/loadscope" bench baseline mine.train:make_loader --setup mine.train:build \
-   --step mine.train:step --repo . --samples 64 --warmup-samples 32 --repetitions 1 --out results/b --quiet) \
-  > "$tmp/fresh.txt" 2>&1 || { echo "check-install: bench baseline failed with only torch installed:" >&2; tail -30 "$tmp/fresh.txt" >&2; exit 1; }
-for f in diagnosis.md next-experiment.toml env.json; do
-  [ -s "$tmp/torchonly/results/b/$f" ] || { echo "check-install: the baseline wrote no $f" >&2; exit 1; }
-done
-"$tmp/fresh/bin/python" -c "import importlib.util as u; assert u.find_spec('torchvision') is None and u.find_spec('PIL') is None"
-echo "check-install: ok with only torch ($("$tmp/fresh/bin/python" -c 'import torch; print(torch.__version__)'))"
+# A fresh environment with nothing but torch and the self-contained wheel: scripts/check-wheel.sh.

@@ -676,3 +676,17 @@ def test_the_check_merges_a_factorys_contiguous_loader_by_its_epoch_batches(demo
     assert [pipe.global_batch(k) for k in range(5)] == [5, 6, 7, 8, 9]
     interleaved = UserPipeline({"factory": "loadscope:Loader"}, dict(kw, partition="interleave"), rank=1, world=3)
     assert [interleaved.global_batch(k) for k in range(3)] == [1, 4, 7]
+
+
+def test_sample_checksums_hash_the_bytes_numpy_would_give_without_numpy():
+    """A torch-only environment has no NumPy: the checksums read the tensors' memory directly,
+    and must hash what NumPy's tobytes() gives (checksums stay comparable across installs)."""
+    import numpy as np
+    import torch
+
+    from loadscope.bench.user import _raw_bytes
+
+    cases = [torch.arange(12, dtype=torch.float32).reshape(3, 4)[:, 1:], torch.tensor(5), torch.tensor([True, False]),
+             torch.zeros(0), torch.arange(6, dtype=torch.int16).reshape(2, 3).t(), torch.full((2, 2), 7, dtype=torch.uint8)]
+    for t in cases:
+        assert _raw_bytes(t) == np.ascontiguousarray(t.numpy()).tobytes(), t

@@ -395,8 +395,6 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     """Runs `exp` and writes its folder; returns the summary (see report.analyze). Raises
     ExperimentFailed when a repetition fails or a correctness check does not pass (the folder
     and its report are written first, saying why)."""
-    from .. import datasets
-
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = os.path.abspath(out_dir or os.path.join("results", "experiments", f"{exp.name}-{stamp}"))
@@ -438,6 +436,8 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
         # Only into a missing or empty directory (generate() refuses anything else): an
         # existing dataset is used as it is, never regenerated or resized here.
         say(f"generating the demo dataset in {root} ...")
+        from .. import datasets  # here: the generator needs NumPy, a user pipeline's experiment does not
+
         datasets.generate(root, images=exp.dataset["images"], quiet=quiet)
     needed = {"files": "manifest.jsonl", "folder": "folder", "shards": "shards"}
     for lay in sorted({a.config["layout"] for a in exp.arms} if root and not exp.user else ()):

@@ -10,6 +10,7 @@ by all arms, needs anyway."""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import importlib
@@ -170,8 +171,17 @@ def sample_checksum(leaf_list: List[Tuple[str, Any]], i: int) -> str:
     for _, x in leaf_list:
         t = to_tensor(x[i]).contiguous()
         h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-        h.update(t.numpy().tobytes())
+        h.update(_raw_bytes(t))
     return h.hexdigest()
+
+
+def _raw_bytes(t: torch.Tensor) -> bytes:
+    """A tensor's bytes as laid out in memory, as NumPy's tobytes() gives them, without NumPy
+    (a torch-only training environment has none)."""
+    flat = t.detach().cpu().contiguous().reshape(-1)
+    if flat.numel() == 0:
+        return b""
+    return ctypes.string_at(flat.data_ptr(), flat.numel() * flat.element_size())
 
 
 @functools.lru_cache(maxsize=4096)
