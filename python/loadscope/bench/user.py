@@ -175,7 +175,7 @@ def sample_checksum(leaf_list: List[Tuple[str, Any]], i: int) -> str:
     return h.hexdigest()
 
 
-def _raw_bytes(t: torch.Tensor) -> bytes:
+def _raw_bytes(t: Any) -> bytes:
     """A tensor's bytes as laid out in memory, as NumPy's tobytes() gives them, without NumPy
     (a torch-only training environment has none)."""
     flat = t.detach().cpu().contiguous().reshape(-1)
