@@ -51,7 +51,7 @@ double env_number(const char* name, double fallback) {
 }
 
 bool nonempty_file(const char* path) {
-  struct stat st{};
+  struct stat st {};
   return path != nullptr && stat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
@@ -68,8 +68,8 @@ std::string fallback_ca_bundle() {
   const std::string from_env = env("SSL_CERT_FILE");
   if (nonempty_file(from_env.c_str())) return from_env;
   for (const char* path : {"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
-                           "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem", "/etc/ssl/ca-bundle.pem",
-                           "/etc/ssl/cert.pem"}) {
+                           "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+                           "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"}) {
     if (nonempty_file(path)) return path;
   }
   return {};

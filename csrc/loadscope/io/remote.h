@@ -92,8 +92,8 @@ struct Options {
   // LOADSCOPE_CA_BUNDLE, CURL_CA_BUNDLE or AWS_CA_BUNDLE; where none is set and libcurl's own
   // default is missing, SSL_CERT_FILE or another distribution's bundle (Note [the CA bundle ...]).
   std::string ca_bundle;
-  bool ca_bundle_set = false;     // given by configure(): reload_environment() keeps it
-  bool retry_set = false;  // attempts, backoff, stall, timeout given by configure(): kept too
+  bool ca_bundle_set = false;  // given by configure(): reload_environment() keeps it
+  bool retry_set = false;      // attempts, backoff, stall, timeout given by configure(): kept too
   bool verify_tls = true;
   int connections = 16;  // LOADSCOPE_REMOTE_CONNECTIONS: the fetch pool (prefetch.h)
   uint64_t inflight = uint64_t{256} << 20;  // LOADSCOPE_REMOTE_INFLIGHT: bytes fetched ahead
