@@ -38,10 +38,14 @@ apt-get -q "${apt_opts[@]}" update >"$out/apt.log" 2>&1 || { cat "$out/apt.log" 
 
 echo "build-ffmpeg: configure + build, decoders only, LGPL (about 2 minutes on 2 cores)"
 cd "$out/src/ffmpeg"
+# glibc 2.35 gave hypot() a new symbol version, and FFmpeg is the only part of the wheel that
+# calls it: bound to the old one, the wheel needs glibc 2.34 (the extension's and Debian's
+# libraries' floor), so it installs on RHEL/Rocky/Alma 9 too, not only from Ubuntu 22.04 on.
+echo '__asm__(".symver hypot,hypot@GLIBC_2.2.5");' > "$out/glibc-compat.h"
 # Every format the tests and docs name (docs/formats.md), and nothing that encodes or reaches
 # the network. --disable-gpl/--disable-nonfree are the defaults, written out because they are
 # the point.
-./configure --prefix="$out/prefix" --enable-shared --disable-static --enable-pic \
+./configure --prefix="$out/prefix" --extra-cflags="-include $out/glibc-compat.h" --enable-shared --disable-static --enable-pic \
   --disable-programs --disable-doc --disable-gpl --disable-nonfree --disable-version3 \
   --disable-everything --disable-network --disable-avdevice --disable-avfilter --disable-postproc \
   --enable-swscale --enable-swresample --enable-zlib --enable-libdav1d \
@@ -58,6 +62,6 @@ make install >>"$out/make.log" 2>&1
 # The licence and the exact source, for the wheel's THIRD-PARTY notice (scripts/wheel-notice.py).
 cp COPYING.LGPLv2.1 "$out/prefix/COPYING.LGPLv2.1"
 { echo "source: Debian source package ffmpeg $version (https://sources.debian.org/src/ffmpeg/${version#*:}/)"
-  echo "configure: $(sed -n "s/^# *//;s/ --prefix=[^ ]*//;1p" ffbuild/config.log)"; } > "$out/prefix/SOURCE"
+  echo "configure: $(sed -n "s/^# *//;s/ --prefix=[^ ]*//;s/ --extra-cflags=[^ ]*//;1p" ffbuild/config.log)"; } > "$out/prefix/SOURCE"
 echo "$key" > "$out/prefix/.built"
 echo "build-ffmpeg: $out/prefix ($(du -sh "$out/prefix/lib" | cut -f1) of libraries)"

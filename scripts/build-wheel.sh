@@ -24,6 +24,7 @@ quiet() { grep -v "^WARNING: Location 'file:" >&2 || true; }  # this machine's p
 
 echo "wheel: building the extension against the carried FFmpeg (about a minute)"
 PKG_CONFIG_PATH=$ffmpeg/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH} \
+CXXFLAGS="-include $root/scripts/wheel-compat.h ${CXXFLAGS:-}" \
   "$py" -m pip wheel -q --no-deps --no-build-isolation --no-index -w "$work/raw" "$work/src" 2> >(quiet)
 
 echo "wheel: auditwheel repair"
