@@ -21,11 +21,15 @@ cleanup() { bash scripts/s3-server.sh stop "$tmp/s3" >/dev/null 2>&1 || true; rm
 trap cleanup EXIT
 quiet() { grep -v "^WARNING: Location 'file:" >&2 || true; }  # this machine's pip config names missing folders
 
-scripts/build-wheel.sh
-whl=$(ls dist/loadscope-*-manylinux*.whl)
+# WHEEL_PYTHON: the interpreter of the fresh venv, and so which wheel (default Debian's 3.11);
+# e.g. WHEEL_PYTHON=python3.12 scripts/check-wheel.sh, after scripts/build-wheel.sh python3.12.
+vpy=${WHEEL_PYTHON:-/usr/bin/python3}
+tag=$("$vpy" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+[ -n "${WHEEL_PYTHON:-}" ] || scripts/build-wheel.sh
+whl=$(ls dist/loadscope-*-"$tag"-*manylinux*.whl)
 
 echo "check-wheel: a fresh venv with torch (PyPI's CPU build, from this machine's wheel store), then the wheel"
-/usr/bin/python3 -m venv "$tmp/venv"
+"$vpy" -m venv "$tmp/venv"
 "$tmp/venv/bin/pip" install -q torch==2.13.0 2> >(quiet)
 start=$(date +%s%N)
 "$tmp/venv/bin/pip" install -q "$src/$whl" 2> >(quiet)  # and psutil, its one dependency
