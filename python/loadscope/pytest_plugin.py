@@ -59,10 +59,10 @@ def _looks_like_experiment(path: Any) -> bool:
     if path.parent.name == "experiments":
         return True
     try:
-        import tomllib
+        from .bench.experiment import toml_module  # tomllib, or tomli before Python 3.11
 
         with open(path, "rb") as f:
-            raw = tomllib.load(f)
+            raw = toml_module().load(f)
     except Exception:
         return False
     return isinstance(raw, dict) and "name" in raw and isinstance(raw.get("factor"), dict)

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 from .._errors import ConfigError
 from . import env as envmod
 from . import scaling, stats, user
-from .experiment import RUN, STEP, USER_PIPELINE, Arm, Experiment, _check, _section
+from .experiment import RUN, STEP, USER_PIPELINE, Arm, Experiment, _check, _section, toml_module
 
 
 def _experiment(factory: str, kwargs: Dict[str, Any], *, setup: Optional[str], step: Optional[str],
@@ -521,7 +521,7 @@ def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, 
     after checking them as `bench run` will: the experiment's schema, and every callable it
     names imported and its signature bound to the arguments it will get (the swap's factory
     was translated for those arguments by suggest)."""
-    from .experiment import from_dict, toml_module
+    from .experiment import from_dict
 
     tomllib = toml_module()
 
@@ -734,9 +734,7 @@ def parse_arg(text: str) -> tuple:
     if not key.isidentifier():
         raise ConfigError(f"--arg {text!r}: {key!r} is not a keyword argument name")
     try:
-        import tomllib
-
-        return key, tomllib.loads(f"v = {value}")["v"]
+        return key, toml_module().loads(f"v = {value}")["v"]  # tomllib, or tomli before Python 3.11
     except Exception:
         return key, value
 
