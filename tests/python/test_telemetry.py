@@ -333,6 +333,15 @@ def test_cuda_transfer_pinned_timed_and_overlapped(demo):
     assert out == ref
 
 
+def test_a_bad_report_interval_on_a_watched_loop_is_a_config_error():
+    """The watcher's argument check raises loadscope's ConfigError, listing what is allowed (it
+    once imported the error from a module that does not exist and raised ModuleNotFoundError)."""
+    with ls.telemetry.watch(iter(range(3))) as w:
+        for bad in (0, -1.0, True, "10"):
+            with pytest.raises(ls.ConfigError, match=r"report_every\(seconds=.*must be a number > 0"):
+                w.report_every(bad)
+
+
 def test_a_watched_dataloader_and_a_loader_print_with_the_same_ruler(demo, tmp_path):
     """watch(dl).telemetry() is a Snapshot shaped like a Loader's: the summaries have the same
     lines for what both measure, and to_dict(), to_prometheus(), report_every work alike."""

@@ -285,7 +285,7 @@ class Watched:
         """As ``Loader.report_every``: an interval report every `seconds` to a callable, a
         logging.Logger or a JSON-lines path, and a final one from ``close()``."""
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-            from ._errors import ConfigError
+            from .._errors import ConfigError
             raise ConfigError(f"report_every(seconds={seconds!r}): must be a number > 0")
         self._stop_reports()
         ref = weakref.ref(self)
