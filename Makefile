@@ -40,11 +40,13 @@ check-data:
 # ASan + UBSan over every C++ test and a Python smoke run; TSan over the engine's tests.
 test-sanitizers: asan tsan
 
-# ruff (pyflakes, pycodestyle, bugbear) over all Python; mypy over the package; the native stub
+# ruff (pyflakes, pycodestyle, bugbear) over all Python; mypy over the package; the Python
+# package's layers (scripts/check-py-layers.py, docs/architecture.md); the native stub
 # is what `make stub` writes from the built module; clang-format over the C++ (`make format`).
 lint: build
 	@$(abspath $(VENV))/bin/ruff check python tests benchmarks examples scripts
 	@$(abspath $(VENV))/bin/mypy
+	@$(PY) scripts/check-py-layers.py
 	@$(PY) scripts/gen-native-stub.py --check
 	@clang-format --dry-run -Werror $(CXX_SOURCES)
 

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Fails when a module of the Python package imports across its layers the wrong way (`make
+lint`; the C++ side is scripts/check-layers.py). Every import is read, those inside functions too.
+
+The layers, bottom up (docs/architecture.md "The Python package"):
+
+    base       _native (the binding), _errors, _version        import nothing of the package
+    telemetry  loadscope.telemetry.*                            base only
+    core       every other module at the top of the package     base, telemetry, core
+    tools      bench.*, __main__, pytest_plugin, demo           the public API only (below)
+
+"The public API" is what `import loadscope` exports (`loadscope.__all__` and `__version__`,
+wherever the name is defined: `from .._errors import ConfigError` is `loadscope.ConfigError`),
+the public modules (a name without a leading underscore: loadscope.telemetry, .stage, .gpu,
+...) and their public names, and two documented internal modules, `_native` (the binding) and
+`_version`; within bench/, its own modules. A private name or module used anyway is listed in EXCEPTIONS
+with the reason; an exception that is no longer used fails the check too, so the list shrinks.
+"""
+
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "python" / "loadscope"
+
+BASE = {"loadscope._native", "loadscope._errors", "loadscope._version"}
+TOOLS = ("loadscope.bench", "loadscope.__main__", "loadscope.pytest_plugin", "loadscope.demo")
+# Internal modules the tools may use, documented as such (docs/architecture.md).
+DOCUMENTED = {"loadscope._native", "loadscope._version"}
+
+# (importing module, imported module, name) -> why it is allowed for now.
+EXCEPTIONS = {
+    ("loadscope.bench.runner", "loadscope._sources", "_remote_setup"):
+        "the harness applies an experiment's remote settings process-wide as a Loader does (issue 38, item 1)",
+    ("loadscope.bench.user", "loadscope.telemetry.watcher", "_batch_len"):
+        "the batch size of a user's batch, as the watcher counts it",
+    ("loadscope.bench.audio", "loadscope._fields", "AUDIO_MEMBERS"):
+        "the member names of audio files (issue 38, item 2: one format table)",
+    ("loadscope.bench.audio", "loadscope._fields", "VIDEO_MEMBERS"):
+        "the member names of video files (issue 38, item 2: one format table)",
+    ("loadscope.bench.video", "loadscope._fields", "VIDEO_MEMBERS"):
+        "the member names of video files (issue 38, item 2: one format table)",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path):
+    """(line, imported module, name or None) for every import of the package in `path`."""
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "loadscope":
+                    yield node.lineno, a.name, None
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            elif node.module and node.module.split(".")[0] == "loadscope":
+                target = node.module
+            else:
+                continue
+            for a in node.names:
+                sub = f"{target}.{a.name}"
+                # `from . import x` of a module: the module is what is imported
+                if sub in BASE or (PKG.parent / Path(*sub.split("."))).with_suffix(".py").exists() or \
+                        (PKG.parent / Path(*sub.split("."))).is_dir():
+                    yield node.lineno, sub, None
+                else:
+                    yield node.lineno, target, a.name
+
+
+def layer(mod: str) -> str:
+    if mod in BASE:
+        return "base"
+    if mod == "loadscope.telemetry" or mod.startswith("loadscope.telemetry."):
+        return "telemetry"
+    if mod.startswith(TOOLS):
+        return "tools"
+    return "core"
+
+
+def public_names() -> set:
+    tree = ast.parse((PKG / "__init__.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value)) | {"__version__"}
+    sys.exit("check-py-layers: loadscope/__init__.py has no __all__")
+
+
+def allowed(me: str, target: str, name, public: set) -> bool:
+    mine, theirs = layer(me), layer(target)
+    if mine == "base":
+        return False
+    if mine == "telemetry":
+        return theirs in ("base", "telemetry")
+    if mine == "core":
+        return theirs != "tools"
+    # tools: within bench/ anything of bench/; else the public API
+    if target.startswith("loadscope.bench") and me.startswith("loadscope.bench"):
+        return True
+    if target in DOCUMENTED or (target == "loadscope" and name is None):
+        return True
+    if name in public:  # a public name, wherever it is defined
+        return True
+    if target == "loadscope" or any(part.startswith("_") for part in target.split(".")[1:]):
+        return False
+    return name is None or not name.startswith("_")
+
+
+def main() -> int:
+    public = public_names()
+    problems, used = [], set()
+    for path in sorted(PKG.rglob("*.py")):
+        me = module_name(path)
+        for line, target, name in imports(path):
+            if target == me or allowed(me, target, name, public):
+                continue
+            if (me, target, name) in EXCEPTIONS:
+                used.add((me, target, name))
+                continue
+            what = f"{target}.{name}" if name else target
+            problems.append(f"{path.relative_to(ROOT)}:{line}: {me} ({layer(me)}) imports {what} ({layer(target)})")
+    for stale in sorted(set(EXCEPTIONS) - used):
+        problems.append(f"scripts/check-py-layers.py: the exception {stale} is no longer used: remove it")
+    for p in problems:
+        print(p)
+    if problems:
+        print("check-py-layers: the imports above go against the Python layers (see this script's docstring)")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
