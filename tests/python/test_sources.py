@@ -99,3 +99,28 @@ def test_jsonl_values_of_any_type_become_members(tmp_path, demo):
     src = ls.FileList(tmp_path / "m.jsonl")
     b = next(iter(ls.Loader(src, fields={"meta": ls.Json(), "raw": ls.Bytes()}, batch_size=1)))
     assert b["meta"] == [{"a": [1, 2]}] and b["raw"] == [b"bytes!"]
+
+
+def test_text_members_are_utf8_exactly_as_python_decodes_it(tmp_path):
+    """Text fields and manifests share one UTF-8 check (io/text.h): a member is accepted exactly
+    when Python's strict decoder accepts it — overlong forms, surrogates, code points above
+    U+10FFFF and cut-short sequences are refused, naming the sample."""
+    import io
+    import tarfile
+
+    cases = [b"plain", "café €".encode(), "\U0001F600".encode(), "\U0010FFFF".encode(),
+             b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"ends cut short \xe2\x82", b"\x80", b"\xff"]
+    for n, data in enumerate(cases):
+        shard = tmp_path / f"t{n}.tar"
+        with tarfile.open(shard, "w") as tar:
+            info = tarfile.TarInfo(f"s{n}.txt")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        loader = ls.Loader(ls.WebDataset([str(shard)]), fields={"txt": ls.Text()}, batch_size=1)
+        try:
+            want = data.decode("utf-8")
+        except UnicodeDecodeError:
+            with pytest.raises(ls.SampleError, match=rf"s{n}.*not valid UTF-8"):
+                next(iter(loader))
+        else:
+            assert next(iter(loader))["txt"] == [want], data

@@ -24,6 +24,7 @@
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 #include "loadscope/io/tar_index.h"
+#include "loadscope/io/text.h"
 
 namespace loadscope::io {
 
@@ -38,67 +39,6 @@ struct BadRow {
 
 [[noreturn]] void bad(std::string reason) {
   throw BadRow{std::move(reason)};
-}
-
-// ---- UTF-8 ------------------------------------------------------------------------------
-
-// True when [p, end) is UTF-8 (no overlongs, no surrogates, nothing above U+10FFFF).
-bool valid_utf8(const unsigned char* p, const unsigned char* end) {
-  while (p < end) {
-    if (end - p >= 8) {  // the common case: eight ASCII bytes at once
-      uint64_t w;
-      std::memcpy(&w, p, 8);
-      if (!(w & 0x8080808080808080ull)) {
-        p += 8;
-        continue;
-      }
-    }
-    const unsigned c = *p;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    }
-    int n;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      n = 1;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      n = 2;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      n = 3;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return false;
-    }
-    if (end - p <= n) return false;
-    if (p[1] < lo || p[1] > hi) return false;
-    for (int k = 2; k <= n; ++k) {
-      if (p[k] < 0x80 || p[k] > 0xBF) return false;
-    }
-    p += n + 1;
-  }
-  return true;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // An integer written as Python writes one (no sign but '-', no leading zeros, not "-0") that
@@ -341,7 +281,7 @@ class JsonRow {
           } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
             bad("not JSON: a lone surrogate (\\u escape)" + where());
           }
-          append_utf8(scratch_, cp);
+          text::append_utf8(scratch_, cp);
           break;
         }
         default: bad("not JSON: invalid escape" + where());
@@ -531,8 +471,7 @@ void parse_jsonl(const char* input, const char* b, const char* e, const Manifest
         bad("the row is " + std::to_string(len) + " bytes, over the " +
             std::to_string(kMaxRowBytes >> 20) + " MiB a manifest row may have");
       }
-      if (!valid_utf8(reinterpret_cast<const unsigned char*>(line_start),
-                      reinterpret_cast<const unsigned char*>(line_end))) {
+      if (!text::valid_utf8(std::string_view(line_start, len))) {
         bad("the row is not UTF-8");
       }
       scratch.clear();
@@ -711,8 +650,7 @@ void parse_csv(const char* b, const char* e, const ManifestOptions& o, Part& par
       if (!r.next()) break;
       if (r.empty_line) continue;  // as csv.DictReader
       for (const auto& f : r.fields) {
-        if (!valid_utf8(reinterpret_cast<const unsigned char*>(f.data()),
-                        reinterpret_cast<const unsigned char*>(f.data() + f.size()))) {
+        if (!text::valid_utf8(f)) {
           bad("the row is not UTF-8");
         }
       }

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/text.h"
 
 namespace loadscope::pipeline {
 
@@ -56,7 +57,7 @@ void PlainField::fill(FieldCall& call) const {
       break;
     }
     case PlainKind::kText:
-      if (!is_valid_utf8(bytes)) {
+      if (!io::text::valid_utf8(bytes)) {
         throw SampleError(call.where, member + ": text is not valid UTF-8", FailureKind::kField);
       }
       *call.strings[0] = bytes;
@@ -71,37 +72,6 @@ void PlainField::fill(FieldCall& call) const {
     }
     case PlainKind::kBytes: break;
   }
-}
-
-bool is_valid_utf8(const std::string& text) {
-  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
-  const auto* end = p + text.size();
-  while (p < end) {
-    const unsigned c = *p;
-    int n;
-    uint32_t cp;
-    if (c < 0x80) {
-      ++p;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (end - p <= n) return false;
-    for (int i = 1; i <= n; ++i) {
-      if ((p[i] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    static const uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    p += n + 1;
-  }
-  return true;
 }
 
 namespace {
@@ -264,7 +234,7 @@ class JsonChecker {
 }  // namespace
 
 bool is_valid_json(const std::string& text, std::string* reason) {
-  if (!is_valid_utf8(text)) {
+  if (!io::text::valid_utf8(text)) {
     if (reason) *reason = "not valid UTF-8";
     return false;
   }

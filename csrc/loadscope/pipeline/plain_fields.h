@@ -26,6 +26,5 @@ class PlainField : public Field {
 
 // Checks that bytes are a syntactically valid JSON text (RFC 8259), nesting at most 256 deep.
 bool is_valid_json(const std::string& text, std::string* reason);
-bool is_valid_utf8(const std::string& text);
 
 }  // namespace loadscope::pipeline
