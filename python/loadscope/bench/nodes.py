@@ -257,9 +257,7 @@ class Nodes:
             _run(["ip", "-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", dev])
             _run(["ip", "-n", ns, "link", "set", dev, "up"])
             if self.link_mbit:
-                # A bucket of 10 ms at the rate (at least 256 KiB): large enough that the
-                # kernel's timer granularity does not cap the rate below the one asked for.
-                burst = max(256 * 1024, int(self.link_mbit * 1e6 / 8 * 0.01))
+                burst = bucket_bytes(self.link_mbit)
                 for where, d in ((ns, dev), (self.hub, port)):
                     _run(["ip", "netns", "exec", where, "tc", "qdisc", "replace", "dev", d, "root", "tbf", "rate",
                           f"{self.link_mbit:g}mbit", "burst", str(burst), "latency", "100ms"])
@@ -272,6 +270,13 @@ class Nodes:
             _delete(ns)
         self.made = []
 
+
+
+def bucket_bytes(link_mbit: float) -> int:
+    """The token bucket under a shaped link: 10 ms at the rate, at least 256 KiB, large enough
+    that the kernel's timer granularity does not cap the rate below the one asked for. A link
+    that sat idle passes this many bytes at once, so B bytes take at least (B - bucket) / rate."""
+    return max(256 * 1024, int(link_mbit * 1e6 / 8 * 0.01))
 
 
 def topology(config: Dict[str, Any]) -> Dict[str, Any]:
