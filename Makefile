@@ -29,7 +29,16 @@ build: deps
 	@rm -f "$$($*/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/loadscope-dev.pth"
 	@LOADSCOPE_SKIP_NATIVE=1 $*/bin/python -m pip install --no-deps --no-build-isolation --no-index -q -e . && touch $@
 
-test: check-data lint test-cpp test-python test-bench test-example test-compat check-install check-wheel test-sanitizers
+# The stages one after another, each timed: the suite must stay under 40 minutes on 2 cores, and
+# the table at the end says where the time goes.
+TEST_STAGES := check-data build lint test-cpp test-python test-bench test-example test-compat check-install check-wheel test-sanitizers
+test:
+	@t0=$$(date +%s); times=""; \
+	for s in $(TEST_STAGES); do \
+	  t=$$(date +%s); $(MAKE) --no-print-directory $$s || exit 1; \
+	  times="$$times$$(printf '  %-16s %5d s' $$s $$(( $$(date +%s) - t )))\n"; \
+	done; \
+	printf "make test: every stage passed, in %d s\n$$times" $$(( $$(date +%s) - t0 ))
 
 # The tests' reference data must be there, and unchanged: a test that needs it fails instead of
 # skipping (scripts/check-shared-data.py; `pytest tests/python` alone still skips, loudly).
@@ -94,7 +103,7 @@ bench: build
 wheel: build
 	@scripts/build-wheel.sh
 
-# A real `pip install --no-build-isolation .` into a throwaway venv, then an import.
+# The sdist, built and installed by pip (isolated build) into a throwaway venv, then used.
 check-install: deps
 	@scripts/check-install.sh
 

@@ -15,7 +15,7 @@ mkdir -p $B/py
 tar -C python -cf - --exclude='*.so' --exclude=__pycache__ loadscope | tar -C $B/py -xf -
 cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADSCOPE_SANITIZE="$SAN" -DLOADSCOPE_TESTS=ON \
   -DLOADSCOPE_PYTHON=$python_too -DPython3_EXECUTABLE="$PY" -DLOADSCOPE_MODULE_DIR="$(pwd)/$B/py/loadscope" >/dev/null
-cmake --build $B -j "$(nproc)"
+cmake --build $B -j "$(nproc)" $([ "$NAME" = tsan ] && echo --target loadscope_thread_tests)
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 if [ "$NAME" = asan ]; then
   # detect_leaks: every allocation of a test must be freed (FFmpeg's and TBB's process-wide
@@ -28,6 +28,6 @@ if [ "$NAME" = asan ]; then
 else
   # The engine hands samples between the planner, oneTBB's workers and the consumer.
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$(pwd)/scripts/tsan.supp" \
-    $B/loadscope_tests "[engine],[telemetry],[tar]"
+    $B/loadscope_thread_tests "[engine],[telemetry],[tar]"
 fi
 echo "sanitize ($SAN): clean"

@@ -1,12 +1,14 @@
-// Image-level behaviour: format sniffing, PNG decoding, resampling properties, crop planning.
+// Image-level behaviour: format sniffing and the format table, PNG and PPM decoding, resampling properties, crop planning.
 #include <cmath>
 #include <cstring>
+#include <set>
 
 #include "helpers.h"
 #include "loadscope/augment/geometry.h"
 #include "loadscope/augment/resample.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/ffmpeg/image_decoder.h"
+#include "loadscope/decode/formats.h"
 #include "loadscope/decode/image.h"
 #include "loadscope/pipeline/image_field.h"
 
@@ -24,7 +26,21 @@ TEST_CASE("formats are recognised from bytes, not names", "[image]") {
   CHECK(s(std::string("\x89PNG\r\n\x1a", 7)) == ImageFormat::kPngTruncated);
   CHECK(s("BM6\x00") == ImageFormat::kBmp);
   CHECK(s("GIF89a...") == ImageFormat::kGif);
+  // netpbm: the type's digit, then whitespace (netpbm's rule); P7 (PAM) is not read.
+  CHECK(s("P6\n3 2\n255\n") == ImageFormat::kPpm);
+  CHECK(s("P3 3 2 255") == ImageFormat::kPpm);
+  CHECK(s("P5\r\n") == ImageFormat::kPgm);
+  CHECK(s("P4\t") == ImageFormat::kPbm);
+  CHECK(s("P7\nWIDTH 3") == ImageFormat::kUnknown);
+  CHECK(s("P61") == ImageFormat::kUnknown);
   CHECK(s("hello") == ImageFormat::kUnknown);
+  // Every row has a distinct format, a name and at least one extension; FFmpeg rows a decoder.
+  std::set<ImageFormat> seen;
+  for (const auto& row : decode::image_formats()) {
+    CHECK(seen.insert(row.format).second);
+    CHECK(std::string(row.extensions).size() > 0);
+    CHECK((row.backend == decode::ImageBackend::kFfmpeg) == (row.ffmpeg_decoder != nullptr));
+  }
 }
 
 TEST_CASE("unsupported and truncated images fail with a clear reason", "[image]") {
@@ -36,9 +52,9 @@ TEST_CASE("unsupported and truncated images fail with a clear reason", "[image]"
     return pipeline::decode_image(reinterpret_cast<const uint8_t*>(data.data()), data.size(), spec,
                                   rng, out.data());
   };
-  CHECK_THROWS_WITH(decode(read_all(real("pillow/Tests/images/hopper_webp_bits.ppm"))),
+  CHECK_THROWS_WITH(decode(read_all(real("pillow/LICENSE"))),
                     Catch::Contains("unsupported image format: unknown") &&
-                        Catch::Contains("supported: JPEG, PNG, WebP, BMP, GIF, TIFF"));
+                        Catch::Contains("supported: JPEG, PNG, PPM, BMP, PGM, TIFF, WebP, GIF, PBM"));
   CHECK_THROWS_WITH(decode(read_all(real("pillow/Tests/images/bmp/b/shortfile.bmp"))),
                     Catch::Contains("BMP: cannot decode"));
   const std::string webp = read_all(real("pillow/Tests/images/hopper.webp"));
@@ -50,7 +66,7 @@ TEST_CASE("unsupported and truncated images fail with a clear reason", "[image]"
   CHECK_THROWS_WITH(decode(""), Catch::Contains("empty"));
 }
 
-TEST_CASE("PNG decodes to the same pixels as ffmpeg's rgb24 conversion", "[image][png]") {
+TEST_CASE("PNG and PPM decode to the same pixels as ffmpeg's rgb24 conversion", "[image][png]") {
   REQUIRE_SHARED_DATA();
   if (!have_tool("ffmpeg")) {
     WARN("skipped: ffmpeg not installed");
@@ -80,6 +96,16 @@ TEST_CASE("PNG decodes to the same pixels as ffmpeg's rgb24 conversion", "[image
     REQUIRE(ref.size() == static_cast<size_t>(v.width) * v.height * 3);
     CHECK(std::memcmp(ref.data(), v.data, ref.size()) == 0);
   }
+  const std::string rel = "pillow/Tests/images/hopper_webp_bits.ppm";
+  const std::string data = read_all(real(rel));
+  decode::FfmpegImageDecoder ppm(decode::ImageFormat::kPpm);
+  const auto v = ppm.decode(reinterpret_cast<const uint8_t*>(data.data()), data.size());
+  int rc = 0;
+  const std::string ref =
+      run("ffmpeg -v error -i " + quote(real(rel)) + " -f rawvideo -pix_fmt rgb24 - 2>/dev/null", &rc);
+  REQUIRE(rc == 0);
+  REQUIRE(ref.size() == static_cast<size_t>(v.width) * v.height * 3);
+  CHECK(std::memcmp(ref.data(), v.data, ref.size()) == 0);
 }
 
 TEST_CASE("resampling: identity, constants and flips", "[resample]") {

@@ -250,6 +250,55 @@ def test_webp_reference_decode_of_the_data_readme(real):
     assert np.abs(got.astype(int) - ref).max() <= 1
 
 
+def _netpbm(mode: str, raw: bool, real) -> bytes:
+    """A real photograph written as netpbm by Pillow (raw), or by hand in netpbm's plain text
+    form (Pillow writes no plain form), which Pillow reads back as the reference."""
+    with PILImage.open(real / "pillow/Tests/images/hopper.webp") as im:
+        im = im.convert(mode).resize((37, 23))
+    if raw:
+        buf = io.BytesIO()
+        im.save(buf, format="PPM")
+        return buf.getvalue()
+    px = np.asarray(im)
+    if mode == "1":  # plain PBM: 1 is black
+        return b"P1\n37 23\n" + b"\n".join(b" ".join(b"0" if v else b"1" for v in row) for row in px) + b"\n"
+    magic, maxval = (b"P3", 255) if mode == "RGB" else (b"P2", 255)
+    body = b"\n".join(b" ".join(str(int(v)).encode() for v in row.ravel()) for row in px)
+    return magic + b"\n# a comment\n37 23\n" + str(maxval).encode() + b"\n" + body + b"\n"
+
+
+@pytest.mark.parametrize("mode, raw, magic", [("RGB", True, b"P6"), ("L", True, b"P5"), ("1", True, b"P4"),
+                                              ("RGB", False, b"P3"), ("L", False, b"P2"), ("1", False, b"P1")])
+def test_netpbm_decodes_like_pillow(real, mode, raw, magic):
+    """PPM, PGM and PBM (torchvision's IMG_EXTENSIONS list .ppm and .pgm), raw and plain,
+    exactly as Pillow reads them, greys replicated to RGB."""
+    data = _netpbm(mode, raw, real)
+    assert data[:2] == magic
+    got = decode(data, size=(23, 37), crop="resize")
+    ref = np.asarray(PILImage.open(io.BytesIO(data)).convert("RGB"))
+    assert np.array_equal(got, ref)
+
+
+def test_a_real_ppm_decodes_like_pillow(real):
+    path = real / "pillow/Tests/images/hopper_webp_bits.ppm"
+    got = decode(path.read_bytes(), size=128, crop="resize")
+    assert np.array_equal(got, np.asarray(PILImage.open(path).convert("RGB")))
+
+
+def test_the_format_table_gives_the_member_names_and_folder_lists_what_imagefolder_does():
+    """IMAGE_EXTENSIONS is torchvision's list (a Folder has ImageFolder's samples), and every
+    one of them is a format that decodes; the member names are the table's."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    assert ls.IMAGE_EXTENSIONS == IMG_EXTENSIONS
+    names = {name: exts for name, exts in _native.formats()["image"]}
+    assert set(names) == {"JPEG", "PNG", "PPM", "PGM", "PBM", "BMP", "TIFF", "WebP", "GIF"}
+    assert {"." + e for e in ls._fields.IMAGE_MEMBERS} >= set(IMG_EXTENSIONS)
+    assert ls.VIDEO_EXTENSIONS == tuple("." + e for e in ls._fields.VIDEO_MEMBERS)
+    assert {"mp4", "mkv", "webm", "avi", "mov"} <= set(ls._fields.VIDEO_MEMBERS)
+    assert {"wav", "flac", "mp3", "m4a", "ogg", "opus"} <= set(ls._fields.AUDIO_MEMBERS)
+
+
 def test_animated_webp_gives_its_first_frame_like_pillow():
     """An animation (made here: the real set has none) decodes to its first frame as Pillow
     shows it, drawn on the canvas, alpha dropped; the first frame covers part of the canvas."""
@@ -418,8 +467,8 @@ def test_damaged_jpeg_that_libjpeg_recovers_is_delivered(real):
         ("vision/test/assets/damaged_jpeg/corrupt34_2.jpg", "truncated"),
         ("vision/test/assets/toosmall_png/heapbof.png", "damaged PNG"),
         ("pillow/Tests/images/bmp/b/shortfile.bmp", "BMP: cannot decode: .*not enough data"),
-        ("pillow/Tests/images/hopper_webp_bits.ppm",
-         r"unsupported image format: unknown \(supported: JPEG, PNG, WebP, BMP, GIF, TIFF\)"),
+        ("pillow/LICENSE",
+         r"unsupported image format: unknown \(supported: JPEG, PNG, PPM, BMP, PGM, TIFF, WebP, GIF, PBM\)"),
         ("pillow/Tests/images/hopper.webp[:2000]", "truncated WebP: its header says 3282 bytes, 2000"),
         ("pillow/Tests/images/flower.webp[:20]", "truncated WebP"),
         ("pillow/Tests/images/hopper.webp[:20]+zeros", "WebP: bitstream error"),

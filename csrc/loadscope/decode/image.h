@@ -1,16 +1,10 @@
 #pragma once
-// Types shared by the image decoders.
+// Types shared by the image decoders (which formats there are: formats.h).
 
 #include <cstddef>
 #include <cstdint>
 
 namespace loadscope::decode {
-
-enum class ImageFormat { kUnknown, kJpeg, kPng, kPngTruncated, kGif, kBmp, kWebp, kTiff };
-
-// Recognises a format from its first bytes (never from a file name).
-ImageFormat sniff(const uint8_t* data, size_t size);
-const char* format_name(ImageFormat format);
 
 // Half-open pixel rectangle [x0, x1) x [y0, y1).
 struct Rect {

@@ -7,6 +7,7 @@
 #include "loadscope/augment/resample.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/ffmpeg/image_decoder.h"
+#include "loadscope/decode/formats.h"
 #include "loadscope/decode/image.h"
 #include "loadscope/decode/jpeg/jpeg_decoder.h"
 #include "loadscope/decode/webp/webp_decoder.h"
@@ -22,8 +23,8 @@ namespace {
 // Codec state and buffers of one worker thread, reused for every sample it processes.
 struct Scratch {
   decode::JpegDecoder jpeg;
-  // PNG, BMP, GIF, TIFF (FFmpeg's decoders), each created on first use.
-  std::unique_ptr<decode::FfmpegImageDecoder> still[4];
+  // The formats FFmpeg decodes, by ImageFormat, each decoder created on first use.
+  std::unique_ptr<decode::FfmpegImageDecoder> still[decode::kImageFormatCount];
   decode::WebpDecoder webp;
   augment::Resampler resampler;
   std::vector<uint8_t> oriented;
@@ -224,40 +225,34 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
                          uint8_t* dst, DecodeSplit* split) {
   Scratch& s = scratch();
   const decode::ImageFormat format = decode::sniff(data, size);
-  if (format == decode::ImageFormat::kJpeg)
-    return decode_jpeg(s, data, size, spec, rng, dst, split);
-  const int still = format == decode::ImageFormat::kPng    ? 0
-                    : format == decode::ImageFormat::kBmp  ? 1
-                    : format == decode::ImageFormat::kGif  ? 2
-                    : format == decode::ImageFormat::kTiff ? 3
-                                                           : -1;
-  if (still >= 0) {
-    const uint64_t t0 = split ? telemetry::now_ns() : 0;
-    if (format == decode::ImageFormat::kPng) check_png_size(data, size, spec);
-    auto& dec = s.still[still];
-    if (!dec) dec = std::make_unique<decode::FfmpegImageDecoder>(format);
-    const decode::RgbView img = dec->decode(data, size, spec.max_pixels);
-    const uint64_t t1 = split ? telemetry::now_ns() : 0;
-    const CropPlan plan = make_plan(spec, img.width, img.height, rng);
-    resample_region(s, img, needed_region(plan, img.width, img.height, spec.width, spec.height),
-                    plan, spec, dst);
-    if (split) {
-      split->decode_ns = t1 - t0;
-      split->augment_ns = telemetry::now_ns() - t1;
+  if (format == decode::ImageFormat::kUnknown || format == decode::ImageFormat::kPngTruncated) {
+    if (size == 0) throw DecodeFailure("empty file");
+    if (format == decode::ImageFormat::kPngTruncated) {
+      throw DecodeFailure("truncated or damaged PNG: signature incomplete (" +
+                          std::to_string(size) + " bytes)");
     }
-    return "";
+    throw DecodeFailure("unsupported image format: unknown (supported: " +
+                        decode::supported_image_formats() + ")");
   }
-  if (format == decode::ImageFormat::kWebp) {
-    decode_webp(s, data, size, spec, rng, dst, split);
-    return "";
+  switch (decode::image_format(format).backend) {
+    case decode::ImageBackend::kJpeg: return decode_jpeg(s, data, size, spec, rng, dst, split);
+    case decode::ImageBackend::kWebp: decode_webp(s, data, size, spec, rng, dst, split); return "";
+    case decode::ImageBackend::kFfmpeg: break;
   }
-  if (size == 0) throw DecodeFailure("empty file");
-  if (format == decode::ImageFormat::kPngTruncated) {
-    throw DecodeFailure("truncated or damaged PNG: signature incomplete (" + std::to_string(size) +
-                        " bytes)");
+  const uint64_t t0 = split ? telemetry::now_ns() : 0;
+  if (format == decode::ImageFormat::kPng) check_png_size(data, size, spec);
+  auto& dec = s.still[static_cast<size_t>(format)];
+  if (!dec) dec = std::make_unique<decode::FfmpegImageDecoder>(format);
+  const decode::RgbView img = dec->decode(data, size, spec.max_pixels);
+  const uint64_t t1 = split ? telemetry::now_ns() : 0;
+  const CropPlan plan = make_plan(spec, img.width, img.height, rng);
+  resample_region(s, img, needed_region(plan, img.width, img.height, spec.width, spec.height),
+                  plan, spec, dst);
+  if (split) {
+    split->decode_ns = t1 - t0;
+    split->augment_ns = telemetry::now_ns() - t1;
   }
-  throw DecodeFailure(std::string("unsupported image format: ") + decode::format_name(format) +
-                      " (supported: JPEG, PNG, WebP, BMP, GIF, TIFF)");
+  return "";
 }
 
 void validate_image(const std::string& field, const ImageSpec& s, bool video) {

@@ -1,5 +1,5 @@
 #pragma once
-// The Image field: one encoded image (JPEG, PNG, WebP, BMP, GIF, TIFF: sniffed from its bytes)
+// The Image field: one encoded image (a format of decode/formats.h, sniffed from its bytes)
 // decoded — only the region the crop needs where the codec allows — cropped, resized and
 // augmented straight into its batch slot.
 

@@ -1,9 +1,12 @@
 // Field declarations (Image, VideoClip, Int, Text, Json, Bytes) and one-image decodes for tests.
 #include "loadscope/python/binding.h"
 
+#include <sstream>
+
 #include "loadscope/augment/color.h"
 #include "loadscope/augment/randaugment.h"
 #include "loadscope/core/rng.h"
+#include "loadscope/decode/formats.h"
 #include "loadscope/pipeline/audio_field.h"
 #include "loadscope/pipeline/fields.h"
 #include "loadscope/pipeline/image_field.h"
@@ -68,6 +71,31 @@ void register_fields(py::module_& m) {
       },
       "{option: (min, max)}: the integer options' ranges the field kinds enforce "
       "(pipeline/field.h).");
+  m.def(
+      "formats",
+      [] {
+        auto words = [](const char* list) {
+          py::list out;
+          std::istringstream in(list);
+          for (std::string w; in >> w;) out.append(w);
+          return out;
+        };
+        py::list image, video, audio;
+        for (const auto& row : decode::image_formats()) {
+          image.append(py::make_tuple(row.name, words(row.extensions)));
+        }
+        for (const auto& row : decode::containers()) {
+          for (auto e : words(row.video_extensions)) video.append(e);
+          for (auto e : words(row.audio_extensions)) audio.append(e);
+        }
+        py::dict d;
+        d["image"] = image;
+        d["video"] = video;
+        d["audio"] = audio;
+        return d;
+      },
+      "{'image': [(name, [extension, ...]), ...], 'video': [extension, ...], 'audio': [...]}: "
+      "the format table (decode/formats.h) the fields' member names and the messages come from.");
   py::class_<pipeline::FieldSpec>(m, "FieldSpec")
       .def_readonly("name", &pipeline::FieldSpec::name)
       .def_readonly("keys", &pipeline::FieldSpec::keys)

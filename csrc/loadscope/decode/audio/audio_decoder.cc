@@ -15,6 +15,7 @@ extern "C" {
 
 #include "loadscope/core/error.h"
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
+#include "loadscope/decode/formats.h"
 #include "loadscope/decode/ffmpeg/input.h"
 #include "loadscope/io/remote.h"
 
@@ -217,7 +218,7 @@ const AudioInfo& AudioDecoder::open_memory(const uint8_t* data, size_t size, int
 const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool missing_ok) {
   State& s = *s_;
   info_ = AudioInfo{};
-  s.fmt = ffmpeg::open_input(s.input, s.avio, url, ffmpeg::kAudioFormats, "audio");
+  s.fmt = ffmpeg::open_input(s.input, s.avio, url, audio_demuxers(), "audio");
   ffmpeg::LogCapture log;
   int rc =
       header_is_enough(s.fmt.get(), stream) ? 0 : avformat_find_stream_info(s.fmt.get(), nullptr);

@@ -1,6 +1,7 @@
 #include "loadscope/decode/ffmpeg/image_decoder.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <climits>
 
 #include <cstring>
@@ -16,24 +17,14 @@ namespace loadscope::decode {
 
 using ffmpeg::error_string;
 
-namespace {
-AVCodecID codec_of(ImageFormat format) {
-  switch (format) {
-    case ImageFormat::kPng: return AV_CODEC_ID_PNG;
-    case ImageFormat::kBmp: return AV_CODEC_ID_BMP;
-    case ImageFormat::kGif: return AV_CODEC_ID_GIF;
-    case ImageFormat::kTiff: return AV_CODEC_ID_TIFF;
-    default: return AV_CODEC_ID_NONE;
-  }
-}
-}  // namespace
-
 FfmpegImageDecoder::FfmpegImageDecoder(ImageFormat format) : name_(format_name(format)) {
-  const AVCodecID id = codec_of(format);
-  if (id == AV_CODEC_ID_NONE) throw std::logic_error("FfmpegImageDecoder: not an FFmpeg format");
-  codec_ = avcodec_find_decoder(id);
-  if (codec_ == nullptr)
-    throw DecodeFailure(std::string(name_) + ": this FFmpeg build has no decoder for it");
+  const ImageFormatInfo& row = image_format(format);
+  if (row.backend != ImageBackend::kFfmpeg) throw std::logic_error("FfmpegImageDecoder: not an FFmpeg format");
+  codec_ = avcodec_find_decoder_by_name(row.ffmpeg_decoder);
+  if (codec_ == nullptr) {
+    throw DecodeFailure(std::string(name_) + ": this FFmpeg build has no " + row.ffmpeg_decoder +
+                        " decoder");
+  }
   packet_.reset(av_packet_alloc());
   frame_.reset(av_frame_alloc());
   if (!packet_ || !frame_) throw std::bad_alloc();

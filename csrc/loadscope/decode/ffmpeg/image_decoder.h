@@ -1,7 +1,8 @@
 #pragma once
-// PNG, BMP, GIF and TIFF with FFmpeg's image decoders (libavcodec), which handle every PNG
-// colour type and bit depth, interlacing and palettes; BMP's 1-32-bit and RLE variants; a
-// GIF's first frame; TIFF's strips, tiles and compressions. Output is 8-bit RGB: alpha is
+// The image formats FFmpeg decodes (formats.h: PNG, BMP, GIF, TIFF, PPM/PGM/PBM), with
+// libavcodec, which handles every PNG colour type and bit depth, interlacing and palettes;
+// BMP's 1-32-bit and RLE variants; a GIF's first frame; TIFF's strips, tiles and compressions;
+// netpbm's plain and raw forms. Output is 8-bit RGB: alpha is
 // dropped (as PIL's convert("RGB") does), 16-bit samples keep their high byte, grey is
 // replicated. The whole image is decoded (none of these formats can skip rows cheaply).
 // One decoder per thread and format; not thread-safe.
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
+#include "loadscope/decode/formats.h"
 #include "loadscope/decode/image.h"
 
 struct SwsContext;
@@ -19,7 +21,8 @@ namespace loadscope::decode {
 
 class FfmpegImageDecoder {
  public:
-  // format: kPng, kBmp, kGif or kTiff.
+  // format: one whose row in image_formats() names an FFmpeg decoder (std::logic_error if
+  // not); DecodeFailure if this FFmpeg build lacks that decoder.
   explicit FfmpegImageDecoder(ImageFormat format);
   ~FfmpegImageDecoder();
   FfmpegImageDecoder(const FfmpegImageDecoder&) = delete;

@@ -84,12 +84,6 @@ int64_t input_seek(void* opaque, int64_t offset, int whence) {
 
 }  // namespace
 
-#define LOADSCOPE_VIDEO_FORMATS                                                                \
-  "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi,mpegts,mpeg,mpegvideo,flv,ogg,asf,ivf,h264,hevc," \
-  "m4v,mxf,nut,rm,yuv4mpegpipe,dv"
-const char* const kVideoFormats = LOADSCOPE_VIDEO_FORMATS;
-const char* const kAudioFormats = LOADSCOPE_VIDEO_FORMATS ",wav,w64,mp3,flac,aac,aiff,caf,au";
-#undef LOADSCOPE_VIDEO_FORMATS
 
 bool header_states_codecs(const AVFormatContext* fmt) {
   const char* name = fmt->iformat->name;

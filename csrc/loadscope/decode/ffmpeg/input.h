@@ -49,9 +49,8 @@ struct Input {
 // Note [demuxer whitelist]
 // A dataset is untrusted input. FFmpeg would open an HLS playlist saved as .mp4 and read the
 // local files it names, or treat a JPEG as a one-frame video; only real media containers are
-// allowed, and only the plain file protocol (nested opens by a demuxer included).
-extern const char* const kVideoFormats;
-extern const char* const kAudioFormats;  // the video containers and audio-only files
+// allowed (decode::video_demuxers() and audio_demuxers(), from the format table in
+// formats.h), and only the plain file protocol (nested opens by a demuxer included).
 
 // An opened container reading through `in`: avformat_open_input with the whitelist `formats`.
 // `url` (may be null) only helps probing by its extension. The returned input must be closed

@@ -17,6 +17,7 @@ extern "C" {
 
 #include "loadscope/core/error.h"
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
+#include "loadscope/decode/formats.h"
 #include "loadscope/decode/ffmpeg/input.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
@@ -188,7 +189,7 @@ const VideoInfo& VideoDecoder::open_memory(const uint8_t* data, size_t size, int
 }
 
 const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rotate, int threads) {
-  s_->fmt = ffmpeg::open_input(s_->input, s_->avio, url, ffmpeg::kVideoFormats, "video");
+  s_->fmt = ffmpeg::open_input(s_->input, s_->avio, url, video_demuxers(), "video");
   s_->mov = std::strstr(s_->fmt->iformat->name, "mov") != nullptr;
   open_common(stream, rotate, threads);
   return s_->info;
