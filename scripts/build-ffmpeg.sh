@@ -17,6 +17,19 @@ if [ -f "$out/prefix/.built" ] && [ "$(cat "$out/prefix/.built")" = "$key" ]; th
   exit 0
 fi
 rm -rf "$out"
+# A build is kept per key in a cache outside the tree (as pip keeps the wheels it built), so a
+# fresh clone on the same machine copies it instead of building again; LOADSCOPE_BUILD_CACHE=
+# (empty) turns that off. The .pc files name the prefix they were built for: rewritten on the way out.
+cache=${LOADSCOPE_BUILD_CACHE-${XDG_CACHE_HOME:-$HOME/.cache}/loadscope}
+cached=${cache:+$cache/ffmpeg-$(echo "$key" | sha256sum | cut -c1-16)}
+if [ -n "$cached" ] && [ -f "$cached/prefix/.built" ] && [ "$(cat "$cached/prefix/.built")" = "$key" ]; then
+  mkdir -p "$out"
+  cp -a "$cached/prefix" "$out/prefix.tmp"
+  sed -i "s|$(cat "$cached/origin")|$out/prefix|g" "$out"/prefix.tmp/lib/pkgconfig/*.pc
+  mv "$out/prefix.tmp" "$out/prefix"
+  echo "build-ffmpeg: $out/prefix copied from the build cache ($cached)"
+  exit 0
+fi
 mkdir -p "$out/apt/lists/partial" "$out/apt/cache/archives/partial" "$out/src"
 
 # deb-src entries for the suites the system's deb entries name (the security suite carries the
@@ -42,7 +55,7 @@ cd "$out/src/ffmpeg"
 # calls it: bound to the old one, the wheel needs glibc 2.34 (the extension's and Debian's
 # libraries' floor), so it installs on RHEL/Rocky/Alma 9 too, not only from Ubuntu 22.04 on.
 echo '__asm__(".symver hypot,hypot@GLIBC_2.2.5");' > "$out/glibc-compat.h"
-# Every format the tests and docs name (docs/formats.md), and nothing that encodes or reaches
+# Every format of the format table (csrc/loadscope/decode/formats.h), and nothing that encodes or reaches
 # the network. --disable-gpl/--disable-nonfree are the defaults, written out because they are
 # the point.
 ./configure --prefix="$out/prefix" --extra-cflags="-include $out/glibc-compat.h" --enable-shared --disable-static --enable-pic \
@@ -50,7 +63,7 @@ echo '__asm__(".symver hypot,hypot@GLIBC_2.2.5");' > "$out/glibc-compat.h"
   --disable-everything --disable-network --disable-avdevice --disable-avfilter --disable-postproc \
   --enable-swscale --enable-swresample --enable-zlib --enable-libdav1d \
   --enable-protocol=file,pipe \
-  --enable-decoder=h264,hevc,vp8,vp9,libdav1d,mpeg4,mpeg2video,mpeg1video,mjpeg,png,apng,gif,tiff,bmp,webp \
+  --enable-decoder=h264,hevc,vp8,vp9,libdav1d,mpeg4,mpeg2video,mpeg1video,mjpeg,png,apng,gif,tiff,bmp,webp,ppm,pgm,pbm \
   --enable-decoder=aac,aac_latm,mp3,mp3float,mp2,opus,vorbis,flac,alac \
   --enable-decoder=pcm_s16le,pcm_s24le,pcm_s32le,pcm_f32le,pcm_u8 \
   --enable-demuxer=mov,matroska,avi,ogg,wav,mp3,flac,aac,image2,gif,mpegts,mpegps,h264,hevc,ivf,obu \
@@ -64,4 +77,11 @@ cp COPYING.LGPLv2.1 "$out/prefix/COPYING.LGPLv2.1"
 { echo "source: Debian source package ffmpeg $version (https://sources.debian.org/src/ffmpeg/${version#*:}/)"
   echo "configure: $(sed -n "s/^# *//;s/ --prefix=[^ ]*//;s/ --extra-cflags=[^ ]*//;1p" ffbuild/config.log)"; } > "$out/prefix/SOURCE"
 echo "$key" > "$out/prefix/.built"
+if [ -n "$cached" ] && mkdir -p "$cache" 2>/dev/null; then
+  rm -rf "$cached" "$cached.tmp"
+  mkdir "$cached.tmp"
+  cp -a "$out/prefix" "$cached.tmp/prefix"
+  echo "$out/prefix" > "$cached.tmp/origin"
+  mv "$cached.tmp" "$cached"
+fi
 echo "build-ffmpeg: $out/prefix ($(du -sh "$out/prefix/lib" | cut -f1) of libraries)"

@@ -14,12 +14,13 @@ Size = Union[int, Tuple[int, int]]
 
 CROPS = ("random_resized", "center", "resize")
 
-# An Image field named like an image type reads any image member, its own name first: a folder
-# of ImageNet's .JPEG files works with fields={"jpg": Image(...)}.
-IMAGE_MEMBERS = ("jpg", "jpeg", "png", "ppm", "pgm", "bmp", "tif", "tiff", "webp")
+# The member names come from the format table the decoders use (decode/formats.h): an Image
+# field named like an image type reads any image member, its own name first, so a folder of
+# ImageNet's .JPEG files works with fields={"jpg": Image(...)}.
+_FORMATS = _native.formats()
+IMAGE_MEMBERS = tuple(e for _, exts in _FORMATS["image"] for e in exts)
 # Likewise a VideoClip field named like a video container (or "video") reads any video member.
-VIDEO_MEMBERS = ("mp4", "m4v", "mov", "mkv", "webm", "avi", "mpg", "mpeg", "ts", "mts", "m2ts",
-                 "flv", "3gp", "ogv", "wmv")
+VIDEO_MEMBERS = tuple(_FORMATS["video"])
 POSITIONS = ("random", "uniform", "center")
 DTYPES = ("uint8", "float32", "float16", "bfloat16")
 # torchvision's ImageNet statistics (in [0, 1] units), for Image(mean=..., std=...).
@@ -535,8 +536,8 @@ class VideoClip(Image):
 
 AUDIO_POSITIONS = ("random", "center", "start")
 # An Audio field named like an audio type (or "audio") reads any audio or video member: the
-# extensions of the audio files on the decoder's whitelist (decode/ffmpeg/input.cc).
-AUDIO_MEMBERS = ("wav", "flac", "mp3", "m4a", "aac", "ogg", "opus", "oga", "w64", "aiff", "aif", "caf", "au")
+# extensions of the audio files on the decoder's whitelist (decode/formats.h).
+AUDIO_MEMBERS = tuple(_FORMATS["audio"])
 
 
 def _seconds(owner: str, name: str, value) -> float:

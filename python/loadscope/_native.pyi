@@ -159,6 +159,10 @@ def epoch_geometry(n: int, batch: int, row: int, drop_last: str, rank: int = 0) 
     """
 def ffmpeg_decode_only(paths: list[str], starts: list[float], frames: int, stride: int, threads: int, decoder_threads: int = 1, least: bool = False) -> tuple:
     ...
+def formats() -> dict:
+    """
+    {'image': [(name, [extension, ...]), ...], 'video': [extension, ...], 'audio': [...]}: the format table (decode/formats.h) the fields' member names and the messages come from.
+    """
 def image_field(name: str, keys: list[str], height: int, width: int, crop: str, scale: tuple[float, float], ratio: tuple[float, float], resize: int, flip: float, channels_last: bool, exif: bool, dct_scaling: bool, max_pixels: int, optional: bool, dtype: str = 'uint8', mean: list[float] = [0.0, 0.0, 0.0], std: list[float] = [1.0, 1.0, 1.0], color_p: float = 0.0, color_ranges: list[float] = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0], grayscale: float = 0.0, erase_p: float = 0.0, erase_geometry: list[float] = [0.02, 0.33, 0.3, 3.3], erase_value: list[float] = [0.0, 0.0, 0.0], randaugment: list[int] = [0, 9, 31]) -> FieldSpec:
     ...
 def index_shard(tar_path: str) -> ShardIndex:

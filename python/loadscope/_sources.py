@@ -12,14 +12,15 @@ import warnings
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
+from ._fields import VIDEO_MEMBERS
 
-# torchvision's IMG_EXTENSIONS: which files make a sample in a Folder, so that a Folder has
-# ImageFolder's samples, order and class indices. All decode except PPM/PGM, which fail naming
-# the file (a counted skip under on_error="skip"); GIFs decode but are not listed, as in
-# ImageFolder: pass extensions=IMAGE_EXTENSIONS + (".gif",) for them.
+# torchvision's IMG_EXTENSIONS, a compatibility contract rather than a list of what decodes:
+# which files make a sample in a Folder, so that a Folder has ImageFolder's samples, order and
+# class indices (all of them decode; tested against torchvision's own list). GIFs decode but
+# are not listed, as in ImageFolder: pass extensions=IMAGE_EXTENSIONS + (".gif",) for them.
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
-VIDEO_EXTENSIONS = (".mp4", ".m4v", ".mov", ".mkv", ".webm", ".avi", ".mpg", ".mpeg", ".ts", ".mts", ".m2ts",
-                    ".flv", ".3gp", ".ogv", ".wmv")
+# Every video container's extension in the format table (decode/formats.h).
+VIDEO_EXTENSIONS = tuple("." + e for e in VIDEO_MEMBERS)
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -1,4 +1,5 @@
-// Image-level behaviour: format sniffing and the format table, PNG and PPM decoding, resampling properties, crop planning.
+// Image-level behaviour: format sniffing and the format table, PNG and PPM decoding, resampling
+// properties, crop planning.
 #include <cmath>
 #include <cstring>
 #include <set>
@@ -52,9 +53,10 @@ TEST_CASE("unsupported and truncated images fail with a clear reason", "[image]"
     return pipeline::decode_image(reinterpret_cast<const uint8_t*>(data.data()), data.size(), spec,
                                   rng, out.data());
   };
-  CHECK_THROWS_WITH(decode(read_all(real("pillow/LICENSE"))),
-                    Catch::Contains("unsupported image format: unknown") &&
-                        Catch::Contains("supported: JPEG, PNG, PPM, BMP, PGM, TIFF, WebP, GIF, PBM"));
+  CHECK_THROWS_WITH(
+      decode(read_all(real("pillow/LICENSE"))),
+      Catch::Contains("unsupported image format: unknown") &&
+          Catch::Contains("supported: JPEG, PNG, PPM, BMP, PGM, TIFF, WebP, GIF, PBM"));
   CHECK_THROWS_WITH(decode(read_all(real("pillow/Tests/images/bmp/b/shortfile.bmp"))),
                     Catch::Contains("BMP: cannot decode"));
   const std::string webp = read_all(real("pillow/Tests/images/hopper.webp"));
@@ -101,8 +103,8 @@ TEST_CASE("PNG and PPM decode to the same pixels as ffmpeg's rgb24 conversion", 
   decode::FfmpegImageDecoder ppm(decode::ImageFormat::kPpm);
   const auto v = ppm.decode(reinterpret_cast<const uint8_t*>(data.data()), data.size());
   int rc = 0;
-  const std::string ref =
-      run("ffmpeg -v error -i " + quote(real(rel)) + " -f rawvideo -pix_fmt rgb24 - 2>/dev/null", &rc);
+  const std::string ref = run(
+      "ffmpeg -v error -i " + quote(real(rel)) + " -f rawvideo -pix_fmt rgb24 - 2>/dev/null", &rc);
   REQUIRE(rc == 0);
   REQUIRE(ref.size() == static_cast<size_t>(v.width) * v.height * 3);
   CHECK(std::memcmp(ref.data(), v.data, ref.size()) == 0);

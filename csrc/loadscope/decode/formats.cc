@@ -10,12 +10,18 @@ namespace {
 
 const uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
 
-bool is_jpeg(const uint8_t* d, size_t n) { return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF; }
-bool is_png(const uint8_t* d, size_t n) { return n >= 8 && std::memcmp(d, kPngSignature, 8) == 0; }
+bool is_jpeg(const uint8_t* d, size_t n) {
+  return n >= 3 && d[0] == 0xFF && d[1] == 0xD8 && d[2] == 0xFF;
+}
+bool is_png(const uint8_t* d, size_t n) {
+  return n >= 8 && std::memcmp(d, kPngSignature, 8) == 0;
+}
 bool is_gif(const uint8_t* d, size_t n) {
   return n >= 6 && (std::memcmp(d, "GIF87a", 6) == 0 || std::memcmp(d, "GIF89a", 6) == 0);
 }
-bool is_bmp(const uint8_t* d, size_t n) { return n >= 2 && d[0] == 'B' && d[1] == 'M'; }
+bool is_bmp(const uint8_t* d, size_t n) {
+  return n >= 2 && d[0] == 'B' && d[1] == 'M';
+}
 bool is_webp(const uint8_t* d, size_t n) {
   return n >= 12 && std::memcmp(d, "RIFF", 4) == 0 && std::memcmp(d + 8, "WEBP", 4) == 0;
 }
@@ -27,9 +33,15 @@ bool is_pnm(const uint8_t* d, size_t n, char text, char raw) {
   return n >= 3 && d[0] == 'P' && (d[1] == text || d[1] == raw) &&
          (d[2] == ' ' || d[2] == '\t' || d[2] == '\n' || d[2] == '\r');
 }
-bool is_ppm(const uint8_t* d, size_t n) { return is_pnm(d, n, '3', '6'); }
-bool is_pgm(const uint8_t* d, size_t n) { return is_pnm(d, n, '2', '5'); }
-bool is_pbm(const uint8_t* d, size_t n) { return is_pnm(d, n, '1', '4'); }
+bool is_ppm(const uint8_t* d, size_t n) {
+  return is_pnm(d, n, '3', '6');
+}
+bool is_pgm(const uint8_t* d, size_t n) {
+  return is_pnm(d, n, '2', '5');
+}
+bool is_pbm(const uint8_t* d, size_t n) {
+  return is_pnm(d, n, '1', '4');
+}
 
 }  // namespace
 
@@ -62,7 +74,8 @@ ImageFormat sniff(const uint8_t* d, size_t n) {
     if (row.matches(d, n)) return row.format;
   }
   // A PNG whose 8-byte signature is cut short or damaged after "\x89PNG".
-  if (n > 0 && std::memcmp(d, kPngSignature, std::min<size_t>(n, 4)) == 0) return ImageFormat::kPngTruncated;
+  if (n > 0 && std::memcmp(d, kPngSignature, std::min<size_t>(n, 4)) == 0)
+    return ImageFormat::kPngTruncated;
   return ImageFormat::kUnknown;
 }
 

@@ -16,7 +16,19 @@
 
 namespace loadscope::decode {
 
-enum class ImageFormat { kUnknown, kJpeg, kPng, kPngTruncated, kGif, kBmp, kWebp, kTiff, kPpm, kPgm, kPbm };
+enum class ImageFormat {
+  kUnknown,
+  kJpeg,
+  kPng,
+  kPngTruncated,
+  kGif,
+  kBmp,
+  kWebp,
+  kTiff,
+  kPpm,
+  kPgm,
+  kPbm
+};
 inline constexpr size_t kImageFormatCount = static_cast<size_t>(ImageFormat::kPbm) + 1;
 
 enum class ImageBackend { kJpeg, kWebp, kFfmpeg };

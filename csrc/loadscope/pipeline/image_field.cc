@@ -231,8 +231,8 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
       throw DecodeFailure("truncated or damaged PNG: signature incomplete (" +
                           std::to_string(size) + " bytes)");
     }
-    throw DecodeFailure("unsupported image format: unknown (supported: " +
-                        decode::supported_image_formats() + ")");
+    throw DecodeFailure(
+        "unsupported image format: unknown (supported: " + decode::supported_image_formats() + ")");
   }
   switch (decode::image_format(format).backend) {
     case decode::ImageBackend::kJpeg: return decode_jpeg(s, data, size, spec, rng, dst, split);
@@ -246,8 +246,8 @@ std::string decode_image(const uint8_t* data, size_t size, const ImageSpec& spec
   const decode::RgbView img = dec->decode(data, size, spec.max_pixels);
   const uint64_t t1 = split ? telemetry::now_ns() : 0;
   const CropPlan plan = make_plan(spec, img.width, img.height, rng);
-  resample_region(s, img, needed_region(plan, img.width, img.height, spec.width, spec.height),
-                  plan, spec, dst);
+  resample_region(s, img, needed_region(plan, img.width, img.height, spec.width, spec.height), plan,
+                  spec, dst);
   if (split) {
     split->decode_ns = t1 - t0;
     split->augment_ns = telemetry::now_ns() - t1;

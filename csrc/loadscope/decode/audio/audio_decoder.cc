@@ -15,8 +15,8 @@ extern "C" {
 
 #include "loadscope/core/error.h"
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
-#include "loadscope/decode/formats.h"
 #include "loadscope/decode/ffmpeg/input.h"
+#include "loadscope/decode/formats.h"
 #include "loadscope/io/remote.h"
 
 namespace loadscope::decode {

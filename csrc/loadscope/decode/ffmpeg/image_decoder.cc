@@ -1,8 +1,8 @@
 #include "loadscope/decode/ffmpeg/image_decoder.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <climits>
+#include <stdexcept>
 
 #include <cstring>
 
@@ -19,7 +19,8 @@ using ffmpeg::error_string;
 
 FfmpegImageDecoder::FfmpegImageDecoder(ImageFormat format) : name_(format_name(format)) {
   const ImageFormatInfo& row = image_format(format);
-  if (row.backend != ImageBackend::kFfmpeg) throw std::logic_error("FfmpegImageDecoder: not an FFmpeg format");
+  if (row.backend != ImageBackend::kFfmpeg)
+    throw std::logic_error("FfmpegImageDecoder: not an FFmpeg format");
   codec_ = avcodec_find_decoder_by_name(row.ffmpeg_decoder);
   if (codec_ == nullptr) {
     throw DecodeFailure(std::string(name_) + ": this FFmpeg build has no " + row.ffmpeg_decoder +

@@ -84,7 +84,6 @@ int64_t input_seek(void* opaque, int64_t offset, int whence) {
 
 }  // namespace
 
-
 bool header_states_codecs(const AVFormatContext* fmt) {
   const char* name = fmt->iformat->name;
   return std::strstr(name, "mov") != nullptr || std::strstr(name, "matroska") != nullptr;
