@@ -6,6 +6,7 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -41,6 +42,26 @@ int open_regular(const std::string& path, struct stat& st) {
   return fd;
 }
 
+// A local file held open for positioned reads (a video FFmpeg demuxes through a custom AVIO,
+// which reads a few kilobytes at a time: one open per file, not per read).
+class LocalFile {
+ public:
+  explicit LocalFile(const std::string& path);  // throws ReadFailure; only regular files
+  ~LocalFile();
+  LocalFile(const LocalFile&) = delete;
+  LocalFile& operator=(const LocalFile&) = delete;
+  uint64_t size() const { return size_; }
+  const std::string& version() const { return version_; }  // size + mtime
+  // Up to n bytes at `offset` (fewer only at the end of the file). Throws ReadFailure.
+  size_t read_at(uint64_t offset, uint8_t* dst, size_t n) const;
+
+ private:
+  int fd_ = -1;
+  uint64_t size_ = 0;
+  std::string version_;
+  std::string path_;  // for injected faults (faults.h)
+};
+
 }  // namespace
 
 void check_member_size(uint64_t bytes) {
@@ -50,11 +71,6 @@ void check_member_size(uint64_t bytes) {
         " GiB a sample member may have (each is read whole into memory; videos named by path "
         "are read by FFmpeg as needed instead)");
   }
-}
-
-void check_regular_file(const std::string& path) {
-  struct stat st {};
-  Fd f{open_regular(path, st)};
 }
 
 uint64_t file_size(const std::string& path) {
@@ -195,6 +211,65 @@ void RandomAccess::read(uint64_t offset, uint64_t length, std::string& out) cons
   } else {
     read_range(path_, offset, length, out);
   }
+}
+
+namespace {
+
+class LocalSeekable final : public Seekable {
+ public:
+  explicit LocalSeekable(const std::string& path) : file_(path) {}
+  uint64_t size() const override { return file_.size(); }
+  const std::string& version() const override { return file_.version(); }
+  size_t read_at(uint64_t offset, uint8_t* dst, size_t n) override {
+    const size_t k = file_.read_at(offset, dst, n);
+    fetched_ += k;
+    return k;
+  }
+  uint64_t fetched() const override { return fetched_; }
+
+ private:
+  LocalFile file_;
+  uint64_t fetched_ = 0;
+};
+
+class BlockSeekable final : public Seekable {
+ public:
+  explicit BlockSeekable(const std::string& path) : object_(path) {}
+  uint64_t size() const override { return object_.size(); }
+  const std::string& version() const override { return object_.version(); }
+  size_t read_at(uint64_t offset, uint8_t* dst, size_t n) override {
+    if (offset >= object_.size()) return 0;
+    const uint64_t at = offset / kBlock * kBlock;
+    if (at != block_at_) {
+      block_at_ = UINT64_MAX;  // a failed read leaves no stale block behind
+      object_.read(at, std::min(kBlock, object_.size() - at), block_);
+      block_at_ = at;
+      fetched_ += block_.size();
+    }
+    const size_t within = static_cast<size_t>(offset - at);
+    if (within >= block_.size()) return 0;
+    const size_t k = std::min(block_.size() - within, n);
+    std::memcpy(dst, block_.data() + within, k);
+    return k;
+  }
+  uint64_t fetched() const override { return fetched_; }
+
+ private:
+  RandomAccess object_;
+  uint64_t block_at_ = UINT64_MAX;
+  std::string block_;
+  uint64_t fetched_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Seekable> open_seekable(const std::string& path) {
+  if (is_remote(path)) return std::make_unique<BlockSeekable>(path);
+  return std::make_unique<LocalSeekable>(path);
+}
+
+bool is_remote(const std::string& path) {
+  return remote::is_url(path);
 }
 
 namespace {

@@ -14,10 +14,6 @@ namespace loadscope::io {
 constexpr uint64_t kMaxMemberBytes = uint64_t{1} << 30;
 void check_member_size(uint64_t bytes);  // throws ReadFailure above kMaxMemberBytes
 
-// Throws ReadFailure unless `path` is a regular file (what FFmpeg is about to open by path:
-// a FIFO there would block the thread forever).
-void check_regular_file(const std::string& path);
-
 // The size of a file or object. Throws ReadFailure.
 uint64_t file_size(const std::string& path);
 
@@ -43,25 +39,29 @@ class RandomAccess {
   std::string version_;
 };
 
-// A local file held open for positioned reads (a video FFmpeg demuxes through a custom AVIO,
-// which reads a few kilobytes at a time: one open per file, not per read).
-class LocalFile {
+// Positioned reads of one version of a file or object, for readers that seek (FFmpeg's
+// demuxers, through a custom AVIO, read a few kilobytes at a time). Where the bytes live is the
+// storage's business, not the reader's: a local file is held open and read where asked; a
+// remote object (or its node-local copy) is read in whole blocks of kBlock, the last one kept,
+// so a clip costs the blocks its packets lie in, never the whole object.
+class Seekable {
  public:
-  explicit LocalFile(const std::string& path);  // throws ReadFailure; only regular files
-  ~LocalFile();
-  LocalFile(const LocalFile&) = delete;
-  LocalFile& operator=(const LocalFile&) = delete;
-  uint64_t size() const { return size_; }
-  const std::string& version() const { return version_; }  // size + mtime
-  // Up to n bytes at `offset` (fewer only at the end of the file). Throws ReadFailure.
-  size_t read_at(uint64_t offset, uint8_t* dst, size_t n) const;
-
- private:
-  int fd_ = -1;
-  uint64_t size_ = 0;
-  std::string version_;
-  std::string path_;  // for injected faults (faults.h)
+  static constexpr uint64_t kBlock = 1 << 20;
+  virtual ~Seekable() = default;
+  virtual uint64_t size() const = 0;
+  virtual const std::string& version() const = 0;  // ETag, or size + mtime
+  // Up to n bytes at `offset` (fewer only at the end). Throws ReadFailure.
+  virtual size_t read_at(uint64_t offset, uint8_t* dst, size_t n) = 0;
+  // Bytes read from storage so far (whole blocks, for a remote object).
+  virtual uint64_t fetched() const = 0;
 };
+
+// Opens a file or object for positioned reads; a local path must be a regular file (a FIFO
+// would block the reading thread forever). Throws ReadFailure.
+std::unique_ptr<Seekable> open_seekable(const std::string& path);
+
+// Whether reading `path` goes over the network: the planner fetches such members ahead.
+bool is_remote(const std::string& path);
 
 // A sequential reader (a streamed tar shard). read() returns 0 at the end; throws ReadFailure.
 class ByteStream {

@@ -203,7 +203,7 @@ void FieldProcessor::prepare(std::vector<Sample>& samples, const std::atomic<boo
         const bool decoder_reads = f.field->reads_by_path() && m->whole_file();
         const bool listed =
             std::find(remote_members.begin(), remote_members.end(), m) != remote_members.end();
-        if (m->is_path && !decoder_reads && !listed && io::remote::is_url(m->path))
+        if (m->is_path && !decoder_reads && !listed && io::is_remote(m->path))
           remote_members.push_back(m);
         break;
       }

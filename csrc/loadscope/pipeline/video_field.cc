@@ -9,8 +9,6 @@
 
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
-#include "loadscope/io/file.h"
-#include "loadscope/io/remote.h"
 
 namespace loadscope::pipeline {
 
@@ -107,13 +105,6 @@ void VideoField::fill(FieldCall& call) const {
   const std::string& where = call.where;
   ClipSpan& span = call.spans[call.index];
   const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
-  if (m.whole_file() && !io::remote::is_url(m.path)) {
-    try {
-      io::check_regular_file(m.path);  // before FFmpeg opens it: a FIFO would block it forever
-    } catch (const ReadFailure& e) {
-      throw SampleError(m.path, e.what(), FailureKind::kRead);
-    }
-  }
   // Before the video is opened and indexed: a bad start costs no index pass.
   const double start = v.start_key.empty() ? 0.0 : clip_start(sample, v.start_key, call.name);
   try {

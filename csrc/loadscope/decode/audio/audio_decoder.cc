@@ -17,7 +17,6 @@ extern "C" {
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 #include "loadscope/decode/ffmpeg/input.h"
 #include "loadscope/decode/formats.h"
-#include "loadscope/io/remote.h"
 
 namespace loadscope::decode {
 
@@ -196,12 +195,9 @@ AudioDecoder::~AudioDecoder() = default;
 
 const AudioInfo& AudioDecoder::open_file(const std::string& path, int stream, bool missing_ok) {
   s_->close();
-  if (io::remote::is_url(path)) {
-    s_->input.set_remote(path);
-    return reading(s_->input,
-                   [&]() -> const AudioInfo& { return open_custom(nullptr, stream, missing_ok); });
-  }
-  s_->input.set_file(path);
+  s_->input.set_path(path);
+  // The name goes with the custom I/O so that probing may use its extension, as it would if
+  // FFmpeg opened the file itself.
   return reading(s_->input, [&]() -> const AudioInfo& {
     return open_custom(path.c_str(), stream, missing_ok);
   });
@@ -446,7 +442,7 @@ int64_t AudioDecoder::read_window(int64_t first, int64_t n, int rate, int channe
 }
 
 uint64_t AudioDecoder::bytes_read() const {
-  return s_->input.fetched;
+  return s_->input.fetched();
 }
 const std::string& AudioDecoder::input_error() const {
   return s_->input.error;

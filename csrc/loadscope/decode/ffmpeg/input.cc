@@ -5,7 +5,6 @@
 
 #include "loadscope/core/error.h"
 #include "loadscope/io/file.h"
-#include "loadscope/io/remote.h"
 
 namespace loadscope::decode::ffmpeg {
 
@@ -14,21 +13,19 @@ Input::~Input() = default;
 Input::Input(Input&&) noexcept = default;
 Input& Input::operator=(Input&&) noexcept = default;
 
-std::string Input::set_file(const std::string& path) {
-  file = std::make_unique<io::LocalFile>(path);  // throws ReadFailure
-  size = file->size();
-  return path + '\n' + file->version();
-}
-
-std::string Input::set_remote(const std::string& url) {
-  remote = std::make_unique<io::RandomAccess>(url);  // throws ReadFailure
-  size = remote->size();
-  return url + '\n' + remote->version();
+std::string Input::set_path(const std::string& path) {
+  reader = io::open_seekable(path);  // throws ReadFailure
+  size = reader->size();
+  return path + '\n' + reader->version();
 }
 
 void Input::set_memory(const uint8_t* bytes, size_t n) {
   data = bytes;
   size = n;
+}
+
+uint64_t Input::fetched() const {
+  return reader ? reader->fetched() : memory_read;
 }
 
 namespace {
@@ -44,26 +41,15 @@ int input_read(void* opaque, uint8_t* buf, int n) {
   try {
     if (in->data != nullptr) {
       std::memcpy(buf, in->data + in->pos, k);
-    } else if (in->file) {
-      k = in->file->read_at(in->pos, buf, k);
-      if (k == 0) return AVERROR_EOF;  // the file shrank since it was opened
+      in->memory_read += k;
     } else {
-      const uint64_t at = in->pos / Input::kBlock * Input::kBlock;
-      if (at != in->block_at) {
-        in->block_at = UINT64_MAX;
-        in->remote->read(at, std::min(Input::kBlock, in->size - at), in->block);
-        in->block_at = at;
-        in->fetched += in->block.size();
-      }
-      const size_t within = static_cast<size_t>(in->pos - at);
-      k = std::min(in->block.size() - within, k);
-      std::memcpy(buf, in->block.data() + within, k);
+      k = in->reader->read_at(in->pos, buf, k);
+      if (k == 0) return AVERROR_EOF;  // the file shrank since it was opened
     }
   } catch (const std::exception& e) {
     in->error = e.what();
     return AVERROR(EIO);
   }
-  if (!in->remote) in->fetched += k;
   in->pos += k;
   return static_cast<int>(k);
 }

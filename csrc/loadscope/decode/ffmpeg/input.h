@@ -1,9 +1,9 @@
 #pragma once
 // Where FFmpeg reads a container from, for the video and the audio decoder alike: one custom
-// AVIO over a local file (positioned reads), an in-memory file (a tar member) or a remote
-// object (ranged GETs in blocks of kBlock: a clip takes the blocks its packets lie in, never
-// the whole file). Counts the bytes it really fetched. An exception must not cross FFmpeg's C
-// frames: a failed read is kept in `error` and rethrown once FFmpeg gives up.
+// AVIO over a file or object opened by name (io::Seekable: the storage decides how the bytes
+// come, local or remote) or an in-memory file (a tar member). Counts the bytes really fetched.
+// An exception must not cross FFmpeg's C frames: a failed read is kept in `error` and rethrown
+// once FFmpeg gives up.
 
 #include <cstdint>
 #include <memory>
@@ -12,38 +12,33 @@
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 
 namespace loadscope::io {
-class LocalFile;
-class RandomAccess;
+class Seekable;
 }  // namespace loadscope::io
 
 namespace loadscope::decode::ffmpeg {
 
 struct Input {
-  static constexpr uint64_t kBlock = 1 << 20;
   Input();
   ~Input();
   Input(Input&&) noexcept;
   Input& operator=(Input&&) noexcept;
 
-  std::unique_ptr<io::LocalFile> file;
-  std::unique_ptr<io::RandomAccess> remote;
+  std::unique_ptr<io::Seekable> reader;
   const uint8_t* data = nullptr;  // in memory
   uint64_t size = 0;
   uint64_t pos = 0;
-  uint64_t fetched = 0;
+  uint64_t memory_read = 0;
   // Answer reads without fetching anything: the demuxer then walks the packets the container's
   // tables list, at no I/O cost (Note [index from the container's tables] in video_decoder.cc).
   bool skip = false;
-  uint64_t block_at = UINT64_MAX;
-  std::string block;
   std::string error;
 
-  // Points the input at a local file (refusing what is not a regular file: a FIFO would block
-  // the thread forever), a remote object or memory that must outlive the reads. The first two
-  // throw ReadFailure. Each returns a key that changes when the file does ("" for memory).
-  std::string set_file(const std::string& path);
-  std::string set_remote(const std::string& url);
+  // Points the input at a file or object by name (throws ReadFailure), or at memory that must
+  // outlive the reads. set_path returns a key that changes when the file does.
+  std::string set_path(const std::string& path);
   void set_memory(const uint8_t* bytes, size_t n);
+  // Bytes read from storage (or memory) since the input was set.
+  uint64_t fetched() const;
 };
 
 // Note [demuxer whitelist]

@@ -46,14 +46,13 @@ class VideoDecoder {
   VideoDecoder& operator=(const VideoDecoder&) = delete;
 
   // Opens a video and indexes the chosen stream (stream < 0: FFmpeg's best video stream).
-  // `data` must stay alive until the next open() or the decoder's destruction.
-  // rotate: apply the display-matrix rotation. Throws DecodeFailure with FFmpeg's reason.
+  // open_file reads a file or object by name through io::open_seekable (a remote one by byte
+  // ranges, retried there; a failed read is a ReadFailure). `data` must stay alive until the
+  // next open() or the decoder's destruction. rotate: apply the display-matrix rotation.
+  // Throws DecodeFailure with FFmpeg's reason.
   const VideoInfo& open_file(const std::string& path, int stream, bool rotate, int threads);
   const VideoInfo& open_memory(const uint8_t* data, size_t size, int stream, bool rotate,
                                int threads);
-  // An s3:// or http(s):// video, read by byte ranges (open_file passes URLs here). A failed
-  // fetch is a ReadFailure; io/remote.h retries first.
-  const VideoInfo& open_remote(const std::string& url, int stream, bool rotate, int threads);
   // The remote read that failed during the last decode, if one did (else empty).
   const std::string& input_error() const;
 
@@ -98,6 +97,7 @@ class VideoDecoder {
 
  private:
   struct State;
+  class Pass;  // one decode() call, in named steps
   std::unique_ptr<State> s_;
   std::vector<int64_t> pts_;
   uint64_t convert_ns_ = 0;
