@@ -108,6 +108,31 @@ def test_missing_member_and_bad_values_are_field_errors(demo, tmp_path):
         list(ls.Loader(ls.FileList(tmp_path / "j.jsonl"), fields={"json": ls.Json()}, batch_size=1))
 
 
+JSON_DOCS = ['NaN', '[Infinity, -Infinity, 1.5e3, -0.0]', '{"a": NaN, "b": [null, true, false]}', '"\\u00e9"',
+             '"\\ud800"', ' {"x": {"y": []}} ', '[1,]', '{"a":1}}', 'nan', '-NaN', '01', '1.', '"a\tb"', "{'a': 1}",
+             '-Infinity', 'Infinityy', '[]', '']
+
+
+def test_a_json_field_accepts_what_pythons_json_module_reads(demo, tmp_path):
+    """The reference is json.loads: every document it reads is delivered parsed (NaN and the
+    infinities included, which json.dumps writes), every one it refuses is a FieldError."""
+    import math
+
+    jpg = str(sorted((demo / "folder").rglob("*.jpg"))[0])
+    for doc in JSON_DOCS:
+        (tmp_path / "m.jsonl").write_text(json.dumps({"path": jpg, "json": doc}) + "\n")
+        loader = ls.Loader(ls.FileList(tmp_path / "m.jsonl"), fields={"json": ls.Json()}, batch_size=1)
+        try:
+            want = json.loads(doc)
+        except ValueError:
+            with pytest.raises(ls.FieldError, match="invalid JSON"):
+                list(loader)
+            continue
+        got = next(iter(loader))["json"][0]
+        same = json.dumps(got) == json.dumps(want)  # NaN != NaN; their dumps are equal
+        assert same or (isinstance(want, float) and math.isnan(want) and math.isnan(got)), (doc, got, want)
+
+
 def test_corrupt_shard_is_a_read_error_naming_the_shard(demo, tmp_path):
     data = (demo / "shards/train-000001.tar").read_bytes()
     (tmp_path / "cut.tar").write_bytes(data[: len(data) // 2])

@@ -143,7 +143,10 @@ class JsonChecker {
     return true;
   }
   bool number() {
-    if (*p_ == '-') advance(1);
+    if (*p_ == '-') {
+      advance(1);
+      if (p_ < end_ && *p_ == 'I') return literal("Infinity");
+    }
     if (p_ < end_ && *p_ == '0') {
       advance(1);
     } else if (!digits()) {
@@ -218,6 +221,10 @@ class JsonChecker {
       case 't': return literal("true");
       case 'f': return literal("false");
       case 'n': return literal("null");
+      // Python's json module reads (and json.dumps writes, by default) these three, as the
+      // manifest reader does: metadata written from Python holds them.
+      case 'N': return literal("NaN");
+      case 'I': return literal("Infinity");
       default:
         if (*p_ == '-' || std::isdigit(static_cast<unsigned char>(*p_))) return number();
         return fail("value expected");
