@@ -146,7 +146,12 @@ def test_the_baselines_suggestion_runs_as_written_and_its_verdict_is_the_one_it_
     assert check["worst_mean_abs_diff"] <= raw["correctness"]["tolerance"] < 0.02
     assert "the measured phases read the same samples" in check["detail"]
     v = summary["verdicts"][arm]
-    assert v["decision"] == nxt["expect"], v
+    # The verdict is a measurement (the speed-up itself is a benchmark: docs/benchmarks.md): on a
+    # machine busy enough to widen the interval past the bound it is inconclusive, and then says
+    # what would decide it. Never the opposite of what the suggestion expected.
+    assert v["decision"] in (nxt["expect"], "inconclusive"), v
+    if v["decision"] == "inconclusive":
+        assert any("would decide it" in d or "too noisy" in d for d in v["deciding"]), v
     assert_cpu_within_the_cores([json.loads(x) for x in (repo / "results" / "next" / "raw.jsonl").read_text().splitlines()
                                  if not json.loads(x).get("warmup")], usable)
 
