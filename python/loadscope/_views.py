@@ -76,6 +76,7 @@ class _DatasetView:
             raise IndexError(f"loader.dataset[{i}]: the source has {n} samples")
         i %= n
         if self._single is None:
+            from ._loader import Loader  # at run time: _loader imports this module
             # The loader's source and fields, one sample a batch, in the source's order: sample i
             # is position i of an unshuffled epoch 0, so its random draws are (seed, 0, i).
             a = self._loader._args
