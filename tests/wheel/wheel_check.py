@@ -26,7 +26,7 @@ import torch
 # loadscope.libs/ means the wheel leaned on the system.
 CARRIED = re.compile(r"^lib(avcodec|avformat|avutil|swscale|swresample|avfilter|postproc|dav1d|tbb|tbbmalloc|"
                      r"jpeg|turbojpeg|webp|webpdemux|webpmux|sharpyuv|curl|curl-gnutls)[-.]")
-IMAGES = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
+IMAGES = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".ppm")
 VIDEOS = (".mp4", ".mkv", ".webm", ".avi", ".mov")
 AUDIO = (".wav", ".mp3")
 # Real JPEGs that decode (the damaged ones are decoded one by one above, errors and all).
