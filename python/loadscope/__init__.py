@@ -18,18 +18,16 @@ from ._errors import (
     ReadError,
     SampleError,
 )
+from ._augment import ColorJitter, Op, RandAugment, RandomErasing, augmentations
 from ._fields import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     Audio,
     Bytes,
-    ColorJitter,
     Field,
     Image,
     Int,
     Json,
-    RandAugment,
-    RandomErasing,
     Text,
     VideoClip,
     normalize,
@@ -51,7 +49,7 @@ from ._sources import (
 from ._version import __version__ as __version__  # re-exported
 
 __all__ = [
-    "Audio", "Bytes", "ColorJitter", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
+    "Audio", "Bytes", "ColorJitter", "Op", "augmentations", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces", "from_dataloader", "mixup_cutmix",

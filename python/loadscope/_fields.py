@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Optional, Sequence, Tuple, Union
 
 from . import _native
+from ._augment import AnyOp, ColorJitter, Op, RandAugment, RandomErasing, _probability, _range, _triple, as_ops, \
+    keyword_ops
 from ._errors import ConfigError
 
 Size = Union[int, Tuple[int, int]]
@@ -80,20 +82,6 @@ def _dtype(owner: str, value) -> str:
     return name
 
 
-def _triple(owner: str, name: str, value, default: float) -> Tuple[float, float, float]:
-    """A per-channel statistic: None (the default), one number for all channels, or three."""
-    if value is None:
-        return (default,) * 3
-    values = [value] * 3 if isinstance(value, (int, float)) and not isinstance(value, bool) else value
-    ok = isinstance(values, (tuple, list)) and len(values) == 3
-    ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
-    if not ok:
-        units = ("in [0, 1] units, e.g. loadscope.IMAGENET_" + name.upper()) if name in ("mean", "std") \
-            else "in the output's units (0..255 for uint8; after mean/std for a float dtype); 'random' is not supported"
-        raise ConfigError(f"{owner}.{name} must be a number or three (R, G, B) {units}, got {value!r}")
-    return tuple(float(v) for v in values)  # type: ignore[return-value]
-
-
 def normalize(x, dtype: str, mean: Sequence[float], std: Sequence[float], channels_last: bool):
     """uint8 images -> (x / 255 - mean) / std in `dtype`, with torch ops: what Image(dtype=...)
     does in C++, done here on the GPU after the copy when the Loader has a device (4x fewer
@@ -104,108 +92,6 @@ def normalize(x, dtype: str, mean: Sequence[float], std: Sequence[float], channe
     m = torch.tensor(mean, dtype=torch.float32, device=x.device).view(shape)
     s = torch.tensor(std, dtype=torch.float32, device=x.device).view(shape)
     return x.to(torch.float32).div_(255).sub_(m).div_(s).to(getattr(torch, dtype))
-
-
-def _range(owner: str, name: str, value) -> Tuple[float, float]:
-    ok = isinstance(value, (tuple, list)) and len(value) == 2
-    ok = ok and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-    if not ok:
-        raise ConfigError(f"{owner}.{name} must be a pair (min, max) of numbers, got {value!r}")
-    return (float(value[0]), float(value[1]))
-
-
-def _jitter_range(name: str, value, center: float, bound: Optional[Tuple[float, float]]) -> Tuple[float, float]:
-    """torchvision's ColorJitter._check_input: a number x means [center - x, center + x] (clipped
-    at 0 for factors), a pair is the range itself."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(f"ColorJitter.{name}={value!r}: a number must be >= 0")
-        lo, hi = center - float(value), center + float(value)
-        if bound is None:
-            lo = max(lo, 0.0)
-    else:
-        lo, hi = _range("ColorJitter", name, value)
-    limit = bound or (0.0, math.inf)
-    if not limit[0] <= lo <= hi <= limit[1]:
-        raise ConfigError(f"ColorJitter.{name}={value!r}: the range must satisfy {limit[0]} <= min <= max <= {limit[1]}")
-    return (lo, hi)
-
-
-@dataclass(frozen=True)
-class ColorJitter:
-    """torchvision's ``ColorJitter`` per sample, in C++: brightness, contrast, saturation (a
-    number x means factors in [max(0, 1 - x), 1 + x], or a (min, max) pair) and hue (x means
-    [-x, x], at most 0.5), applied in a random order with factors drawn from (seed, epoch,
-    position); ``p``: the probability it is applied at all (``RandomApply([ColorJitter], p)``).
-    The ops are torchvision's on uint8 tensors, bit for bit (tested)."""
-
-    brightness: Union[float, Tuple[float, float]] = 0.0
-    contrast: Union[float, Tuple[float, float]] = 0.0
-    saturation: Union[float, Tuple[float, float]] = 0.0
-    hue: Union[float, Tuple[float, float]] = 0.0
-    p: float = 1.0
-
-    def __post_init__(self) -> None:
-        _probability("ColorJitter", "p", self.p)
-        self.ranges()
-
-    def ranges(self) -> list:
-        out: List[float] = []
-        for name in ("brightness", "contrast", "saturation"):
-            out += _jitter_range(name, getattr(self, name), 1.0, None)
-        out += _jitter_range("hue", self.hue, 0.0, (-0.5, 0.5))
-        return out
-
-
-@dataclass(frozen=True)
-class RandomErasing:
-    """torchvision's ``RandomErasing`` per sample: with probability ``p`` a box of ``scale`` of
-    the area and aspect ratio in ``ratio`` (log-uniform) is filled with ``value``, in the
-    output's units (after ``dtype``/``mean``/``std``: 0 is the mean colour of a normalised
-    image, as torchvision's recipe has it; 0..255 for uint8). One number or three (R, G, B)."""
-
-    p: float = 0.5
-    scale: Tuple[float, float] = (0.02, 0.33)
-    ratio: Tuple[float, float] = (0.3, 3.3)
-    value: Union[float, Tuple[float, float, float]] = 0.0
-
-    def __post_init__(self) -> None:
-        _probability("RandomErasing", "p", self.p)
-        lo, hi = _range("RandomErasing", "scale", self.scale)
-        if not 0 < lo <= hi <= 1:
-            raise ConfigError(f"RandomErasing.scale={self.scale!r}: must satisfy 0 < min <= max <= 1")
-        lo, hi = _range("RandomErasing", "ratio", self.ratio)
-        if not 0 < lo <= hi:
-            raise ConfigError(f"RandomErasing.ratio={self.ratio!r}: must satisfy 0 < min <= max")
-        _triple("RandomErasing", "value", self.value, 0.0)
-
-
-@dataclass(frozen=True)
-class RandAugment:
-    """torchvision's ``RandAugment`` per sample, in C++: ``num_ops`` ops drawn from its 14
-    (identity, shear x/y, translate x/y, rotate, brightness, color, contrast, sharpness,
-    posterize, solarize, autocontrast, equalize) at bin ``magnitude`` of
-    ``num_magnitude_bins``, signed ops negated half the time; nearest-neighbour geometry with
-    zero fill. Each op equals torchvision's on uint8 tensors (tested op by op)."""
-
-    num_ops: int = 2
-    magnitude: int = 9
-    num_magnitude_bins: int = 31
-
-    def __post_init__(self) -> None:
-        n = "RandAugment"
-        _int(n, "num_ops", self.num_ops)
-        _int(n, "num_magnitude_bins", self.num_magnitude_bins)
-        _int(n, "magnitude", self.magnitude, 0)
-        if self.magnitude >= self.num_magnitude_bins:
-            raise ConfigError(f"RandAugment.magnitude={self.magnitude} must be below num_magnitude_bins="
-                              f"{self.num_magnitude_bins}")
-
-
-def _probability(owner: str, name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise ConfigError(f"{owner}.{name} is a probability in [0, 1], got {value!r}")
-    return float(value)
 
 
 class Field:
@@ -252,6 +138,11 @@ class Image(Field):
         color: a ``ColorJitter`` applied per sample after the crop and flip (and RandAugment).
         grayscale: probability of torchvision's ``RandomGrayscale`` (after ``color``).
         erasing: a ``RandomErasing`` applied last, after the ``dtype`` conversion.
+        ops: the per-sample augmentations as a list in your order instead of the four
+            keywords above (which stand for ``[randaugment, color, RandomGrayscale, erasing]``):
+            ``loadscope.Op("Name", ...)`` for any op of ``loadscope.augmentations()``, or the
+            constructors ``RandAugment``, ``ColorJitter``, ``RandomErasing``. Ops on the output
+            dtype (RandomErasing) come after every op on the uint8 pixels.
         Every draw is a function of (seed, epoch, position): the same for any thread count.
         keys: the members to read; by default the field's name, and when that name is an image
             type ("jpg", "png", ...) any image member, that one first.
@@ -276,10 +167,16 @@ class Image(Field):
     grayscale: float = 0.0
     erasing: Optional[RandomErasing] = None
     randaugment: Optional[RandAugment] = None
+    ops: Optional[Sequence[AnyOp]] = None
 
     def __post_init__(self) -> None:  # every argument checked here, where the mistake is made
         n = type(self).__name__
         _bool(n, "optional", self.optional)
+        if self.ops is not None:
+            if self.color is not None or self.grayscale or self.erasing is not None or self.randaugment is not None:
+                raise ConfigError(f"{n}: give the augmentations either as ops=[...] or as the keywords randaugment, "
+                                  "color, grayscale and erasing, not both")
+            object.__setattr__(self, "ops", as_ops(n, self.ops))
         for arg, cls in (("color", ColorJitter), ("randaugment", RandAugment), ("erasing", RandomErasing)):
             value = getattr(self, arg)
             if value is not None and not isinstance(value, cls):
@@ -356,25 +253,24 @@ class Image(Field):
             dtype="uint8" if on_device else self.dtype,
             mean=self.mean,
             std=self.std,
-            **self._pixel_ops(on_device),
+            ops=self._native_ops(on_device),
         )
 
-    def _pixel_ops(self, on_device: bool) -> dict:
-        out: dict = {"grayscale": float(self.grayscale)}
-        if self.randaugment is not None:
-            ra = self.randaugment
-            out["randaugment"] = [int(ra.num_ops), int(ra.magnitude), int(ra.num_magnitude_bins)]
-        if self.color is not None:
-            out.update(color_p=float(self.color.p), color_ranges=self.color.ranges())
-        e = self.erasing
-        if e is not None:
-            if on_device and self.dtype != "uint8":
-                # The box would be filled in uint8 units before the GPU normalises the batch.
-                raise ConfigError("Image.erasing with a float dtype under a CUDA device: erase on the GPU after "
-                                  "the copy (torchvision.transforms.RandomErasing per sample), or use device='cpu'")
-            out.update(erase_p=float(e.p), erase_geometry=[*map(float, e.scale), *map(float, e.ratio)],
-                       erase_value=list(_triple("RandomErasing", "value", e.value, 0.0)))
-        return out
+    def augmentations(self) -> Tuple[Op, ...]:
+        """The per-sample ops in the order they run: ``ops``, else the keywords' list."""
+        if self.ops is not None:
+            return tuple(op.op() for op in self.ops)
+        return keyword_ops(self.randaugment, self.color, self.grayscale, self.erasing)
+
+    def _native_ops(self, on_device: bool) -> list:
+        ops = self.augmentations()
+        for op in ops:
+            if op.stage == "output" and on_device and self.dtype != "uint8":
+                # It would run in uint8 units before the GPU normalises the batch.
+                raise ConfigError(f"Image: {op.name} works on the float output, which a CUDA device makes on the GPU "
+                                  "after the copy: run it there (torchvision.transforms.RandomErasing per sample), "
+                                  "or use device='cpu'")
+        return [op._call for op in ops]
 
 
 @dataclass(frozen=True)
@@ -506,8 +402,9 @@ class VideoClip(Image):
         if self.dtype != "uint8":
             raise ConfigError("VideoClip: clips are uint8 only; convert on the GPU, e.g. "
                               "loadscope.normalize(x, 'float16', mean, std, channels_last)")
-        if self.color is not None or self.grayscale or self.erasing is not None or self.randaugment is not None:
-            raise ConfigError("VideoClip: color, grayscale, erasing and randaugment are for images only so far")
+        if self.augmentations():
+            raise ConfigError("VideoClip: color, grayscale, erasing and randaugment are for images only so far (ops= "
+                              "too)")
         if not self.exif:
             raise ConfigError("VideoClip: exif applies to images; videos are turned upright by rotate=")
         h, w = self.hw

@@ -17,6 +17,21 @@ class FieldSpec:
     @property
     def name(self) -> str:
         ...
+class Augmentation:
+    """
+    One augmentation with its parameters resolved (augment/ops.h).
+    """
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def params(self) -> dict:
+        ...
+    @property
+    def stage(self) -> str:
+        """
+        'pixels': on the uint8 image after the crop; 'output': after the dtype conversion.
+        """
 class Source:
     @property
     def size(self) -> int:
@@ -145,6 +160,18 @@ def _set_read_faults(faults: list[tuple]) -> None:
     ...
 def audio_field(name: str, keys: list[str], sample_rate: int, channels: int, seconds: float, max_seconds: float, position: str, stream: int, align: str, optional: bool) -> FieldSpec:
     ...
+def augmentation(name: str, params: dict[str, list[float]]) -> Augmentation:
+    """
+    Checks an augmentation's parameters against its declaration and makes it; ConfigError says what is allowed.
+    """
+def augmentation_order(ops: list[Augmentation]) -> str:
+    """
+    "" when a list of augmentations may run in its order, else why not.
+    """
+def augmentations() -> list:
+    """
+    The augmentation table (augment/ops.cc): [{'name', 'doc', 'stage', 'params': [{'name', 'kind', 'min', 'max', 'min_open', 'default', 'doc'}]}].
+    """
 def batch_of_slot(n: int, batch: int, row: int, drop_last: str, slot: int, partition: str) -> int:
     """
     The epoch's batch that slot k reads (rank k % row's (k // row)-th batch) under a partition.
@@ -163,7 +190,7 @@ def formats() -> dict:
     """
     {'image': [(name, [extension, ...]), ...], 'video': [extension, ...], 'audio': [...]}: the format table (decode/formats.h) the fields' member names and the messages come from.
     """
-def image_field(name: str, keys: list[str], height: int, width: int, crop: str, scale: tuple[float, float], ratio: tuple[float, float], resize: int, flip: float, channels_last: bool, exif: bool, dct_scaling: bool, max_pixels: int, optional: bool, dtype: str = 'uint8', mean: list[float] = [0.0, 0.0, 0.0], std: list[float] = [1.0, 1.0, 1.0], color_p: float = 0.0, color_ranges: list[float] = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0], grayscale: float = 0.0, erase_p: float = 0.0, erase_geometry: list[float] = [0.02, 0.33, 0.3, 3.3], erase_value: list[float] = [0.0, 0.0, 0.0], randaugment: list[int] = [0, 9, 31]) -> FieldSpec:
+def image_field(name: str, keys: list[str], height: int, width: int, crop: str, scale: tuple[float, float], ratio: tuple[float, float], resize: int, flip: float, channels_last: bool, exif: bool, dct_scaling: bool, max_pixels: int, optional: bool, dtype: str = 'uint8', mean: list[float] = [0.0, 0.0, 0.0], std: list[float] = [1.0, 1.0, 1.0], ops: list[Augmentation] = []) -> FieldSpec:
     ...
 def index_shard(tar_path: str) -> ShardIndex:
     """

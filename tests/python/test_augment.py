@@ -2,6 +2,8 @@
 torchvision's functional ops on uint8 tensors with the same parameters, bit for bit; their
 draws per sample, deterministic for any thread count."""
 
+from pathlib import Path
+
 import pytest
 import torch
 import torchvision.transforms.functional as F
@@ -107,14 +109,24 @@ def test_random_erasing_fills_one_box_of_the_drawn_size_with_the_value(demo, dty
 
 
 @pytest.mark.parametrize("make,message", [
-    (lambda: ls.ColorJitter(hue=0.7), r"ColorJitter.hue=0.7: the range must satisfy -0.5 <= min <= max <= 0.5"),
+    (lambda: ls.ColorJitter(hue=0.7), r"ColorJitter.hue=\(-0.7, 0.7\): must satisfy -0.5 <= min <= max <= 0.5"),
     (lambda: ls.ColorJitter(brightness=-1), r"ColorJitter.brightness=-1: a number must be >= 0"),
     (lambda: ls.Image(32, color="jitter"), r"Image.color must be a loadscope.ColorJitter\(...\), got .jitter."),
     (lambda: ls.Image(32, color=__import__("torchvision").transforms.ColorJitter(0.4)), r"torchvision transform cannot run"),
     (lambda: ls.Image(32, dtype="float32", mean=(123.7, 116.3, 103.5)), r"looks like 0-255 units"),
     (lambda: ls.RandomErasing(value="random"), r"output.s units .*.random. is not supported"),
     (lambda: ls.Image(32, grayscale=1.5), r"Image.grayscale is a probability in \[0, 1\]"),
-    (lambda: ls.RandomErasing(scale=(0.0, 0.3)), r"RandomErasing.scale=\(0.0, 0.3\): must satisfy 0 < min"),
+    (lambda: ls.RandomErasing(scale=(0.0, 0.3)), r"RandomErasing.scale=\(0, 0.3\): must satisfy 0 < min <= max <= 1"),
+    (lambda: ls.RandAugment(magnitude=31), r"RandAugment: magnitude \(31\) must be below num_magnitude_bins \(31\)"),
+    (lambda: ls.RandAugment(num_ops=17), r"RandAugment.num_ops=17: must satisfy 0 <= num_ops <= 16, a whole number"),
+    (lambda: ls.Op("Blur"), r"unknown augmentation 'Blur' \(allowed: RandAugment, ColorJitter, RandomGrayscale, "
+                            r"RandomSolarize, .*, RandomErasing\)"),
+    (lambda: ls.Op("RandomPosterize", bits=9), r"RandomPosterize.bits=9: must satisfy 0 <= bits <= 8, a whole number"),
+    (lambda: ls.Op("RandomGrayscale", prob=0.5), r"RandomGrayscale has no parameter 'prob' \(allowed: p\)"),
+    (lambda: ls.Op("RandomErasing", ratio=0.5), r"RandomErasing.ratio=0.5: must be a pair \(min, max\)"),
+    (lambda: ls.Image(32, ops=[ls.RandomErasing(), ls.Op("RandomGrayscale")]),
+     r"Image.ops: RandomGrayscale works on the uint8 pixels and must come before RandomErasing"),
+    (lambda: ls.Image(32, ops=[], grayscale=0.5), r"either as ops=\[...\] or as the keywords"),
 ])
 def test_bad_augmentation_arguments_say_what_is_allowed(make, message):
     with pytest.raises(ls.ConfigError, match=message):
@@ -124,6 +136,52 @@ def test_bad_augmentation_arguments_say_what_is_allowed(make, message):
 def test_videos_refuse_the_image_only_ops():
     with pytest.raises(ls.ConfigError, match="VideoClip: color, grayscale, erasing and randaugment are for images only"):
         ls.VideoClip(32, grayscale=0.5)
+    with pytest.raises(ls.ConfigError, match="for images only so far"):
+        ls.VideoClip(32, ops=[ls.Op("RandomGrayscale", p=0.5)])
+
+
+# --- The ops list ------------------------------------------------------------------------------
+
+
+def test_the_keywords_stand_for_their_ops_list_and_give_the_same_bytes(demo):
+    """Image(...)'s keywords build [RandAugment, ColorJitter, RandomGrayscale, RandomErasing]; the
+    same list given as ops= draws the same and gives the same batches, float output included."""
+    keywords = dict(randaugment=ls.RandAugment(2, 7), color=ls.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),
+                    grayscale=0.3, erasing=ls.RandomErasing(p=0.6, value=(1.0, 0.0, -1.0)))
+    norm = {"dtype": "float32", "mean": ls.IMAGENET_MEAN, "std": ls.IMAGENET_STD}
+    ops = [ls.RandAugment(2, 7), ls.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8), ls.Op("RandomGrayscale", p=0.3),
+           ls.Op("RandomErasing", p=0.6, value=(1, 0, -1))]
+    assert ls.Image(64, **keywords).augmentations() == ls.Image(64, ops=ops).augmentations()
+    by_keywords = batch(demo / "folder", **keywords, **norm)
+    assert torch.equal(by_keywords, batch(demo / "folder", ops=ops, **norm))
+    assert not torch.equal(by_keywords, batch(demo / "folder", **norm))
+
+
+def test_ops_run_in_the_order_given_as_torchvisions_ops_would(demo):
+    plain = batch(demo / "folder")
+    bright_then_gray = batch(demo / "folder", ops=[ls.ColorJitter(brightness=(1.3, 1.3)), ls.Op("RandomGrayscale", p=1)])
+    gray_then_bright = batch(demo / "folder", ops=[ls.Op("RandomGrayscale", p=1), ls.ColorJitter(brightness=(1.3, 1.3))])
+    assert torch.equal(bright_then_gray, torch.stack([F.rgb_to_grayscale(F.adjust_brightness(x, 1.3), 3) for x in plain]))
+    assert torch.equal(gray_then_bright, torch.stack([F.adjust_brightness(F.rgb_to_grayscale(x, 3), 1.3) for x in plain]))
+    assert not torch.equal(bright_then_gray, gray_then_bright)
+
+
+def test_every_op_of_the_table_is_made_by_name_with_its_declared_defaults():
+    table = ls.augmentations()
+    assert [a["name"] for a in table] == ["RandAugment", "ColorJitter", "RandomGrayscale", "RandomSolarize",
+                                          "RandomPosterize", "RandomAutocontrast", "RandomEqualize", "RandomInvert",
+                                          "RandomErasing"]
+    docs = (Path(__file__).parents[2] / "docs" / "augmentations.md").read_text()
+    for a in table:
+        op = ls.Op(a["name"])
+        assert op.stage == a["stage"] and list(op.params) == [p["name"] for p in a["params"]]
+        for p in a["params"]:
+            want = p["default"][0] if p["kind"] in ("number", "integer") else tuple(p["default"])
+            assert op.params[p["name"]] == want
+        assert f"`{a['name']}`" in docs, f"docs/augmentations.md does not list {a['name']}"
+    assert ls.Op("RandomGrayscale", p=0.2) == ls.Op("RandomGrayscale", p=0.2) != ls.Op("RandomGrayscale", p=0.3)
+    assert len({ls.Op("RandomGrayscale", p=0.2), ls.Op("RandomGrayscale", p=0.2)}) == 1
+    assert ls.ColorJitter(hue=0.1).op() == ls.Op("ColorJitter", hue=(-0.1, 0.1))
 
 
 # --- RandAugment ---------------------------------------------------------------------------------
@@ -262,3 +320,26 @@ def test_mixup_cutmix_on_loadscope_batches_mixes_images_and_labels_alike(demo):
                    output=("jpg", "cls"), map=ls.mixup_cutmix(10))
     with pytest.raises(ls.LoadscopeError, match="give the image field a float dtype"):
         next(iter(u8))
+
+
+SINGLE_OPS = [("RandomSolarize", {"threshold": 100}, lambda x: F.solarize(x, 100)),
+              ("RandomSolarize", {"threshold": 0}, lambda x: F.solarize(x, 0)),
+              ("RandomPosterize", {"bits": 3}, lambda x: F.posterize(x, 3)),
+              ("RandomPosterize", {"bits": 0}, lambda x: F.posterize(x, 0)),
+              ("RandomAutocontrast", {}, F.autocontrast), ("RandomEqualize", {}, F.equalize),
+              ("RandomInvert", {}, F.invert)]
+
+
+@pytest.mark.parametrize("name,params,reference", SINGLE_OPS, ids=[f"{n}{p}" for n, p, _ in SINGLE_OPS])
+def test_each_random_op_equals_torchvisions_on_the_plain_output(demo, name, params, reference):
+    """p=1: every sample is torchvision's functional op on the same plain output; p=0.5: about
+    half the samples, drawn per sample, the same for any thread count."""
+    plain = batch(demo / "folder")
+    got = batch(demo / "folder", ops=[ls.Op(name, p=1, **params)])
+    assert torch.equal(got, torch.stack([reference(x) for x in plain]))
+    half = batch(demo / "folder", ops=[ls.Op(name, p=0.5, **params)], threads=1)
+    assert torch.equal(half, batch(demo / "folder", ops=[ls.Op(name, p=0.5, **params)], threads=2))
+    applied = [torch.equal(h, g) and not torch.equal(h, x) for h, g, x in zip(half, got, plain)]
+    kept = [torch.equal(h, x) for h, x in zip(half, plain)]
+    assert all(a or k for a, k in zip(applied, kept))
+    assert 0.3 * len(plain) < sum(applied) < 0.7 * len(plain)  # 120 samples, seeded: a fixed count

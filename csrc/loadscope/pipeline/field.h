@@ -83,13 +83,11 @@ struct IntBound {
   int64_t min, max;
 };
 inline constexpr IntBound kIntBounds[] = {
-    {"size", 1, 16384},              // each side of an output image or frame
-    {"frames", 1, 100000},           // frames per clip
-    {"clips", 1, 1000},              // clips per video
-    {"decoder_threads", 0, 64},      // FFmpeg threads per video (0: FFmpeg's choice)
-    {"max_pixels", 1, INT64_MAX},    // decoded pixels an image or frame may have
-    {"num_ops", 0, 16},              // RandAugment operations per image
-    {"num_magnitude_bins", 2, 1000}  // RandAugment magnitude bins
+    {"size", 1, 16384},            // each side of an output image or frame
+    {"frames", 1, 100000},         // frames per clip
+    {"clips", 1, 1000},            // clips per video
+    {"decoder_threads", 0, 64},    // FFmpeg threads per video (0: FFmpeg's choice)
+    {"max_pixels", 1, INT64_MAX},  // decoded pixels an image or frame may have
 };
 const IntBound& int_bound(const char* name);
 // "field 'x': frames must be 1..100000" when `value` is outside its bound.

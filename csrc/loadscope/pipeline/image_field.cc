@@ -265,35 +265,11 @@ void validate_image(const std::string& field, const ImageSpec& s, bool video) {
     throw ConfigError("field '" + field + "': ratio must satisfy 0 < min <= max");
   }
   check_bound(field, "max_pixels", s.max_pixels);
-  const auto& c = s.color;
-  const auto& e = s.erase;
-  const auto& ra = s.randaugment;
-  const bool pixel_ops = c.p > 0 || s.grayscale > 0 || e.p > 0 || ra.num_ops > 0;
-  check_bound(field, "num_ops", ra.num_ops);
-  check_bound(field, "num_magnitude_bins", ra.bins);
-  if (ra.magnitude < 0 || ra.magnitude >= ra.bins) {
-    throw ConfigError("field '" + field + "': RandAugment needs 0 <= magnitude < bins");
+  if (!s.ops.empty() && video) {
+    throw ConfigError("field '" + field + "': augmentations (ops) are for images only");
   }
-  if (pixel_ops && video) {
-    throw ConfigError("field '" + field +
-                      "': RandAugment, colour jitter, grayscale and erasing are for images only");
-  }
-  if (!(c.p >= 0 && c.p <= 1) || !(s.grayscale >= 0 && s.grayscale <= 1) ||
-      !(e.p >= 0 && e.p <= 1)) {
-    throw ConfigError("field '" + field + "': probabilities must be in [0, 1]");
-  }
-  for (int k = 0; k < 4; ++k) {
-    const bool ok = k == 3 ? (c.lo[k] >= -0.5 && c.lo[k] <= c.hi[k] && c.hi[k] <= 0.5)
-                           : (c.lo[k] >= 0 && c.lo[k] <= c.hi[k] && std::isfinite(c.hi[k]));
-    if (!ok) {
-      throw ConfigError("field '" + field + "': colour jitter ranges must be (min, max) with " +
-                        (k == 3 ? "-0.5 <= min <= max <= 0.5 (hue)" : "0 <= min <= max"));
-    }
-  }
-  if (e.p > 0 && !(e.scale_min > 0 && e.scale_min <= e.scale_max && e.scale_max <= 1 &&
-                   e.ratio_min > 0 && e.ratio_min <= e.ratio_max && std::isfinite(e.ratio_max))) {
-    throw ConfigError("field '" + field +
-                      "': erasing needs 0 < scale min <= max <= 1 and 0 < ratio min <= max");
+  if (const std::string order = augment::check_order(s.ops); !order.empty()) {
+    throw ConfigError("field '" + field + "': " + order);
   }
   if (s.dtype != augment::PixelType::kUint8) {
     if (video) {
@@ -346,29 +322,12 @@ void ImageField::fill(FieldCall& call) const {
   const std::string warning =
       decode_image(reinterpret_cast<const uint8_t*>(call.bytes.data()), call.bytes.size(), spec,
                    rng, convert ? s.pixels.data() : dst, t ? &split : nullptr);
-  if (convert || spec.color.p > 0 || spec.grayscale > 0 || spec.erase.p > 0 ||
-      spec.randaugment.num_ops > 0) {
+  if (convert || !spec.ops.empty()) {
     const uint64_t t0 = t ? telemetry::now_ns() : 0;
-    const bool chw = !spec.channels_last;
-    Rng prng = call.rng(RngStream::kPixels);
-    const augment::ColorDraw color = augment::draw_color(spec.color, prng);
-    const bool gray =
-        spec.grayscale > 0 && (spec.grayscale >= 1 || prng.uniform() < spec.grayscale);
-    const augment::EraseBox box = augment::draw_erase(spec.erase, spec.height, spec.width, prng);
-    uint8_t* u8 = convert ? s.pixels.data() : dst;
-    if (spec.randaugment.num_ops > 0) {  // its own stream: the other draws stay as they were
-      Rng rrng = call.rng(RngStream::kRandAugment);
-      for (const auto& op :
-           augment::draw_randaugment(spec.randaugment, spec.height, spec.width, rrng)) {
-        augment::apply_op(u8, spec.height, spec.width, chw, op, s.oriented);
-      }
-    }
-    const auto rgb = augment::RgbView::of(u8, pixels, chw);
-    augment::apply_color(rgb, color);
-    if (gray) augment::to_grayscale(rgb);
-    // Note [float output by table]
-    if (convert) converter_.convert(s.pixels.data(), pixels, chw, dst);
-    augment::erase(dst, spec.dtype, spec.height, spec.width, chw, box, spec.erase.value);
+    augment::OpStreams streams{call.rng(RngStream::kPixels), call.rng(RngStream::kRandAugment)};
+    augment::run_ops(spec.ops, convert ? s.pixels.data() : dst, dst, spec.dtype,
+                     convert ? &converter_ : nullptr, spec.height, spec.width, !spec.channels_last,
+                     streams, s.oriented);
     if (t) split.augment_ns += telemetry::now_ns() - t0;
   }
   if (!warning.empty() && ctx.warning.empty()) ctx.warning = call.member.name + ": " + warning;

@@ -8,10 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "loadscope/augment/color.h"
 #include "loadscope/augment/geometry.h"
+#include "loadscope/augment/ops.h"
 #include "loadscope/augment/pixels.h"
-#include "loadscope/augment/randaugment.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/pipeline/field.h"
 
@@ -36,13 +35,8 @@ struct ImageSpec {
   augment::PixelType dtype = augment::PixelType::kUint8;
   std::array<double, 3> mean{0.0, 0.0, 0.0};
   std::array<double, 3> std{1.0, 1.0, 1.0};
-  // Per-sample ops after crop and flip: RandAugment, colour jitter, grayscale, then the dtype
-  // conversion, then erasing (the order of torchvision's and timm's recipes: RandAugment or
-  // ColorJitter, RandomGrayscale, ToTensor, Normalize, RandomErasing). Images only.
-  augment::RandAugmentSpec randaugment;  // before the colour ops
-  augment::ColorSpec color;
-  double grayscale = 0.0;  // probability
-  augment::EraseSpec erase;
+  // Per-sample ops after crop and flip, in order (augment/ops.h). Images only.
+  std::vector<augment::OpCall> ops;
 };
 
 // Checks an image's (or a video frame's: `video`) geometry and pixel options; throws ConfigError

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "loadscope/augment/color.h"
+#include "loadscope/augment/ops.h"
 #include "loadscope/augment/randaugment.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/decode/formats.h"
@@ -109,15 +110,64 @@ void register_fields(py::module_& m) {
           "The batch entries the field declares (its name, then e.g. '.time'), in order: known "
           "before any data is read.");
 
+  py::class_<augment::OpCall>(m, "Augmentation",
+                              "One augmentation with its parameters resolved (augment/ops.h).")
+      .def_property_readonly("name", [](const augment::OpCall& c) { return c.decl->name; })
+      .def_property_readonly(
+          "stage",
+          [](const augment::OpCall& c) {
+            return c.decl->stage == augment::OpStage::kPixels ? "pixels" : "output";
+          },
+          "'pixels': on the uint8 image after the crop; 'output': after the dtype conversion.")
+      .def_property_readonly("params", [](const augment::OpCall& c) {
+        py::dict d;  // {name: value or tuple}, in the declaration's order
+        for (size_t i = 0; i < c.params.size(); ++i) {
+          const auto& p = c.decl->params[i];
+          const auto& v = c.params[i];
+          if (p.kind == augment::ParamKind::kInteger)
+            d[p.name] = static_cast<int64_t>(v[0]);
+          else if (p.kind == augment::ParamKind::kNumber)
+            d[p.name] = v[0];
+          else
+            d[p.name] = py::tuple(py::cast(v));
+        }
+        return d;
+      });
+  m.def("augmentation", &augment::make_op, py::arg("name"), py::arg("params"),
+        "Checks an augmentation's parameters against its declaration and makes it; ConfigError "
+        "says what is allowed.");
+  m.def("augmentation_order", &augment::check_order, py::arg("ops"),
+        "\"\" when a list of augmentations may run in its order, else why not.");
+  m.def(
+      "augmentations",
+      [] {
+        static const char* kKinds[] = {"number", "integer", "range", "rgb"};
+        py::list out;
+        for (const auto& d : augment::op_table()) {
+          py::list params;
+          for (const auto& p : d.params) {
+            params.append(py::dict(
+                py::arg("name") = p.name, py::arg("kind") = kKinds[static_cast<int>(p.kind)],
+                py::arg("min") = p.lo, py::arg("max") = p.hi, py::arg("min_open") = p.lo_open,
+                py::arg("default") = p.fallback, py::arg("doc") = p.doc));
+          }
+          out.append(py::dict(
+              py::arg("name") = d.name, py::arg("doc") = d.doc,
+              py::arg("stage") = d.stage == augment::OpStage::kPixels ? "pixels" : "output",
+              py::arg("params") = params));
+        }
+        return out;
+      },
+      "The augmentation table (augment/ops.cc): [{'name', 'doc', 'stage', 'params': [{'name', "
+      "'kind', 'min', 'max', 'min_open', 'default', 'doc'}]}].");
+
   m.def(
       "image_field",
       [](std::string name, std::vector<std::string> keys, int height, int width,
          const std::string& crop, std::pair<double, double> scale, std::pair<double, double> ratio,
          int resize, double flip, bool channels_last, bool exif, bool dct_scaling,
          int64_t max_pixels, bool optional, const std::string& dtype, std::array<double, 3> mean,
-         std::array<double, 3> std, double color_p, std::array<double, 8> color_ranges,
-         double grayscale, double erase_p, std::array<double, 4> erase_geometry,
-         std::array<double, 3> erase_value, std::array<int, 3> randaugment) {
+         std::array<double, 3> std, std::vector<augment::OpCall> ops) {
         pipeline::ImageSpec image =
             geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
         image.exif = exif;
@@ -125,21 +175,7 @@ void register_fields(py::module_& m) {
         image.dtype = pixel_type(dtype);
         image.mean = mean;
         image.std = std;
-        image.color.p = color_p;
-        for (int k = 0; k < 4; ++k) {
-          image.color.lo[k] = color_ranges[2 * k];
-          image.color.hi[k] = color_ranges[2 * k + 1];
-        }
-        image.grayscale = grayscale;
-        image.erase.p = erase_p;
-        image.erase.scale_min = erase_geometry[0];
-        image.erase.scale_max = erase_geometry[1];
-        image.erase.ratio_min = erase_geometry[2];
-        image.erase.ratio_max = erase_geometry[3];
-        image.erase.value = erase_value;
-        image.randaugment.num_ops = randaugment[0];
-        image.randaugment.magnitude = randaugment[1];
-        image.randaugment.bins = randaugment[2];
+        image.ops = std::move(ops);
         pipeline::FieldSpec f{std::move(name), std::move(keys), optional,
                               std::make_shared<pipeline::ImageField>(image)};
         pipeline::validate({f});
@@ -150,12 +186,8 @@ void register_fields(py::module_& m) {
       py::arg("channels_last"), py::arg("exif"), py::arg("dct_scaling"), py::arg("max_pixels"),
       py::arg("optional"), py::arg("dtype") = "uint8",
       py::arg("mean") = std::array<double, 3>{0, 0, 0},
-      py::arg("std") = std::array<double, 3>{1, 1, 1}, py::arg("color_p") = 0.0,
-      py::arg("color_ranges") = std::array<double, 8>{1, 1, 1, 1, 1, 1, 0, 0},
-      py::arg("grayscale") = 0.0, py::arg("erase_p") = 0.0,
-      py::arg("erase_geometry") = std::array<double, 4>{0.02, 0.33, 0.3, 3.3},
-      py::arg("erase_value") = std::array<double, 3>{0, 0, 0},
-      py::arg("randaugment") = std::array<int, 3>{0, 9, 31});
+      py::arg("std") = std::array<double, 3>{1, 1, 1},
+      py::arg("ops") = std::vector<augment::OpCall>{});
 
   // The colour ops on one uint8 image, [3, H, W] or [H, W, 3] (contiguous), in place: for
   // parity tests against torchvision's functional ops. ops: (name, factor) pairs in order,
