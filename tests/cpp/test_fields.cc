@@ -15,7 +15,7 @@ namespace {
 struct Declares : pipeline::Field {
   explicit Declares(std::vector<Output> o) : outs(std::move(o)) {}
   std::vector<Output> outputs() const override { return outs; }
-  telemetry::Kind kind() const override { return telemetry::Kind::kOther; }
+  telemetry::Kind kind() const override { return telemetry::Kind::other(); }
   void validate(const std::string&) const override {}
   void fill(pipeline::FieldCall&) const override {}
   std::vector<Output> outs;

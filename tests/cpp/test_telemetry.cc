@@ -53,22 +53,50 @@ TEST_CASE("histogram buckets tile the integers", "[telemetry]") {
   }
 }
 
+TEST_CASE("kinds and counters are named at run time, one id per name", "[telemetry]") {
+  const telemetry::Kind a("test-kind-a"), b("test-kind-b");
+  CHECK(a.id() != b.id());
+  CHECK(telemetry::Kind("test-kind-a").id() == a.id());
+  CHECK(std::string(a.name()) == "test-kind-a");
+  CHECK(std::string(telemetry::Kind::name_of(b.id())) == "test-kind-b");
+  CHECK(telemetry::Kind::source().id() == telemetry::Kind("source").id());
+  telemetry::Telemetry t(true);
+  telemetry::Slot& s = t.slot(2, "worker", 0);
+  t.record(s, telemetry::Stage::kDecode, b, 500, 7);
+  const telemetry::Counter c("test.frames"), ns("test.open_ns");
+  t.count(s, c, 3);
+  t.count(s, c, 4);
+  t.count(s, ns, 9);
+  const auto snap = t.snapshot();
+  CHECK(snap.stages[1][b.id()].items == 1);
+  CHECK(snap.stages[1][b.id()].bytes == 7);
+  CHECK(snap.stages[1][a.id()].items == 0);
+  bool frames = false, open = false;
+  for (const auto& [name, value] : snap.counters) {
+    if (name == "test.frames") frames = value == 7;
+    if (name == "test.open_ns") open = value == 9;
+  }
+  CHECK(frames);
+  CHECK(open);
+}
+
 TEST_CASE("concurrent writers in their own slots and a reader never tear", "[telemetry]") {
   telemetry::Telemetry t(true);
+  const int image = telemetry::Kind("image").id();
   std::atomic<bool> go{true};
   std::vector<std::thread> writers;
   for (int w = 0; w < 3; ++w) {
     writers.emplace_back([&, w] {
       telemetry::Slot& s = t.slot(2 + w, "worker", w);
       for (int i = 0; i < 20000; ++i) {
-        t.record(s, telemetry::Stage::kDecode, telemetry::Kind::kImage, 1000 + i, 10);
+        t.record(s, telemetry::Stage::kDecode, telemetry::Kind("image"), 1000 + i, 10);
       }
     });
   }
   uint64_t last = 0;
   while (last < 60000) {  // counts only grow while the writers run
     const auto snap = t.snapshot();
-    const auto& cell = snap.stages[1][0];
+    const auto& cell = snap.stages[1][image];
     REQUIRE(cell.items >= last);
     REQUIRE(cell.busy.count <= cell.items + 3);
     last = cell.items;
@@ -76,8 +104,8 @@ TEST_CASE("concurrent writers in their own slots and a reader never tear", "[tel
   }
   for (auto& th : writers) th.join();
   const auto snap = t.snapshot();
-  CHECK(snap.stages[1][0].items == 60000);
-  CHECK(snap.stages[1][0].bytes == 600000);
+  CHECK(snap.stages[1][image].items == 60000);
+  CHECK(snap.stages[1][image].bytes == 600000);
   CHECK(snap.slots.size() == 3);
 }
 

@@ -276,11 +276,11 @@ void EpochRun::plan() {
           }
         } catch (const SampleError& e) {
           job->source_failures.push_back(SampleNote{e.key(), e.reason(), "source", -1});
-          if (t_) t_->fail(*slot, telemetry::Stage::kRead, telemetry::Kind::kSource);
+          if (t_) t_->fail(*slot, telemetry::Stage::kRead, telemetry::Kind::source());
           continue;
         }
         if (t_) {  // reading from the source itself (tar shards); lists cost nothing here
-          t_->record(*slot, telemetry::Stage::kRead, telemetry::Kind::kSource,
+          t_->record(*slot, telemetry::Stage::kRead, telemetry::Kind::source(),
                      telemetry::now_ns() - r0, source_->bytes_read() - bytes0);
           t_->source_buffer_bytes.store(source_->buffered_bytes(), std::memory_order_relaxed);
         }
@@ -464,7 +464,7 @@ EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::millis
       telemetry::Slot& c = t_->slot(1, "consumer");
       const uint64_t end = telemetry::now_ns();
       mark = end;  // finishing a batch is collating, not waiting
-      t_->record(c, telemetry::Stage::kCollate, telemetry::Kind::kOther, end - f0);
+      t_->record(c, telemetry::Stage::kCollate, telemetry::Kind::other(), end - f0);
       if (delivered) {
         t_->consumer_wait.record(wait_ns_);
         t_->span(c, "wait for batch", wait_start_ns_, end, out->index);

@@ -43,6 +43,8 @@ void AudioField::validate(const std::string& field) const {
 }
 
 namespace {
+
+const telemetry::Kind kAudio("audio");
 decode::AudioDecoder& decoder() {
   thread_local decode::AudioDecoder d;
   return d;
@@ -125,9 +127,13 @@ void AudioField::fill(FieldCall& call) const {
     call.ctx.warning = m.name + ": " + dec.warning();
   }
   if (call.ctx.telemetry) {
-    call.ctx.telemetry->record(*call.ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kAudio,
+    call.ctx.telemetry->record(*call.ctx.slot, telemetry::Stage::kDecode, kAudio,
                                telemetry::now_ns() - t0, read);
   }
+}
+
+telemetry::Kind AudioField::kind() const {
+  return kAudio;
 }
 
 }  // namespace loadscope::pipeline

@@ -34,7 +34,7 @@ class AudioField : public Field {
   // "" float32 [channels, N]; ".length" int64 (window samples from the stream; the rest are
   // zeros); ".time" float64 (the window's first sample, seconds).
   std::vector<Output> outputs() const override;
-  telemetry::Kind kind() const override { return telemetry::Kind::kAudio; }
+  telemetry::Kind kind() const override;
   void validate(const std::string& name) const override;
   bool reads_by_path() const override { return true; }
   std::string follows() const override { return spec_.align; }

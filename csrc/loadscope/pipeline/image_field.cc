@@ -20,6 +20,8 @@ using decode::Rect;
 
 namespace {
 
+const telemetry::Kind kImage("image");
+
 // Codec state and buffers of one worker thread, reused for every sample it processes.
 struct Scratch {
   decode::JpegDecoder jpeg;
@@ -290,6 +292,10 @@ void validate_image(const std::string& field, const ImageSpec& s, bool video) {
   }
 }
 
+telemetry::Kind ImageField::kind() const {
+  return kImage;
+}
+
 ImageField::ImageField(ImageSpec spec) : spec_(std::move(spec)) {
   if (spec_.dtype != augment::PixelType::kUint8) {
     converter_ = augment::PixelConverter(spec_.dtype, spec_.mean, spec_.std);
@@ -332,9 +338,9 @@ void ImageField::fill(FieldCall& call) const {
   }
   if (!warning.empty() && ctx.warning.empty()) ctx.warning = call.member.name + ": " + warning;
   if (t) {
-    t->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kImage, split.decode_ns,
+    t->record(*ctx.slot, telemetry::Stage::kDecode, kImage, split.decode_ns,
               call.bytes.size());
-    t->record(*ctx.slot, telemetry::Stage::kAugment, telemetry::Kind::kImage, split.augment_ns);
+    t->record(*ctx.slot, telemetry::Stage::kAugment, kImage, split.augment_ns);
   }
 }
 

@@ -65,7 +65,7 @@ class ImageField : public Field {
   explicit ImageField(ImageSpec spec);
   const ImageSpec& spec() const { return spec_; }
   std::vector<Output> outputs() const override;
-  telemetry::Kind kind() const override { return telemetry::Kind::kImage; }
+  telemetry::Kind kind() const override;
   void validate(const std::string& name) const override { validate_image(name, spec_, false); }
   void fill(FieldCall& call) const override;
   size_t scratch_bytes() const override;

@@ -45,7 +45,7 @@ void PlainField::fill(FieldCall& call) const {
     return;
   }
   telemetry::StageTimer timer(call.ctx.telemetry, call.ctx.slot, telemetry::Stage::kDecode,
-                              telemetry::Kind::kOther);
+                              kind());
   switch (kind_) {
     case PlainKind::kInt: {
       int64_t v = 0;

@@ -16,7 +16,7 @@ class PlainField : public Field {
   explicit PlainField(PlainKind kind) : kind_(kind) {}
   PlainKind plain_kind() const { return kind_; }
   std::vector<Output> outputs() const override;
-  telemetry::Kind kind() const override { return telemetry::Kind::kOther; }
+  telemetry::Kind kind() const override { return telemetry::Kind::other(); }
   void validate(const std::string&) const override {}
   void fill(FieldCall& call) const override;
 

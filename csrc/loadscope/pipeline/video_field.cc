@@ -14,6 +14,15 @@ namespace loadscope::pipeline {
 
 namespace {
 
+// What a clip took besides time: why a dataset is slow (long GOPs decode many frames per frame
+// shown; large files read many bytes per clip). The snapshot's "video" section.
+const telemetry::Kind kVideo("video");
+const struct {
+  telemetry::Counter clips{"video.clips"}, frames_shown{"video.frames_shown"},
+      frames_decoded{"video.frames_decoded"}, packets{"video.packets"}, seeks{"video.seeks"},
+      open_ns{"video.open_ns"};
+} kCounts;
+
 decode::VideoDecoder& decoder() {
   thread_local decode::VideoDecoder d;
   return d;
@@ -157,14 +166,18 @@ void VideoField::fill(FieldCall& call) const {
     if (ctx.telemetry) {  // decode = open, index, seek, decode; augment = frame conversion
       const uint64_t total = telemetry::now_ns() - t0;
       const uint64_t convert = std::min(dec.convert_ns(), total);
-      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, telemetry::Kind::kVideo,
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, kVideo,
                             total - convert, read);
-      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, telemetry::Kind::kVideo,
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, kVideo,
                             convert);
       const decode::VideoDecoder::Work& w = dec.work();
-      ctx.telemetry->record_video(
-          *ctx.slot, telemetry::VideoTotals{1, requests.size(), w.frames_decoded, w.packets,
-                                            w.seeks, opened - t0});
+      telemetry::Telemetry& t = *ctx.telemetry;
+      t.count(*ctx.slot, kCounts.clips, 1);
+      t.count(*ctx.slot, kCounts.frames_shown, requests.size());
+      t.count(*ctx.slot, kCounts.frames_decoded, w.frames_decoded);
+      t.count(*ctx.slot, kCounts.packets, w.packets);
+      t.count(*ctx.slot, kCounts.seeks, w.seeks);
+      t.count(*ctx.slot, kCounts.open_ns, opened - t0);
     }
     // The ".meta" record, in outputs()'s order: fixed outputs 2..8, the codec the one string.
     const auto put = [&call](size_t k, auto v) { std::memcpy(call.fixed[k], &v, sizeof v); };
@@ -183,6 +196,10 @@ void VideoField::fill(FieldCall& call) const {
   } catch (const ReadFailure& e) {
     throw SampleError(where, e.what(), FailureKind::kRead);
   }
+}
+
+telemetry::Kind VideoField::kind() const {
+  return kVideo;
 }
 
 }  // namespace loadscope::pipeline

@@ -35,7 +35,7 @@ class VideoField : public Field {
   // ".time" float64 [T] or [K, T] (each frame's presentation time, seconds), ".meta" a record
   // (duration, fps, frames, width, height, rotation, codec, stream).
   std::vector<Output> outputs() const override;
-  telemetry::Kind kind() const override { return telemetry::Kind::kVideo; }
+  telemetry::Kind kind() const override;
   void validate(const std::string& name) const override;
   bool reads_by_path() const override { return true; }
   int clips() const override { return video_.clip.clips; }

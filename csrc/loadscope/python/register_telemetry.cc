@@ -10,7 +10,7 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
   py::dict stages;
   for (int st = 0; st < kStages; ++st) {
     py::dict kinds;
-    for (int k = 0; k < kKinds; ++k) {
+    for (int k = 0; k < Kind::count(); ++k) {
       const StageTotals& t = s.stages[st][k];
       if (t.items == 0 && t.failures == 0) continue;
       py::dict c;
@@ -18,7 +18,7 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
       c["bytes"] = t.bytes;
       c["failures"] = t.failures;
       c["busy"] = histogram_dict(t.busy, 1e-9);
-      kinds[kind_name(static_cast<Kind>(k))] = c;
+      kinds[Kind::name_of(k)] = c;
     }
     if (!kinds.empty()) stages[stage_name(static_cast<Stage>(st))] = kinds;
   }
@@ -65,14 +65,18 @@ py::dict snapshot_dict(const telemetry::Snapshot& s) {
   d["first_batch_after_create"] = s.first_batch_after_create;
   d["first_batch_last_epoch"] = s.first_batch_last_epoch;
   d["spans_dropped"] = s.spans_dropped;
-  py::dict video;
-  video["clips"] = s.video.clips;
-  video["frames_shown"] = s.video.frames_shown;
-  video["frames_decoded"] = s.video.frames_decoded;
-  video["packets"] = s.video.packets;
-  video["seeks"] = s.video.seeks;
-  video["open_seconds"] = s.video.open_ns * 1e-9;
-  d["video"] = video;
+  // Counters "<kind>.<what>" as sections: d["video"]["clips"]; "_ns" ones in seconds.
+  for (const auto& [name, value] : s.counters) {
+    const size_t dot = name.find('.');
+    const std::string section = name.substr(0, dot), what = name.substr(dot + 1);
+    if (!d.contains(section.c_str())) d[section.c_str()] = py::dict();
+    py::dict sec = d[section.c_str()];
+    const bool ns = what.size() > 3 && what.compare(what.size() - 3, 3, "_ns") == 0;
+    if (ns)
+      sec[(what.substr(0, what.size() - 3) + "_seconds").c_str()] = value * 1e-9;
+    else
+      sec[what.c_str()] = value;
+  }
   return d;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace loadscope::telemetry {
 
@@ -21,15 +22,72 @@ const char* stage_name(Stage s) {
   }
 }
 
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::kImage: return "image";
-    case Kind::kVideo: return "video";
-    case Kind::kAudio: return "audio";
-    case Kind::kOther: return "other";
-    case Kind::kSource: return "source";
-    default: return "?";
+namespace {
+
+// Names given ids in order, never changed once published: readers need no lock.
+template <int N>
+class Names {
+ public:
+  int id(const char* name, const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int n = count_.load(std::memory_order_relaxed);
+    for (int i = 0; i < n; ++i) {
+      if (names_[i] == name) return i;
+    }
+    if (n == N) {
+      throw std::length_error(std::string("telemetry: more than ") + std::to_string(N) + " " +
+                              what + " names (raise the limit in telemetry.h)");
+    }
+    names_[n] = name;
+    count_.store(n + 1, std::memory_order_release);
+    return n;
   }
+  int count() const { return count_.load(std::memory_order_acquire); }
+  const char* name(int id) const { return id >= 0 && id < count() ? names_[id].c_str() : "?"; }
+
+ private:
+  std::mutex mutex_;
+  std::atomic<int> count_{0};
+  std::string names_[N];
+};
+
+Names<kMaxKinds>& kinds() {
+  static Names<kMaxKinds> names;
+  return names;
+}
+
+Names<kMaxCounters>& counters() {
+  static Names<kMaxCounters> names;
+  return names;
+}
+
+}  // namespace
+
+Kind::Kind(const char* name) : id_(kinds().id(name, "kind")) {}
+Kind Kind::source() {
+  static const Kind k("source");
+  return k;
+}
+Kind Kind::other() {
+  static const Kind k("other");
+  return k;
+}
+const char* Kind::name() const {
+  return kinds().name(id_);
+}
+int Kind::count() {
+  return kinds().count();
+}
+const char* Kind::name_of(int id) {
+  return kinds().name(id);
+}
+
+Counter::Counter(const char* name) : id_(counters().id(name, "counter")) {}
+int Counter::count() {
+  return counters().count();
+}
+const char* Counter::name_of(int id) {
+  return counters().name(id);
 }
 
 uint64_t thread_cpu_ns() {
@@ -73,7 +131,7 @@ void bump(std::atomic<uint64_t>& a, uint64_t v) {
 }  // namespace
 
 void Telemetry::record(Slot& s, Stage stage, Kind kind, uint64_t ns, uint64_t bytes) {
-  StageCell& c = s.cells[static_cast<int>(stage)][static_cast<int>(kind)];
+  StageCell& c = s.cells[static_cast<int>(stage)][kind.id()];
   Histogram* h = c.busy.load(std::memory_order_acquire);
   if (h == nullptr) {  // only this slot's thread writes the cell
     h = new Histogram();
@@ -85,16 +143,11 @@ void Telemetry::record(Slot& s, Stage stage, Kind kind, uint64_t ns, uint64_t by
 }
 
 void Telemetry::fail(Slot& s, Stage stage, Kind kind) {
-  bump(s.cells[static_cast<int>(stage)][static_cast<int>(kind)].failures, 1);
+  bump(s.cells[static_cast<int>(stage)][kind.id()].failures, 1);
 }
 
-void Telemetry::record_video(Slot& s, const VideoTotals& clip) {
-  bump(s.video.clips, clip.clips);
-  bump(s.video.frames_shown, clip.frames_shown);
-  bump(s.video.frames_decoded, clip.frames_decoded);
-  bump(s.video.packets, clip.packets);
-  bump(s.video.seeks, clip.seeks);
-  bump(s.video.open_ns, clip.open_ns);
+void Telemetry::count(Slot& s, Counter counter, uint64_t n) {
+  bump(s.counters[counter.id()], n);
 }
 
 void Telemetry::span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg) {
@@ -200,12 +253,13 @@ Snapshot Telemetry::snapshot(bool with_depth) const {
   out.enabled = enabled_;
   const uint64_t now = now_ns();
   out.uptime = static_cast<double>(now - created_ns_) * 1e-9;
+  uint64_t counts[kMaxCounters] = {};
   {
     std::lock_guard<std::mutex> lock(slots_mutex_);
     for (const auto& s : slots_) {
       if (!s) continue;
       for (int st = 0; st < kStages; ++st) {
-        for (int k = 0; k < kKinds; ++k) {
+        for (int k = 0; k < kMaxKinds; ++k) {
           const StageCell& c = s->cells[st][k];
           StageTotals& t = out.stages[st][k];
           if (const Histogram* h = c.busy.load(std::memory_order_acquire)) h->add_to(t.busy);
@@ -214,17 +268,14 @@ Snapshot Telemetry::snapshot(bool with_depth) const {
           t.failures += c.failures.load(std::memory_order_relaxed);
         }
       }
-      const VideoCell& v = s->video;
-      out.video.clips += v.clips.load(std::memory_order_relaxed);
-      out.video.frames_shown += v.frames_shown.load(std::memory_order_relaxed);
-      out.video.frames_decoded += v.frames_decoded.load(std::memory_order_relaxed);
-      out.video.packets += v.packets.load(std::memory_order_relaxed);
-      out.video.seeks += v.seeks.load(std::memory_order_relaxed);
-      out.video.open_ns += v.open_ns.load(std::memory_order_relaxed);
+      for (int c = 0; c < kMaxCounters; ++c) {
+        counts[c] += s->counters[c].load(std::memory_order_relaxed);
+      }
       out.slots.push_back(
           Snapshot::SlotView{s->role, s->cpu_ns.load() * 1e-9, s->scratch_bytes.load()});
     }
   }
+  for (int c = 0; c < Counter::count(); ++c) out.counters.emplace_back(Counter::name_of(c), counts[c]);
   out.prefetch = prefetch_.load();
   out.consumer_wait = consumer_wait.data();
   out.producer_block = producer_block.data();

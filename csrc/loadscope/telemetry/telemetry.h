@@ -21,13 +21,42 @@
 namespace loadscope::telemetry {
 
 enum class Stage { kRead, kDecode, kAugment, kCollate, kCount };
-// What a stage worked on: images, video clips, audio, other fields (labels, text), or the source
-// itself (reading tar shards, done by the planner before the sample exists).
-enum class Kind { kImage, kVideo, kAudio, kOther, kSource, kCount };
 constexpr int kStages = static_cast<int>(Stage::kCount);
-constexpr int kKinds = static_cast<int>(Kind::kCount);
 const char* stage_name(Stage s);
-const char* kind_name(Kind k);
+
+// What a stage worked on, by name: each field kind names itself (Field::kind(): "image",
+// "video", ...), so this layer knows no modality. "source" (reading shards, which the planner
+// does before a sample exists) and "other" (collation) are the engine's. A name gets its id the
+// first time it is made, process-wide, and keeps it; at most kMaxKinds names.
+constexpr int kMaxKinds = 12;
+class Kind {
+ public:
+  explicit Kind(const char* name);  // thread-safe; throws std::length_error past kMaxKinds
+  static Kind source();  // both registered once, then a copy
+  static Kind other();
+  int id() const { return id_; }
+  const char* name() const;
+  static int count();  // names given so far
+  static const char* name_of(int id);
+
+ private:
+  int id_;
+};
+
+// A count a field kind keeps besides time and bytes (a video field: clips, frames decoded for
+// those shown, packets, seeks, open time), named "<kind>.<what>", a name ending in "_ns" being
+// nanoseconds; ids as for Kind, at most kMaxCounters.
+constexpr int kMaxCounters = 16;
+class Counter {
+ public:
+  explicit Counter(const char* name);
+  int id() const { return id_; }
+  static int count();
+  static const char* name_of(int id);
+
+ private:
+  int id_;
+};
 
 inline uint64_t now_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -51,26 +80,10 @@ struct StageCell {
   std::atomic<uint64_t> items{0}, bytes{0}, failures{0};
 };
 
-// What decoding video clips took besides time: why a dataset is slow (long GOPs decode many
-// frames per frame shown; large files read many bytes per clip). Totals over clips.
-struct VideoTotals {
-  uint64_t clips = 0;
-  uint64_t frames_shown = 0;    // frames returned (clips x frames)
-  uint64_t frames_decoded = 0;  // frames the decoder produced for them
-  uint64_t packets = 0;         // packets read to decode them (non-reference ones skipped included)
-  uint64_t seeks = 0;
-  uint64_t open_ns = 0;  // opening and indexing
-};
-
-struct VideoCell {
-  std::atomic<uint64_t> clips{0}, frames_shown{0}, frames_decoded{0}, packets{0}, seeks{0},
-      open_ns{0};
-};
-
 struct Slot {
   std::string role;  // "planner", "consumer", "worker 0", ...
-  StageCell cells[kStages][kKinds];
-  VideoCell video;
+  StageCell cells[kStages][kMaxKinds];
+  std::atomic<uint64_t> counters[kMaxCounters]{};
   std::atomic<uint64_t> cpu_ns{0};         // CPU time spent in the engine's work
   std::atomic<uint64_t> scratch_bytes{0};  // decoder and resampler buffers held
   std::mutex spans_mutex;                  // taken only while tracing
@@ -97,14 +110,14 @@ ProcessStats read_process_stats(bool with_pss = true);
 
 struct Snapshot {
   double uptime = 0;  // seconds since the Telemetry was created
-  StageTotals stages[kStages][kKinds];
+  StageTotals stages[kStages][kMaxKinds];  // by Kind id
   struct SlotView {
     std::string role;
     double cpu = 0;  // seconds
     uint64_t scratch_bytes = 0;
   };
   std::vector<SlotView> slots;
-  VideoTotals video;
+  std::vector<std::pair<std::string, uint64_t>> counters;  // every Counter, by id
   HistogramData consumer_wait, producer_block;       // ns
   double ready_integral = 0, inflight_integral = 0;  // batch-seconds (occupancy x time)
   double back_pressure_seconds = 0;  // every prefetch slot held a ready batch: workers idle
@@ -135,7 +148,7 @@ class Telemetry {
   // Recording (single writer per slot).
   void record(Slot& s, Stage stage, Kind kind, uint64_t ns, uint64_t bytes = 0);
   void fail(Slot& s, Stage stage, Kind kind);
-  void record_video(Slot& s, const VideoTotals& clip);
+  void count(Slot& s, Counter counter, uint64_t n);
   void span(Slot& s, const char* name, uint64_t start_ns, uint64_t end_ns, int64_t arg);
 
   // Queue accounting, called under the engine's lock whenever a count changes.
