@@ -338,8 +338,7 @@ void ImageField::fill(FieldCall& call) const {
   }
   if (!warning.empty() && ctx.warning.empty()) ctx.warning = call.member.name + ": " + warning;
   if (t) {
-    t->record(*ctx.slot, telemetry::Stage::kDecode, kImage, split.decode_ns,
-              call.bytes.size());
+    t->record(*ctx.slot, telemetry::Stage::kDecode, kImage, split.decode_ns, call.bytes.size());
     t->record(*ctx.slot, telemetry::Stage::kAugment, kImage, split.augment_ns);
   }
 }

@@ -44,8 +44,7 @@ void PlainField::fill(FieldCall& call) const {
     *call.strings[0] = bytes;
     return;
   }
-  telemetry::StageTimer timer(call.ctx.telemetry, call.ctx.slot, telemetry::Stage::kDecode,
-                              kind());
+  telemetry::StageTimer timer(call.ctx.telemetry, call.ctx.slot, telemetry::Stage::kDecode, kind());
   switch (kind_) {
     case PlainKind::kInt: {
       int64_t v = 0;

@@ -166,10 +166,8 @@ void VideoField::fill(FieldCall& call) const {
     if (ctx.telemetry) {  // decode = open, index, seek, decode; augment = frame conversion
       const uint64_t total = telemetry::now_ns() - t0;
       const uint64_t convert = std::min(dec.convert_ns(), total);
-      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, kVideo,
-                            total - convert, read);
-      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, kVideo,
-                            convert);
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kDecode, kVideo, total - convert, read);
+      ctx.telemetry->record(*ctx.slot, telemetry::Stage::kAugment, kVideo, convert);
       const decode::VideoDecoder::Work& w = dec.work();
       telemetry::Telemetry& t = *ctx.telemetry;
       t.count(*ctx.slot, kCounts.clips, 1);

@@ -275,7 +275,8 @@ Snapshot Telemetry::snapshot(bool with_depth) const {
           Snapshot::SlotView{s->role, s->cpu_ns.load() * 1e-9, s->scratch_bytes.load()});
     }
   }
-  for (int c = 0; c < Counter::count(); ++c) out.counters.emplace_back(Counter::name_of(c), counts[c]);
+  for (int c = 0; c < Counter::count(); ++c)
+    out.counters.emplace_back(Counter::name_of(c), counts[c]);
   out.prefetch = prefetch_.load();
   out.consumer_wait = consumer_wait.data();
   out.producer_block = producer_block.data();

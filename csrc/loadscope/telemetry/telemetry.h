@@ -32,7 +32,7 @@ constexpr int kMaxKinds = 12;
 class Kind {
  public:
   explicit Kind(const char* name);  // thread-safe; throws std::length_error past kMaxKinds
-  static Kind source();  // both registered once, then a copy
+  static Kind source();             // both registered once, then a copy
   static Kind other();
   int id() const { return id_; }
   const char* name() const;
@@ -109,7 +109,7 @@ struct ProcessStats {
 ProcessStats read_process_stats(bool with_pss = true);
 
 struct Snapshot {
-  double uptime = 0;  // seconds since the Telemetry was created
+  double uptime = 0;                       // seconds since the Telemetry was created
   StageTotals stages[kStages][kMaxKinds];  // by Kind id
   struct SlotView {
     std::string role;
@@ -118,8 +118,8 @@ struct Snapshot {
   };
   std::vector<SlotView> slots;
   std::vector<std::pair<std::string, uint64_t>> counters;  // every Counter, by id
-  HistogramData consumer_wait, producer_block;       // ns
-  double ready_integral = 0, inflight_integral = 0;  // batch-seconds (occupancy x time)
+  HistogramData consumer_wait, producer_block;             // ns
+  double ready_integral = 0, inflight_integral = 0;        // batch-seconds (occupancy x time)
   double back_pressure_seconds = 0;  // every prefetch slot held a ready batch: workers idle
   double active_seconds = 0;         // time with an epoch running
   uint64_t batches = 0, samples = 0, failures = 0, warnings = 0;
