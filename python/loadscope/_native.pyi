@@ -196,8 +196,10 @@ def index_shard(tar_path: str) -> ShardIndex:
     """
     Indexes a tar shard by reading its headers only.
     """
-def is_url(name: str) -> bool:
-    ...
+def is_remote(name: str) -> bool:
+    """
+    Whether `name` is read over the network: its scheme's storage is remote (io/storage.h).
+    """
 def library_versions() -> dict:
     ...
 def network_stats() -> dict:
@@ -265,6 +267,14 @@ def reset_network_stats() -> None:
 def scan_folder(root: str | bytes, extensions: list[str] | list[bytes], labels: str) -> dict:
     """
     Scans a folder like torchvision's ImageFolder into a SampleTable (io/folder.h).
+    """
+def storage_scheme(name: str) -> str:
+    """
+    's3' for 's3://b/k'; '' for a local path.
+    """
+def storage_schemes() -> list[str]:
+    """
+    The schemes with a storage (io/storage.h).
     """
 def turbojpeg_decode_only(jpegs: list[str] | list[bytes], threads: int, repeat: int = 1) -> tuple:
     ...

@@ -28,20 +28,21 @@ PathLike = Union[str, "os.PathLike[str]"]
 _Member = Tuple[str, bool, Union[str, bytes]]
 
 
-_SCHEMES = ("s3://", "http://", "https://")
-
-
 def is_url(name: str) -> bool:
-    """True for the object-storage names loadscope reads: ``s3://``, ``http://``, ``https://``."""
-    return isinstance(name, str) and name.startswith(_SCHEMES)
+    """True for names read over the network: a remote storage's scheme (io/storage.h: ``s3://``,
+    ``http://``, ``https://``)."""
+    from . import _native
+    return isinstance(name, str) and _native.is_remote(name)
 
 
 def check_url(url: str, who: str) -> str:
-    """Refuses what cannot be read safely: other schemes, and credentials written into the URL
-    (they would end up in errors, logs and traces; use the environment: docs/remote.md)."""
-    if "://" in url and not is_url(url):
-        raise ConfigError(f"{who}: {url.split('://')[0]}:// is not supported; allowed are s3://, http://, https:// "
-                          "and local paths")
+    """Refuses what cannot be read safely: schemes without a storage, and credentials written into
+    the URL (they would end up in errors, logs and traces; use the environment: docs/remote.md)."""
+    from . import _native
+    scheme = url.split("://")[0] if "://" in url else ""
+    if scheme and _native.storage_scheme(url) not in _native.storage_schemes():
+        allowed = ", ".join(s + "://" for s in _native.storage_schemes())
+        raise ConfigError(f"{who}: {scheme}:// is not supported; allowed are {allowed} and local paths")
     if not is_url(url):
         return url
     host = url.split("://", 1)[1].split("/", 1)[0]

@@ -111,7 +111,7 @@ BAD_JSONL = [
     ('{"path": "noext"}', "has no extension"),
     ('{"path": "a.jpg", "JPG": "x"}', "has the name of the file's own member"),
     ('{"path": "a.jpg", "t": "\\ud800"}', "lone surrogate"),
-    ('{"path": "ftp://h/a.jpg"}', "only s3://, http://, https://"),
+    ('{"path": "ftp://h/a.jpg"}', "no storage for ftp:// names \\(there are: http://, https://, s3:// and local"),
     ('{"path": "http://user:pw@h/a.jpg"}', "credentials"),
     ('{"path": "a.jpg", "t": "tab\there"}', "control character"),
     ("[" * 600 + "]" * 600, "nested deeper"),

@@ -112,7 +112,7 @@ def test_wrong_credentials_a_missing_bucket_and_key_fail_early_without_the_secre
         ls.WebDataset("s3://demo-shards/train/nope.tar")
     with pytest.raises(ls.ConfigError, match="credentials in a URL are refused"):
         ls.WebDataset("https://user:pw@example.com/a.tar")
-    with pytest.raises(ls.ConfigError, match="allowed are s3://, http://, https://"):
+    with pytest.raises(ls.ConfigError, match="allowed are http://, https://, s3:// and local paths"):
         ls.WebDataset("gs://bucket/a.tar")
     with pytest.raises(ls.ConfigError, match="query string") as e:
         ls.WebDataset("https://h.example/a.tar?X-Amz-Signature=abcdef0123")

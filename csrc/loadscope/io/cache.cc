@@ -22,6 +22,7 @@
 
 #include "loadscope/core/error.h"
 #include "loadscope/io/remote.h"
+#include "loadscope/io/storage.h"
 
 namespace loadscope::io::cache {
 
@@ -168,7 +169,7 @@ struct TempFile {
   }
 };
 
-void fetch(const std::string& url, const remote::ObjectInfo& info, const std::string& path) {
+void fetch(const std::string& url, const ObjectInfo& info, const std::string& path) {
   // Unique per process and thread; another process waits on the lock instead.
   TempFile tmp{path + ".partial." + std::to_string(::getpid()) + "." +
                std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffffff)};
@@ -178,8 +179,8 @@ void fetch(const std::string& url, const remote::ObjectInfo& info, const std::st
     std::string chunk;
     constexpr uint64_t kChunk = 8u << 20;
     for (uint64_t at = 0; at < info.size; at += kChunk) {
-      remote::get(url, at, static_cast<int64_t>(std::min(kChunk, info.size - at)), chunk,
-                  info.etag);
+      storage_for(url).read(url, at, static_cast<int64_t>(std::min(kChunk, info.size - at)), chunk,
+                            info.version, false);
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     }
     out.flush();
@@ -194,7 +195,7 @@ void fetch(const std::string& url, const remote::ObjectInfo& info, const std::st
   }
   tmp.kept = true;
   TempFile etag{path + ".etag.partial"};
-  write_file(etag.path, info.etag + "\n");
+  write_file(etag.path, info.version + "\n");
   if (::rename(etag.path.c_str(), (path + ".etag").c_str()) != 0) {
     throw ReadFailure("cache: cannot rename into " + path + ".etag: " + std::strerror(errno));
   }
@@ -226,9 +227,9 @@ std::string cached_copy(const std::string& url) {
   const std::string path = file_for(s.dir, url);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "";  // not there: no request at all
-  const remote::ObjectInfo info = remote::stat(url);
+  const ObjectInfo info = storage_for(url).stat(url);
   const bool current =
-      static_cast<uint64_t>(st.st_size) == info.size && read_small(path + ".etag") == info.etag;
+      static_cast<uint64_t>(st.st_size) == info.size && read_small(path + ".etag") == info.version;
   return current ? path : "";
 }
 
@@ -251,7 +252,7 @@ std::string local_copy(const std::string& url) {
   }
   ::mkdir(s.dir.c_str(), 0755);
   const std::string path = file_for(s.dir, url);
-  const remote::ObjectInfo info = remote::stat(url);
+  const ObjectInfo info = storage_for(url).stat(url);
   if (s.limit > 0 && info.size > s.limit) {
     throw ReadFailure("cache: " + remote::redact(url) + " has " + std::to_string(info.size) +
                       " bytes, more than cache_limit " + std::to_string(s.limit));
@@ -260,7 +261,7 @@ std::string local_copy(const std::string& url) {
   struct stat st {};
   const bool exists = ::stat(path.c_str(), &st) == 0;
   const bool present = exists && static_cast<uint64_t>(st.st_size) == info.size &&
-                       read_small(path + ".etag") == info.etag;
+                       read_small(path + ".etag") == info.version;
   if (present) {
     g_hits.fetch_add(1, std::memory_order_relaxed);
   } else {

@@ -18,6 +18,7 @@
 #include "loadscope/io/cache.h"
 #include "loadscope/io/faults.h"
 #include "loadscope/io/remote.h"
+#include "loadscope/io/storage.h"
 
 namespace loadscope::io {
 
@@ -74,7 +75,8 @@ void check_member_size(uint64_t bytes) {
 }
 
 uint64_t file_size(const std::string& path) {
-  if (remote::is_url(path)) return remote::stat(path).size;
+  Storage& storage = storage_for(path);
+  if (storage.remote()) return storage.stat(path).size;
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     throw ReadFailure(path + ": cannot stat: " + std::strerror(errno));
@@ -83,14 +85,15 @@ uint64_t file_size(const std::string& path) {
 
 // The cached copy of a remote object when a cache is configured (cache.h), else "".
 static std::string cached(const std::string& path) {
-  return remote::is_url(path) ? cache::local_copy(path) : std::string();
+  return is_remote(path) ? cache::local_copy(path) : std::string();
 }
 
 uint64_t read_file(const std::string& path, std::string& out) {
   check_read_fault(path);
-  if (remote::is_url(path)) {
+  Storage& storage = storage_for(path);
+  if (storage.remote()) {
     const std::string local = cached(path);
-    if (local.empty()) return remote::get(path, 0, -1, out);
+    if (local.empty()) return storage.read(path, 0, -1, out, "", false);
     try {
       return read_file(local, out);
     } catch (const ReadFailure&) {
@@ -122,7 +125,8 @@ uint64_t read_file(const std::string& path, std::string& out) {
 uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, std::string& out) {
   check_read_fault(path);
   check_member_size(length);
-  if (remote::is_url(path)) {
+  Storage& storage = storage_for(path);
+  if (storage.remote()) {
     const std::string local = cached(path);
     if (!local.empty()) {
       try {
@@ -132,7 +136,7 @@ uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, s
         return read_range(cached(path), offset, length, out);  // evicted just now: once more
       }
     }
-    remote::get(path, offset, static_cast<int64_t>(length), out);
+    storage.read(path, offset, static_cast<int64_t>(length), out, "", false);
     if (out.size() != length) {
       throw ReadFailure("short read: " + std::to_string(length) + " bytes at byte " +
                         std::to_string(offset) + " of " + remote::redact(path) + ", got " +
@@ -163,12 +167,12 @@ uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, s
 }
 
 RandomAccess::RandomAccess(const std::string& path) : path_(path) {
-  if (remote::is_url(path)) {
+  if (is_remote(path)) {
     const std::string local = cached(path);
     if (local.empty()) {
-      const remote::ObjectInfo info = remote::stat(path);
+      const ObjectInfo info = storage_for(path).stat(path);
       size_ = info.size;
-      version_ = info.etag;
+      version_ = info.version;
       return;
     }
     path_ = local;  // the cached copy, read like any local file
@@ -206,8 +210,8 @@ size_t LocalFile::read_at(uint64_t offset, uint8_t* dst, size_t n) const {
 }
 
 void RandomAccess::read(uint64_t offset, uint64_t length, std::string& out) const {
-  if (remote::is_url(path_)) {
-    remote::get(path_, offset, static_cast<int64_t>(length), out, version_);
+  if (is_remote(path_)) {
+    storage_for(path_).read(path_, offset, static_cast<int64_t>(length), out, version_, false);
   } else {
     read_range(path_, offset, length, out);
   }
@@ -232,44 +236,18 @@ class LocalSeekable final : public Seekable {
   uint64_t fetched_ = 0;
 };
 
-class BlockSeekable final : public Seekable {
- public:
-  explicit BlockSeekable(const std::string& path) : object_(path) {}
-  uint64_t size() const override { return object_.size(); }
-  const std::string& version() const override { return object_.version(); }
-  size_t read_at(uint64_t offset, uint8_t* dst, size_t n) override {
-    if (offset >= object_.size()) return 0;
-    const uint64_t at = offset / kBlock * kBlock;
-    if (at != block_at_) {
-      block_at_ = UINT64_MAX;  // a failed read leaves no stale block behind
-      object_.read(at, std::min(kBlock, object_.size() - at), block_);
-      block_at_ = at;
-      fetched_ += block_.size();
-    }
-    const size_t within = static_cast<size_t>(offset - at);
-    if (within >= block_.size()) return 0;
-    const size_t k = std::min(block_.size() - within, n);
-    std::memcpy(dst, block_.data() + within, k);
-    return k;
-  }
-  uint64_t fetched() const override { return fetched_; }
-
- private:
-  RandomAccess object_;
-  uint64_t block_at_ = UINT64_MAX;
-  std::string block_;
-  uint64_t fetched_ = 0;
-};
-
 }  // namespace
 
 std::unique_ptr<Seekable> open_seekable(const std::string& path) {
-  if (is_remote(path)) return std::make_unique<BlockSeekable>(path);
-  return std::make_unique<LocalSeekable>(path);
+  Storage& storage = storage_for(path);
+  if (!storage.remote()) return storage.open_seekable(path);
+  const std::string local = cached(path);  // the node's copy, read like any local file
+  return local.empty() ? storage.open_seekable(path) : std::make_unique<LocalSeekable>(local);
 }
 
 bool is_remote(const std::string& path) {
-  return remote::is_url(path);
+  const Storage* storage = find_storage(path);
+  return storage && storage->remote();
 }
 
 namespace {
@@ -291,85 +269,6 @@ class LocalStream : public ByteStream {
 
  private:
   int fd_ = -1;
-};
-
-// Ranged GETs of `chunk` bytes, one ahead of the reader on a thread of its own (which keeps
-// its own connection alive). Every chunk is pinned to the ETag of the object when it was
-// opened: a shard rewritten mid-stream is an error, not a mix of two versions.
-class RemoteStream : public ByteStream {
- public:
-  RemoteStream(const std::string& url, size_t chunk) : url_(url), chunk_(chunk) {
-    const remote::ObjectInfo info = remote::stat(url);
-    size_ = info.size;
-    etag_ = info.etag;
-    fetcher_ = std::thread([this] { fetch_all(); });
-  }
-  ~RemoteStream() override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    fetcher_.join();
-  }
-  size_t read(char* dst, size_t n) override {
-    if (at_ == current_.size()) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return !ready_.empty() || done_ || error_; });
-      if (ready_.empty()) {
-        if (error_) std::rethrow_exception(error_);
-        return 0;
-      }
-      current_ = std::move(ready_.front());
-      ready_.pop_front();
-      at_ = 0;
-      cv_.notify_all();
-    }
-    const size_t take = std::min(n, current_.size() - at_);
-    std::memcpy(dst, current_.data() + at_, take);
-    at_ += take;
-    return take;
-  }
-
- private:
-  void fetch_all() {
-    for (uint64_t offset = 0; offset < size_; offset += chunk_) {
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [this] { return ready_.size() < 1 || stop_; });  // one chunk ahead
-        if (stop_) return;
-      }
-      std::string bytes;
-      try {
-        remote::get(url_, offset, static_cast<int64_t>(std::min<uint64_t>(chunk_, size_ - offset)),
-                    bytes, etag_);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex_);
-        error_ = std::current_exception();
-        cv_.notify_all();
-        return;
-      }
-      std::lock_guard<std::mutex> lock(mutex_);
-      ready_.push_back(std::move(bytes));
-      cv_.notify_all();
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
-    cv_.notify_all();
-  }
-
-  std::string url_;
-  size_t chunk_;
-  uint64_t size_ = 0;
-  std::string etag_;
-  std::string current_;
-  size_t at_ = 0;
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::deque<std::string> ready_;
-  bool done_ = false, stop_ = false;
-  std::exception_ptr error_;
-  std::thread fetcher_;
 };
 
 // Inflates gzip (concatenated members too, as gzip -d does) when the data starts with its
@@ -460,19 +359,53 @@ class GunzipStream : public ByteStream {
   z_stream z_{};
 };
 
+// Local paths: POSIX reads of regular files.
+class LocalStorage final : public Storage {
+ public:
+  bool remote() const override { return false; }
+  ObjectInfo stat(const std::string& name) override {
+    const LocalFile file(name);
+    return {file.size(), file.version()};
+  }
+  uint64_t read(const std::string& name, uint64_t offset, int64_t length, std::string& out,
+                const std::string& version, bool upto) override {
+    const LocalFile file(name);
+    if (!version.empty() && version != file.version()) {
+      throw ReadFailure(name + " changed while it was read (" + version + ", now " +
+                        file.version() + ")");
+    }
+    const uint64_t end = length < 0 ? file.size() : offset + static_cast<uint64_t>(length);
+    const uint64_t want = offset >= file.size() ? 0 : std::min(end, file.size()) - offset;
+    out.resize(static_cast<size_t>(want));
+    const size_t got = file.read_at(offset, reinterpret_cast<uint8_t*>(out.data()), out.size());
+    out.resize(got);
+    if (!upto && length >= 0 && got != static_cast<uint64_t>(length)) {
+      throw ReadFailure("short read: " + std::to_string(length) + " bytes at byte " +
+                        std::to_string(offset) + " of " + name + ", got " + std::to_string(got));
+    }
+    return got;
+  }
+  std::unique_ptr<Seekable> open_seekable(const std::string& name) override {
+    return std::make_unique<LocalSeekable>(name);
+  }
+  std::unique_ptr<ByteStream> open_stream(const std::string& name, size_t) override {
+    return std::make_unique<LocalStream>(name);
+  }
+};
+
 }  // namespace
+
+std::shared_ptr<Storage> local_storage() {
+  static const auto storage = std::make_shared<LocalStorage>();
+  return storage;
+}
 
 std::unique_ptr<ByteStream> open_stream(const std::string& path, bool gunzip, size_t chunk_bytes) {
   check_read_fault(path);
   std::unique_ptr<ByteStream> raw;
   const std::string local = cached(path);
-  if (!local.empty()) {
-    raw = std::make_unique<LocalStream>(local);
-  } else if (remote::is_url(path)) {
-    raw = std::make_unique<RemoteStream>(path, chunk_bytes);
-  } else {
-    raw = std::make_unique<LocalStream>(path);
-  }
+  raw = local.empty() ? storage_for(path).open_stream(path, chunk_bytes)
+                      : std::make_unique<LocalStream>(local);
   if (!gunzip) return raw;
   return std::make_unique<GunzipStream>(std::move(raw));
 }

@@ -1,12 +1,18 @@
 #pragma once
-// Reading bytes by name: a local path, or an s3:// / http(s):// URL (remote.h). Every reader
-// of the engine (members named by path, tar shards, indexes, videos) comes through here, so a
-// source that works on local files works on object storage too.
+// Reading bytes by name: a local path, or a URL of a registered scheme (storage.h: s3://,
+// http(s)://). Every reader of the engine (members named by path, tar shards, indexes, videos)
+// comes through here, so a source that works on local files works on object storage too; a
+// remote object is read from the node-local cache's copy when there is one (cache.h).
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "loadscope/io/storage.h"
+
 namespace loadscope::io {
+
+// The Storage of local paths (storage.h's "file" scheme).
+std::shared_ptr<Storage> local_storage();
 
 // A member read whole (an image, a label, a tar member) larger than this is refused before it
 // is read: a 3 GB sparse file named like an image was read into memory by every thread that met

@@ -43,7 +43,8 @@ Manifest merge(std::vector<Part>& parts, const ManifestOptions& o) {
     line0 += p.lines;
   }
   TableBuilder b;
-  b.join = remote::is_url(o.root) ? SampleTable::Join::kUrl : SampleTable::Join::kLocal;
+  b.join = has_scheme(o.root.data(), o.root.size()) ? SampleTable::Join::kUrl
+                                                    : SampleTable::Join::kLocal;
   std::string prefix = o.root;
   if (b.join == SampleTable::Join::kUrl) {
     while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
@@ -193,7 +194,7 @@ Manifest parse_manifest(const char* data, size_t size, ManifestFormat format,
 
 Manifest read_manifest(const ManifestOptions& o) {
   const ManifestFormat format = manifest_format(o.manifest);
-  const bool remote = remote::is_url(o.manifest);
+  const bool remote = is_remote(o.manifest);
   // What the table depends on; a cache file written under another identity is stale.
   uint64_t size = 0;
   std::string version;

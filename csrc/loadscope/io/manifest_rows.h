@@ -139,7 +139,10 @@ class RowWriter {
   std::string check_path(const char* p, size_t n) {
     if (n == 0) bad("the path in '" + opt_.path_key + "' is empty");
     if (std::memchr(p, '\0', n)) bad("the path contains a NUL byte");
-    if (is_url(p, n)) {
+    if (has_scheme(p, n)) {
+      const std::string head(p, std::min<size_t>(n, 64));  // holds the scheme
+      if (!find_storage(head))
+        bad("'" + std::string(p, std::min<size_t>(n, 200)) + "': " + no_storage(head));
       const char* host = static_cast<const char*>(std::memchr(p, ':', n)) + 3;
       const char* host_end =
           static_cast<const char*>(std::memchr(host, '/', static_cast<size_t>(p + n - host)));
@@ -153,9 +156,6 @@ class RowWriter {
         bad("credentials in a URL are refused (they would appear in errors and logs); use the "
             "environment");
       }
-    } else if (std::search(p, p + n, "://", "://" + 3) != p + n) {
-      bad("'" + std::string(p, std::min<size_t>(n, 200)) +
-          "': only s3://, http://, https:// URLs and local paths are supported");
     }
     std::string ext = member_name(p, n);
     if (ext.empty())

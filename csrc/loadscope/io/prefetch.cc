@@ -191,7 +191,7 @@ void Prefetcher::run() {
       auto bytes = std::make_unique<std::string>();
       // Through the read seam (file.h), so that a node-local cache serves it when configured.
       if (task.block) {
-        remote::get(task.url, task.offset, task.length, *bytes, "", /*upto=*/true);
+        storage_for(task.url).read(task.url, task.offset, task.length, *bytes, "", /*upto=*/true);
       } else if (task.length < 0) {
         read_file(task.url, *bytes);
       } else {

@@ -7,14 +7,6 @@
 
 namespace loadscope::io {
 
-bool is_url(const char* p, size_t n) {
-  for (const char* scheme : {"s3://", "http://", "https://"}) {
-    const size_t k = std::strlen(scheme);
-    if (n >= k && std::memcmp(p, scheme, k) == 0) return true;
-  }
-  return false;
-}
-
 std::string member_name(const char* path, size_t n) {
   size_t base = n;
   while (base > 0 && path[base - 1] != '/') --base;
@@ -33,7 +25,7 @@ std::string member_name(const char* path, size_t n) {
 std::string SampleTable::path(size_t row) const {
   const char* p = paths.begin(row);
   size_t n = paths.length(row);
-  if (is_url(p, n)) return std::string(p, n);
+  if (has_scheme(p, n)) return std::string(p, n);
   if (join == Join::kUrl) {
     while (n > 0 && *p == '/') ++p, --n;
   } else if (n > 0 && *p == '/') {

@@ -18,6 +18,7 @@
 
 #include "loadscope/core/permutation.h"
 #include "loadscope/core/source.h"
+#include "loadscope/io/storage.h"
 
 namespace loadscope::io {
 
@@ -109,9 +110,6 @@ class SampleTable {
   // What the views point into: the builder's vectors, or a mapped cache file.
   std::shared_ptr<const void> storage;
 };
-
-// remote::is_url over bytes (no string per row): s3://, http://, https://.
-bool is_url(const char* p, size_t n);
 
 // The file-name extension as os.path.splitext takes it (the last dot of the last component,
 // not a leading one), lower-cased without the dot; empty when there is none.

@@ -129,7 +129,7 @@ std::vector<TarMemberInfo> scan_remote_tar(const std::string& url) {
 }  // namespace
 
 std::vector<TarMemberInfo> scan_tar(const std::string& path) {
-  if (remote::is_url(path)) {
+  if (is_remote(path)) {
     // With a node cache the shard is fetched whole once for the node (its members are read
     // from that copy anyway): index the copy, not the network again per process.
     const std::string local = cache::local_copy(path);

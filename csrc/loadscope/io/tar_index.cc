@@ -60,11 +60,13 @@ uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size) {
   // A remote shard: two small ranges, never a download of the whole shard through the cache;
   // but from the node cache's copy when it has one (every process of the node would otherwise
   // fetch the same ranges again).
-  const std::string cached = remote::is_url(tar_path) ? cache::cached_copy(tar_path) : "";
-  if (remote::is_url(tar_path) && cached.empty()) {
-    remote::get(tar_path, 0, static_cast<int64_t>(std::min(size, kEdge)), head);
-    remote::get(tar_path, size - std::min(size, kEdge), static_cast<int64_t>(std::min(size, kEdge)),
-                tail);
+  const bool remote = is_remote(tar_path);
+  const std::string cached = remote ? cache::cached_copy(tar_path) : "";
+  if (remote && cached.empty()) {
+    Storage& storage = storage_for(tar_path);
+    const auto edge = static_cast<int64_t>(std::min(size, kEdge));
+    storage.read(tar_path, 0, edge, head, "", false);
+    storage.read(tar_path, size - std::min(size, kEdge), edge, tail, "", false);
   } else {
     const std::string& local = cached.empty() ? tar_path : cached;
     read_range(local, 0, std::min(size, kEdge), head);
@@ -86,12 +88,13 @@ uint64_t ShardIndex::member_bytes() const {
 }
 
 namespace {
-// The size of a shard; a remote one's ETag is pinned from here on (remote::pin_etag), so a
+// The size of a shard; a remote one's version is pinned from here on (Storage::pin), so a
 // shard rewritten after it was indexed fails its reads instead of mixing two versions.
 uint64_t shard_size(const std::string& tar_path) {
-  if (!remote::is_url(tar_path)) return file_size(tar_path);
-  const remote::ObjectInfo info = remote::stat(tar_path);
-  remote::pin_etag(tar_path, info.etag);
+  if (!is_remote(tar_path)) return file_size(tar_path);
+  Storage& storage = storage_for(tar_path);
+  const ObjectInfo info = storage.stat(tar_path);
+  storage.pin(tar_path, info.version);
   return info.size;
 }
 }  // namespace
@@ -134,8 +137,8 @@ void write_index(const ShardIndex& index, const std::string& idx_path) {
     for (const auto& m : s.members) text << '\t' << m.name << '\t' << m.offset << '\t' << m.size;
     text << '\n';
   }
-  if (remote::is_url(idx_path)) {
-    remote::put(idx_path, text.str());  // an object PUT is atomic already
+  if (is_remote(idx_path)) {
+    storage_for(idx_path).put(idx_path, text.str());  // an object PUT is atomic already
     return;
   }
   const std::string tmp = idx_path + ".partial";

@@ -13,7 +13,11 @@ void register_remote(py::module_& m) {
   auto remote_call = [](const std::string& url, auto&& fn) {
     return naming(io::remote::redact(url), fn);
   };
-  m.def("is_url", &io::remote::is_url, py::arg("name"));
+  m.def("is_remote", &io::is_remote, py::arg("name"),
+        "Whether `name` is read over the network: its scheme's storage is remote (io/storage.h).");
+  m.def("storage_scheme", &io::scheme_of, py::arg("name"),
+        "'s3' for 's3://b/k'; '' for a local path.");
+  m.def("storage_schemes", &io::storage_schemes, "The schemes with a storage (io/storage.h).");
   m.def("redact_url", &io::remote::redact, py::arg("url"));
   m.def(
       "remote_stat",
