@@ -31,16 +31,8 @@ DOCUMENTED = {"loadscope._native", "loadscope._version"}
 
 # (importing module, imported module, name) -> why it is allowed for now.
 EXCEPTIONS = {
-    ("loadscope.bench.runner", "loadscope._sources", "_remote_setup"):
-        "the harness applies an experiment's remote settings process-wide as a Loader does (issue 38, item 1)",
     ("loadscope.bench.user", "loadscope.telemetry.watcher", "_batch_len"):
         "the batch size of a user's batch, as the watcher counts it",
-    ("loadscope.bench.audio", "loadscope._fields", "AUDIO_MEMBERS"):
-        "the member names of audio files (issue 38, item 2: one format table)",
-    ("loadscope.bench.audio", "loadscope._fields", "VIDEO_MEMBERS"):
-        "the member names of video files (issue 38, item 2: one format table)",
-    ("loadscope.bench.video", "loadscope._fields", "VIDEO_MEMBERS"):
-        "the member names of video files (issue 38, item 2: one format table)",
 }
 
 

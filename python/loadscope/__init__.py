@@ -30,6 +30,7 @@ from ._fields import (
     Json,
     Text,
     VideoClip,
+    formats,
     normalize,
 )
 from ._loader import Dataset, Loader, default_threads
@@ -52,5 +53,5 @@ __all__ = [
     "Audio", "Bytes", "ColorJitter", "Op", "augmentations", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
-    "default_threads", "expand_braces", "from_dataloader", "mixup_cutmix",
+    "default_threads", "expand_braces", "formats", "from_dataloader", "mixup_cutmix",
 ]

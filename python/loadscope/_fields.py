@@ -437,6 +437,14 @@ AUDIO_POSITIONS = ("random", "center", "start")
 AUDIO_MEMBERS = tuple(_FORMATS["audio"])
 
 
+def formats() -> dict:
+    """The member names (file extensions, lower case) this build decodes, from the format table
+    the decoders use (decode/formats.h): ``{"image": (...), "video": (...), "audio": (...)}``.
+    An ``Image`` field named like one of ``image`` reads any of them; likewise ``VideoClip`` and
+    ``Audio`` (which also reads the audio track of a video container)."""
+    return {"image": IMAGE_MEMBERS, "video": VIDEO_MEMBERS, "audio": AUDIO_MEMBERS}
+
+
 def _seconds(owner: str, name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or not value > 0:
         raise ConfigError(f"{owner}.{name} must be seconds > 0, got {value!r}")

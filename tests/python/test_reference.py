@@ -293,10 +293,12 @@ def test_the_format_table_gives_the_member_names_and_folder_lists_what_imagefold
     assert ls.IMAGE_EXTENSIONS == IMG_EXTENSIONS
     names = {name: exts for name, exts in _native.formats()["image"]}
     assert set(names) == {"JPEG", "PNG", "PPM", "PGM", "PBM", "BMP", "TIFF", "WebP", "GIF"}
-    assert {"." + e for e in ls._fields.IMAGE_MEMBERS} >= set(IMG_EXTENSIONS)
-    assert ls.VIDEO_EXTENSIONS == tuple("." + e for e in ls._fields.VIDEO_MEMBERS)
-    assert {"mp4", "mkv", "webm", "avi", "mov"} <= set(ls._fields.VIDEO_MEMBERS)
-    assert {"wav", "flac", "mp3", "m4a", "ogg", "opus"} <= set(ls._fields.AUDIO_MEMBERS)
+    members = ls.formats()
+    assert members["image"] == tuple(e for exts in names.values() for e in exts)
+    assert {"." + e for e in members["image"]} >= set(IMG_EXTENSIONS)
+    assert ls.VIDEO_EXTENSIONS == tuple("." + e for e in members["video"])
+    assert {"mp4", "mkv", "webm", "avi", "mov"} <= set(members["video"])
+    assert {"wav", "flac", "mp3", "m4a", "ogg", "opus"} <= set(members["audio"])
 
 
 def test_animated_webp_gives_its_first_frame_like_pillow():

@@ -18,15 +18,14 @@ def windows(root: str = "data/demo", threads: int = 2, sample_rate: int = 16000,
     """A Loader of audio windows ({"audio": float32 [B, channels, seconds * sample_rate], "cls":
     int64 [B], ...}) from root/videos.jsonl, shuffled by (seed, epoch); train: a window drawn per
     sample, else the centred one."""
-    from .. import Audio, FileList, Int, Loader
-    from .._fields import AUDIO_MEMBERS, VIDEO_MEMBERS
+    from .. import Audio, FileList, Int, Loader, formats
 
     manifest = os.path.join(root, "videos.jsonl")
     if not os.path.isfile(manifest):
         raise ConfigError(f"[pipeline] root = {root!r}: no videos.jsonl there; make one with "
                           f"`python -m loadscope.datasets --out {root} --audio` or point root at a folder that has it")
     audio = Audio(sample_rate=sample_rate, channels=channels, seconds=seconds, position="random" if train else "center",
-                  keys=list(VIDEO_MEMBERS + AUDIO_MEMBERS))
+                  keys=list(formats()["video"] + formats()["audio"]))
     return Loader(FileList(manifest), fields={"audio": audio, "cls": Int()}, batch_size=batch_size, threads=threads,
                   shuffle=True, seed=seed)
 

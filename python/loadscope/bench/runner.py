@@ -23,7 +23,6 @@ import torch
 
 from .. import _native
 from .._errors import ConfigError
-from .._sources import _remote_setup
 from . import env as envmod
 from . import nodes, pipelines, report, scaling
 from .report import rerun_command
@@ -453,7 +452,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     if url and any(a.config["storage"] != "local" for a in exp.arms):
         assert root is not None
         remote_files = sorted({p for lay in layouts for p in pipelines.layout_files(root, lay, indexes=True)})
-        _remote_setup([url])  # the AWS_* variables as they are now
+        _native.remote_reload_environment()  # the AWS_* variables as they are now
         if exp.dataset["upload"]:
             say(f"{exp.name}: putting the dataset's files at {_native.redact_url(url)} where missing ...")
             up = pipelines.upload(root, url, remote_files)

@@ -18,14 +18,13 @@ def clips(root: str = "data/demo", threads: int = 2, decoder_threads: int = 1, f
     """A Loader of clips ({"video": uint8 [B, T, 3, size, size], "cls": int64 [B], ...}) from
     root/videos.jsonl, shuffled by (seed, epoch); train: a RandomResizedCrop and a flip per clip,
     else a center crop (what the correctness check of a factor that changes pixels compares)."""
-    from .. import FileList, Int, Loader, VideoClip
-    from .._fields import VIDEO_MEMBERS
+    from .. import FileList, Int, Loader, VideoClip, formats
 
     manifest = os.path.join(root, "videos.jsonl")
     if not os.path.isfile(manifest):
         raise ConfigError(f"[pipeline] root = {root!r}: no videos.jsonl there; make one with "
                           f"`python -m loadscope.datasets --out {root}` (demo videos) or point root at a folder that has it")
-    clip = VideoClip(size, frames=frames, stride=stride, decoder_threads=decoder_threads, keys=list(VIDEO_MEMBERS),
+    clip = VideoClip(size, frames=frames, stride=stride, decoder_threads=decoder_threads, keys=list(formats()["video"]),
                      crop="random_resized" if train else "center", flip=0.5 if train else 0.0)
     return Loader(FileList(manifest), fields={"video": clip, "cls": Int()}, batch_size=batch_size, threads=threads,
                   shuffle=True, seed=seed)
