@@ -15,7 +15,6 @@
 namespace loadscope::io::manifest_rows {
 
 constexpr size_t kMaxNotes = 8;
-constexpr int kMaxDepth = 512;
 
 struct BadRow {
   std::string reason;

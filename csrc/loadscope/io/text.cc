@@ -1,5 +1,6 @@
 #include "loadscope/io/text.h"
 
+#include <cstdio>
 #include <cstring>
 
 namespace loadscope::io::text {
@@ -62,6 +63,22 @@ void append_utf8(std::string& out, uint32_t cp) {
     out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
     out += static_cast<char>(0x80 | (cp & 0x3F));
   }
+}
+
+}  // namespace loadscope::io::text
+
+namespace loadscope::io::text {
+
+std::string check_json(std::string_view doc) {
+  if (!valid_utf8(doc)) return "not valid UTF-8";
+  try {
+    JsonScanner s(doc.data(), doc.data() + doc.size(), nullptr);
+    s.value(0, doc.data(), nullptr, nullptr);
+    if (!s.at_end()) return "extra data after the value" + s.where();
+  } catch (const JsonError& e) {
+    return e.what;
+  }
+  return "";
 }
 
 }  // namespace loadscope::io::text

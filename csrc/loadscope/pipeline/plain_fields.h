@@ -24,7 +24,4 @@ class PlainField : public Field {
   PlainKind kind_;
 };
 
-// Checks that bytes are a syntactically valid JSON text (RFC 8259), nesting at most 256 deep.
-bool is_valid_json(const std::string& text, std::string* reason);
-
 }  // namespace loadscope::pipeline
