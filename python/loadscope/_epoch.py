@@ -81,7 +81,7 @@ class _EpochIterator:
         self.delivered += 1
         if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
             self._loader._progress["batches"] = self.delivered
-        return self._loader._deliver(b, enter, self.epoch)
+        return self._loader._batches.deliver(b, enter, self.epoch)
 
     # --- map= on CPU batches: a background thread makes and maps batches ahead -------------
 
@@ -230,7 +230,7 @@ class _Mapper:
                 if b.skipped:
                     self._log_skips(b.skipped)
                 try:
-                    out = loader._apply_map(loader._make(b), self._epoch, b.index)
+                    out = loader._batches.apply_map(loader._batches.make(b), self._epoch, b.index)
                 except Exception as e:
                     error = LoadscopeError(f"map= raised on batch {b.index} of epoch {self._epoch} "
                                            f"(first key {b.keys[0] if b.keys else '?'}): {type(e).__name__}: {e}")

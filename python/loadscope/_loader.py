@@ -3,24 +3,25 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 
 from . import _native, _transfer, telemetry
 from ._errors import ConfigError
-from ._fields import Field, Image, int_arg, normalize
+from ._fields import Field, Image, int_arg
 from ._sources import Source
 from .telemetry import Sink
 
+from ._batches import BatchMaker
 from ._epoch import _EpochIterator
+from ._loader_telemetry import LoaderTelemetry
 from ._loader_args import (ON_ERROR, _bool_arg, _cache_args, _drop_last_arg, _map_arg, _native_drop_last, _output_arg,
                            _partition_arg, default_threads, resolve_rank)
 from ._views import _DatasetView, _Sampler
@@ -193,8 +194,6 @@ class Loader:
         self.partition: str = a["partition"]
         # Float images under a CUDA device: uint8 is copied, and normalised on the GPU after.
         on_device = self.device is not None
-        self._normalize_on_device = [(name, f) for name, f in self.fields.items()
-                                     if on_device and isinstance(f, Image) and f.dtype != "uint8"]
         specs = [f._native(name, _native, on_device) if isinstance(f, Image) else f._native(name, _native)
                  for name, f in self.fields.items()]
         # The entries the fields declare (C++, pipeline/outputs.h): output= is checked against
@@ -211,23 +210,22 @@ class Loader:
         _native.epoch_geometry(-1 if self.samples is None else self.samples, self.batch_size, self.world_size,
                                _native_drop_last(self.drop_last))  # a ConfigError here, not at the first batch
         self._pipeline = _native.Pipeline(self._source, specs, telemetry=self._telemetry_on)
-        self._loop = telemetry.LoopStats(self._pipeline.telemetry_created_ns())
+        # The parts after the native run: the transfer stage, batch making and map=, telemetry.
         self._transfer = _transfer.CudaTransfer(self.device) if self.device is not None else None
-        self._reporter: Optional[telemetry.Reporter] = None
-        self._trace_path: Optional[str] = None
-        self._pss_peak = 0
-        self._pss, self._pss_at = None, -1e9
-        # CPU and I/O are reported since the loader was made: the process's counters now.
-        p0 = _native.process_stats(pss=False)
-        self._baseline = {"wall": time.monotonic(), "cpu_user": p0["cpu_user"], "cpu_system": p0["cpu_system"],
-                          "io_rchar": p0["io_rchar"], "io_read_bytes": p0["io_read_bytes"], "io_syscr": p0["io_syscr"],
-                          "network": _native.network_stats()}
-        # Every output as its field declares it in C++ (pipeline/outputs.h): (field, output name,
-        # type, per-sample shape, index into the batch's fixed or string area, record key). No
-        # kind is known here.
-        self._outputs = [(name, name + suffix, kind, tuple(shape), at, key)
-                         for i, name in enumerate(self.fields)
-                         for suffix, kind, shape, at, key in self._pipeline.outputs(i)]
+        self._telemetry = LoaderTelemetry(self._pipeline, self._telemetry_on, self._transfer, self._config)
+        self._loop = self._telemetry.loop
+        outputs = [(name, name + suffix, kind, tuple(shape), at, key)
+                   for i, name in enumerate(self.fields) for suffix, kind, shape, at, key in self._pipeline.outputs(i)]
+        self._batches = BatchMaker(outputs, self.fields, self._transfer, self.output, self.map,
+                                   self._loop if self._telemetry_on else None)
+
+    def _config(self) -> Dict[str, Any]:
+        """The settings a snapshot reports."""
+        return {"batch_size": self.batch_size, "threads": self.threads, "prefetch": self.prefetch,
+                "shuffle": self.shuffle, "device": str(self.device or "cpu"), "telemetry": self._telemetry_on,
+                "fields": list(self.fields), "source": repr(self.source),
+                # what the sample list holds per sample (folders and manifests: their columns)
+                "source_bytes_per_sample": getattr(self.source, "bytes_per_sample", None)}
 
     # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
     def __getstate__(self):
@@ -423,81 +421,31 @@ class Loader:
         self._active = weakref.ref(it)
         return it
 
-    # --- telemetry ---------------------------------------------------------------------------
+    # --- telemetry (_loader_telemetry.py) ----------------------------------------------------
 
     def telemetry(self, *, depth: bool = False) -> "telemetry.Snapshot":
         """Everything measured since the loader was made: see loadscope.telemetry and
         docs/telemetry.md. Cheap enough to call every step (~0.1 ms). depth=True adds the last
         4096 changes of the queue (``queue.depth``; large)."""
-        native = self._pipeline.telemetry_snapshot(depth=depth)
-        # PSS costs milliseconds to read (smaps_rollup walks every mapping): at most once a second.
-        now = time.monotonic()
-        fresh = now - self._pss_at >= 1.0
-        process = _native.process_stats(pss=fresh)
-        if fresh:
-            self._pss_at, self._pss = now, process["pss"]
-        process["pss"] = self._pss
-        if process["pss"] is not None:
-            self._pss_peak = max(self._pss_peak, process["pss"])
-        pinned = native["engine_memory"]["pinned_bytes"]
-        if self._transfer is not None:
-            transfer = self._transfer.stats(pinned)
-        else:
-            transfer = {"enabled": False, "reason": "device='cpu'", "pinned_bytes": 0}
-        config = {"batch_size": self.batch_size, "threads": self.threads, "prefetch": self.prefetch,
-                  "shuffle": self.shuffle, "device": str(self.device or "cpu"), "telemetry": self._telemetry_on,
-                  "fields": list(self.fields), "source": repr(self.source),
-                  # what the sample list holds per sample (folders and manifests: their columns)
-                  "source_bytes_per_sample": getattr(self.source, "bytes_per_sample", None)}
-        return telemetry.build_snapshot(native, self._loop, process, transfer, self._pss_peak or None,
-                                        config, self._baseline, None if self._pss is None else now - self._pss_at)
+        return self._telemetry.snapshot(depth)
 
     def report_every(self, seconds: float, to: "Sink" = print) -> None:
         """Emits an interval report (counters as deltas, gauges as they are) every `seconds` to a
         callable, a logging.Logger or a JSON-lines file path, from a background thread, and a
         final one from ``stop_reports()`` (or when the loader is garbage-collected)."""
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-            raise ConfigError(f"report_every(seconds={seconds!r}): must be a number > 0")
-        self.stop_reports()
-        ref = weakref.ref(self)
-
-        def read():
-            loader = ref()
-            if loader is None:
-                raise ReferenceError
-            return loader.telemetry()
-
-        self._reporter = telemetry.Reporter(read, seconds, to)
+        self._telemetry.report_every(seconds, to)
 
     def stop_reports(self) -> None:
-        if self._reporter is not None:
-            self._reporter.stop()
-            self._reporter = None
+        self._telemetry.stop_reports()
 
     def start_trace(self, path: Union[str, "os.PathLike[str]"], *, max_spans: int = 500_000) -> None:
         """Records per-sample, per-batch and training-loop spans until ``stop_trace()``, which
         writes them to `path` as a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev)."""
-        if not self._telemetry_on:
-            raise ConfigError("tracing needs telemetry=True")
-        self._trace_path = os.fspath(path)
-        self._pipeline.take_spans()  # start clean
-        self._pipeline.take_trace_depth()
-        self._loop.spans, self._loop.max_spans, self._loop.spans_dropped = [], int_arg("max_spans", max_spans, 1), 0
-        self._pipeline.set_tracing(True, max_spans)
+        self._telemetry.start_trace(path, max_spans)
 
     def stop_trace(self) -> Optional[str]:
         """Writes the trace started by ``start_trace`` and returns its path."""
-        if self._trace_path is None:
-            return None
-        dropped = self._pipeline.telemetry_snapshot()["spans_dropped"] + self._loop.spans_dropped
-        self._pipeline.set_tracing(False)
-        native = self._pipeline.take_spans()
-        depth = self._pipeline.take_trace_depth()  # the queue's changes while tracing
-        path = telemetry.chrome_trace(native, self._loop.spans or [], depth,
-                                      self._pipeline.telemetry_created_ns(), self._trace_path, dropped)
-        self._loop.spans = None
-        self._trace_path = None
-        return path
+        return self._telemetry.stop_trace()
 
     def stats(self) -> Dict[str, Any]:
         """Counters of the running or last epoch: batches, samples, failures, warnings,
@@ -507,72 +455,6 @@ class Loader:
         if it is not None and it._run is not None:
             return it._run.stats()
         return dict(self._last_stats)
-
-    def _deliver(self, b, enter_ns: int, epoch: int = 0) -> Batch:
-        native_ns = time.monotonic_ns() if self._telemetry_on else 0
-        out = self._make(b)
-        if self.map is not None and self._transfer is not None:
-            out = self._apply_map(out, epoch, b.index)  # after the copy: GPU work is queued, not waited for
-        if self._telemetry_on:
-            self._loop.delivered(enter_ns, native_ns, time.monotonic_ns(), b.index)
-        return out
-
-    def _make(self, b) -> Batch:
-        """A native batch as the user asked for it: tensors, on the device, in `output`'s form."""
-        out = self._convert(b)
-        if self._transfer is not None:
-            out = self._transfer(out)
-            for name, f in self._normalize_on_device:
-                # Image's validation made mean and std 3-tuples of floats
-                out[name] = normalize(out[name], f.dtype, cast(Sequence[float], f.mean), cast(Sequence[float], f.std),
-                                      f.channels_last)
-        if self.output is not None:
-            out = tuple(out[k] for k in self.output)
-        return out
-
-    def _apply_map(self, batch: Batch, epoch: int, index: int) -> Batch:
-        """map(batch); a callable that declares ``wants_position = True`` (ls.mixup_cutmix)
-        also gets the batch's place, ``epoch=`` and ``batch_index=`` (in the epoch), so that
-        its own randomness can be a function of them like every other draw."""
-        assert self.map is not None
-        t0 = time.monotonic_ns()
-        if getattr(self.map, "wants_position", False):
-            out = self.map(batch, epoch=epoch, batch_index=index)
-        else:
-            out = self.map(batch)
-        if self._telemetry_on:
-            self._loop.map.record(time.monotonic_ns() - t0)
-        return out
-
-    def _convert(self, b) -> Batch:
-        n = b.size
-        out: Dict[str, Any] = {}
-        records: Dict[str, Tuple[str, List[Tuple[str, List[Any]]]]] = {}
-        for field, name, kind, shape, at, key in self._outputs:
-            if kind == "text":
-                value = b.strings(at, False)
-            elif kind == "bytes":
-                value = b.strings(at, True)
-            elif kind == "json":
-                value = [json.loads(s) if s else None for s in b.strings(at, False)]
-            else:
-                value = torch.frombuffer(b.fixed(at), dtype=getattr(torch, kind)).view((n,) + shape)
-            if not key:
-                out[name] = value
-                continue
-            # One entry of a record: a dict per sample, made once all its entries are read.
-            out.setdefault(name, None)  # its place among the entries
-            records.setdefault(name, (field, []))[1].append(
-                (key, value if isinstance(value, list) else value.tolist()))
-        for name, (field, entries) in records.items():
-            keys = [k for k, _ in entries]
-            rows: List[Optional[Dict[str, Any]]] = [dict(zip(keys, row)) for row in zip(*(v for _, v in entries))]
-            if self.fields[field].optional:
-                rows = [r if p else None for r, p in zip(rows, out[field + ".present"].tolist())]
-            out[name] = rows
-        out["__key__"] = list(b.keys)
-        out["__index__"] = torch.tensor(b.positions, dtype=torch.int64)
-        return out
 
     def __del__(self) -> None:
         try:
