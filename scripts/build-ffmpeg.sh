@@ -55,7 +55,9 @@ cd "$out/src/ffmpeg"
 # calls it: bound to the old one, the wheel needs glibc 2.34 (the extension's and Debian's
 # libraries' floor), so it installs on RHEL/Rocky/Alma 9 too, not only from Ubuntu 22.04 on.
 echo '__asm__(".symver hypot,hypot@GLIBC_2.2.5");' > "$out/glibc-compat.h"
-# Every format of the format table (csrc/loadscope/decode/formats.h), and nothing that encodes or reaches
+# Every format of the format table (csrc/loadscope/decode/formats.h): its containers' demuxers
+# (check-wheel fails when one is missing: _native.formats()["missing_demuxers"]) and the codecs
+# they usually carry, and nothing that encodes or reaches
 # the network. --disable-gpl/--disable-nonfree are the defaults, written out because they are
 # the point.
 ./configure --prefix="$out/prefix" --extra-cflags="-include $out/glibc-compat.h" --enable-shared --disable-static --enable-pic \
@@ -64,9 +66,11 @@ echo '__asm__(".symver hypot,hypot@GLIBC_2.2.5");' > "$out/glibc-compat.h"
   --enable-swscale --enable-swresample --enable-zlib --enable-libdav1d \
   --enable-protocol=file,pipe \
   --enable-decoder=h264,hevc,vp8,vp9,libdav1d,mpeg4,mpeg2video,mpeg1video,mjpeg,png,apng,gif,tiff,bmp,webp,ppm,pgm,pbm \
-  --enable-decoder=aac,aac_latm,mp3,mp3float,mp2,opus,vorbis,flac,alac \
-  --enable-decoder=pcm_s16le,pcm_s24le,pcm_s32le,pcm_f32le,pcm_u8 \
+  --enable-decoder=flv,h263,msmpeg4v1,msmpeg4v2,msmpeg4v3,wmv1,wmv2,wmv3,vc1,dvvideo,rawvideo,theora,rv10,rv20,rv30,rv40 \
+  --enable-decoder=aac,aac_latm,mp3,mp3float,mp2,opus,vorbis,flac,alac,wmav1,wmav2,cook,pcm_alaw,pcm_mulaw \
+  --enable-decoder=pcm_s16le,pcm_s24le,pcm_s32le,pcm_f32le,pcm_u8,pcm_s16be,pcm_s24be,pcm_s32be,pcm_f32be,pcm_f64le,pcm_s8 \
   --enable-demuxer=mov,matroska,avi,ogg,wav,mp3,flac,aac,image2,gif,mpegts,mpegps,h264,hevc,ivf,obu \
+  --enable-demuxer=flv,asf,mpegvideo,m4v,mxf,nut,rm,yuv4mpegpipe,dv,w64,aiff,caf,au \
   --enable-parser=h264,hevc,vp8,vp9,av1,mpeg4video,mpegvideo,aac,mpegaudio,opus,vorbis,flac,png,gif,mjpeg \
   --enable-bsf=h264_mp4toannexb,hevc_mp4toannexb,vp9_superframe_split,aac_adtstoasc,av1_frame_split \
   >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log" >&2; exit 1; }

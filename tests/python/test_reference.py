@@ -293,6 +293,7 @@ def test_the_format_table_gives_the_member_names_and_folder_lists_what_imagefold
     assert ls.IMAGE_EXTENSIONS == IMG_EXTENSIONS
     names = {name: exts for name, exts in _native.formats()["image"]}
     assert set(names) == {"JPEG", "PNG", "PPM", "PGM", "PBM", "BMP", "TIFF", "WebP", "GIF"}
+    assert _native.formats()["missing_demuxers"] == []  # the system's FFmpeg has every container's
     members = ls.formats()
     assert members["image"] == tuple(e for exts in names.values() for e in exts)
     assert {"." + e for e in members["image"]} >= set(IMG_EXTENSIONS)

@@ -113,7 +113,8 @@ def decode(out: str) -> None:
         from_disk = read_shards({name: str(p) for name, p in local.items()})
         from_s3 = read_shards({name: f"s3://{bucket}/{name}" for name in local})
     torch.save({"files": files, "shards_disk": from_disk, "shards_s3": from_s3, "maps": mapped_libraries(),
-                "versions": _native.library_versions(), "carried": carried_libraries(), "package": ls.__file__}, out)
+                "versions": _native.library_versions(), "carried": carried_libraries(), "package": ls.__file__,
+                "missing_demuxers": _native.formats()["missing_demuxers"]}, out)
     print(f"wheel_check: {len(files)} real files decoded by {ls.__file__}")
 
 
@@ -156,6 +157,10 @@ def compare(source_pt: str, wheel_pt: str) -> None:
     for lib in ("libavcodec", "libavformat", "libdav1d", "libtbb", "libturbojpeg", "libjpeg", "libwebp", "libcurl"):
         if lib not in carried:
             problems.append(f"the wheel's process never mapped its own {lib} (mapped: {sorted(carried)})")
+    for run, label in ((src, "source"), (whl, "wheel")):
+        if run["missing_demuxers"]:  # the format table promises containers this FFmpeg cannot open
+            problems.append(f"the {label} build's FFmpeg lacks the demuxers {run['missing_demuxers']} of the format "
+                            "table (scripts/build-ffmpeg.sh)")
     if not whl["versions"]["ffmpeg_license"].startswith("LGPL"):
         problems.append(f"the wheel's FFmpeg is {whl['versions']['ffmpeg_license']}")
     if problems:

@@ -1,7 +1,13 @@
 #include "loadscope/decode/formats.h"
 
+extern "C" {
+#include <libavformat/avformat.h>
+}
+
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 namespace loadscope::decode {
@@ -136,6 +142,21 @@ const char* video_demuxers() {
 const char* audio_demuxers() {
   static const std::string list = join_demuxers(true);
   return list.c_str();
+}
+
+std::vector<std::string> missing_demuxers() {
+  std::set<std::string> have;  // every name of every demuxer ("mov,mp4,...": six names)
+  void* it = nullptr;
+  while (const AVInputFormat* f = av_demuxer_iterate(&it)) {
+    std::istringstream names(f->name);
+    for (std::string n; std::getline(names, n, ',');) have.insert(n);
+  }
+  std::vector<std::string> out;
+  std::istringstream wanted(audio_demuxers());
+  for (std::string n; std::getline(wanted, n, ',');) {
+    if (!have.count(n)) out.push_back(n);
+  }
+  return out;
 }
 
 }  // namespace loadscope::decode

@@ -65,5 +65,8 @@ const std::vector<ContainerInfo>& containers();
 // The demuxer whitelists: the video containers', and those plus the audio-only files'.
 const char* video_demuxers();
 const char* audio_demuxers();
+// The table's demuxer names the linked libavformat lacks: none for the system's FFmpeg, and none
+// for the wheel's, whose build (scripts/build-ffmpeg.sh) enables them (check-wheel asserts it).
+std::vector<std::string> missing_demuxers();
 
 }  // namespace loadscope::decode

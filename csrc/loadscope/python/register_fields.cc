@@ -93,9 +93,11 @@ void register_fields(py::module_& m) {
         d["image"] = image;
         d["video"] = video;
         d["audio"] = audio;
+        d["missing_demuxers"] = decode::missing_demuxers();
         return d;
       },
-      "{'image': [(name, [extension, ...]), ...], 'video': [extension, ...], 'audio': [...]}: "
+      "{'image': [(name, [extension, ...]), ...], 'video': [extension, ...], 'audio': [...], "
+      "'missing_demuxers': [the table's demuxers this FFmpeg lacks]}: "
       "the format table (decode/formats.h) the fields' member names and the messages come from.");
   py::class_<pipeline::FieldSpec>(m, "FieldSpec")
       .def_readonly("name", &pipeline::FieldSpec::name)
