@@ -34,6 +34,7 @@ from ._fields import (
     normalize,
 )
 from ._loader import Dataset, Loader, default_threads
+from ._remote import Remote
 from .mix import mixup_cutmix
 from .swap import from_dataloader
 from ._sources import (
@@ -52,6 +53,6 @@ from ._version import __version__ as __version__  # re-exported
 __all__ = [
     "Audio", "Bytes", "ColorJitter", "Op", "augmentations", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
-    "ReadError", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
+    "ReadError", "Remote", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces", "formats", "from_dataloader", "mixup_cutmix",
 ]

@@ -188,7 +188,7 @@ def ffmpeg_decode_only(paths: list[str], starts: list[float], frames: int, strid
     ...
 def formats() -> dict:
     """
-    {'image': [(name, [extension, ...]), ...], 'video': [extension, ...], 'audio': [...]}: the format table (decode/formats.h) the fields' member names and the messages come from.
+    {'image': [(name, [extension, ...]), ...], 'video': [extension, ...], 'audio': [...], 'missing_demuxers': [the table's demuxers this FFmpeg lacks]}: the format table (decode/formats.h) the fields' member names and the messages come from.
     """
 def image_field(name: str, keys: list[str], height: int, width: int, crop: str, scale: tuple[float, float], ratio: tuple[float, float], resize: int, flip: float, channels_last: bool, exif: bool, dct_scaling: bool, max_pixels: int, optional: bool, dtype: str = 'uint8', mean: list[float] = [0.0, 0.0, 0.0], std: list[float] = [1.0, 1.0, 1.0], ops: list[Augmentation] = []) -> FieldSpec:
     ...
@@ -222,7 +222,7 @@ def read_index(idx_path: str, tar_path: str) -> ShardIndex:
     """
     Reads `<shard>.idx`, checked against the shard's size and fingerprint (ConfigError if stale or damaged).
     """
-def read_manifest(manifest: str | bytes, root: str | bytes, path_key: str, skip_bad_rows: bool, cache_dir: str | bytes) -> dict:
+def read_manifest(manifest: str | bytes, root: str | bytes, path_key: str, skip_bad_rows: bool, cache_dir: str | bytes, scheme_tag: str = '') -> dict:
     """
     Parses a JSONL/CSV manifest into a SampleTable, or maps its current cache file (io/manifest.h).
     """
@@ -249,6 +249,10 @@ def remote_list(prefix: str) -> list[str]:
 def remote_probe(url: str, absent_if_denied: bool = False) -> typing.Any:
     """
     HEAD: (size, etag), or None when the object does not exist; other failures are a ReadError.
+    """
+def remote_profile(tag: str, endpoint: str, region: str, profile: str, credentials_file: str, anonymous: bool, attempts: int, stall_seconds: float, connect_timeout: float, ca_bundle: str) -> str:
+    """
+    Registers the storages s3+<tag>://, http+<tag>://, https+<tag>:// with these settings over the process's (loadscope.Remote); returns where its credentials come from.
     """
 def remote_put_file(url: str, path: str) -> None:
     """

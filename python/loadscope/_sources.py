@@ -13,6 +13,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 from ._fields import VIDEO_MEMBERS
+from ._remote import Remote
 
 # torchvision's IMG_EXTENSIONS, a compatibility contract rather than a list of what decodes:
 # which files make a sample in a Folder, so that a Folder has ImageFolder's samples, order and
@@ -53,6 +54,15 @@ def check_url(url: str, who: str) -> str:
         raise ConfigError(f"{who}: {_native_redact(url)}: credentials in a URL are refused (they would appear in "
                           "errors and logs); set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or a profile instead")
     return url
+
+
+def _remote_name(remote: Optional[Remote], name: str, who: str) -> str:
+    """A name as the source passes it on: read with `remote`'s settings (``Remote.name``)."""
+    if remote is None:
+        return name
+    if not isinstance(remote, Remote):
+        raise ConfigError(f"{who}(remote=): a loadscope.Remote(...), got {remote!r}")
+    return remote.name(name)
 
 
 def _native_redact(url: str) -> str:
@@ -225,13 +235,17 @@ class FileList(_TableSource):
     number of fields, bytes that are not UTF-8, over 16 MiB) raises a ``ConfigError`` naming the
     manifest and line; with ``on_error="skip"`` it is left out, counted in ``skipped_rows`` and
     reported by a warning that names the first ones (``skip_notes``).
+
+    ``remote``: a ``loadscope.Remote(...)`` whose endpoint, credentials and retries read the
+    manifest, ``root`` and the rows that are URLs, instead of the process's (docs/remote.md).
     """
 
     ON_ERROR = ("raise", "skip")
 
     def __init__(self, manifest: PathLike, *, root: Optional[PathLike] = None, path_key: str = "path",
-                 on_error: str = "raise", cache_dir: Optional[PathLike] = "") -> None:
-        manifest = check_url(os.fspath(manifest), "FileList")
+                 on_error: str = "raise", cache_dir: Optional[PathLike] = "", remote: Optional[Remote] = None) -> None:
+        manifest = _remote_name(remote, check_url(os.fspath(manifest), "FileList"), "FileList")
+        self.remote = remote
         if on_error not in self.ON_ERROR:
             raise ConfigError(f"FileList(on_error={on_error!r}): allowed are {', '.join(map(repr, self.ON_ERROR))}")
         if not isinstance(path_key, str) or not path_key:
@@ -242,7 +256,7 @@ class FileList(_TableSource):
                               "does not exist")
         self.manifest = manifest
         if root is not None:
-            self.root = check_url(os.fspath(root), "FileList(root=)")
+            self.root = _remote_name(remote, check_url(os.fspath(root), "FileList(root=)"), "FileList")
         elif is_url(manifest):
             self.root = manifest.rsplit("/", 1)[0]
         else:
@@ -263,7 +277,8 @@ class FileList(_TableSource):
                 warnings.warn(f"FileList: no manifest cache ({e}); every start parses {self.manifest}", stacklevel=3)
         name = self.manifest if is_url(self.manifest) else os.path.abspath(self.manifest)
         r = _native.read_manifest(os.fsencode(name), os.fsencode(self.root), self.path_key,
-                                  self.on_error == "skip", os.fsencode(cache))
+                                  self.on_error == "skip", os.fsencode(cache),
+                                  "+" + self.remote.tag if self.remote is not None else "")
         self._table = r["table"]
         self.skipped_rows: int = r["skipped"]
         self.skip_notes: List[str] = r["notes"]
@@ -327,26 +342,30 @@ class WebDataset(Source):
             rank only). With an index the loader knows the size up front, skips without
             reading (resume, other ranks' batches) and reads members in parallel; the samples
             and their order are the same either way (docs/distributed.md).
+        remote: a ``loadscope.Remote(...)`` whose endpoint, credentials and retries read the
+            shards and their indexes, instead of the process's (docs/remote.md).
     """
 
     INDEX = ("auto", "scan", "off")
 
-    def __init__(self, urls: Union[str, Sequence[str]], *, shuffle_buffer: int = 1000, index: str = "auto") -> None:
+    def __init__(self, urls: Union[str, Sequence[str]], *, shuffle_buffer: int = 1000, index: str = "auto",
+                 remote: Optional[Remote] = None) -> None:
         patterns = [urls] if isinstance(urls, (str, os.PathLike)) else list(urls)
         shards: List[str] = []
         for p in patterns:
             shards.extend(expand_braces(os.fspath(p)))
         if not shards:
             raise ConfigError("WebDataset: no shards given")
-        shards = [check_url(s, "WebDataset") for s in shards]
+        shards = [_remote_name(remote, check_url(s, "WebDataset"), "WebDataset") for s in shards]
+        self.remote = remote
         _remote_setup(shards)
         # Local shards are all checked; of remote ones the first only (a HEAD each would cost
         # seconds for 10^4 shards): it catches wrong credentials, a missing bucket or a typo in
         # the pattern before any thread starts. A later missing shard is a ReadError naming it.
-        remote = [s for s in shards if is_url(s)]
+        objects = [s for s in shards if is_url(s)]
         missing = [s for s in shards if not is_url(s) and not os.path.isfile(s)]
-        if remote and not _exists(remote[0]):
-            missing.insert(0, _native_redact(remote[0]))
+        if objects and not _exists(objects[0]):
+            missing.insert(0, _native_redact(objects[0]))
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise ConfigError(f"WebDataset: shard(s) not found: {', '.join(missing[:3])}{more}")

@@ -672,3 +672,88 @@ def test_radosgw_killed_and_restarted_mid_epoch_loses_and_repeats_nothing(s3, s3
     assert restart is not None and restart.wait(timeout=120) == 0, restart.stderr.read() if restart else ""
     assert got == want
     assert _native.network_stats()["retries_network"] > before  # the dead server was met
+
+
+# --- settings per source (ls.Remote) -------------------------------------------------------------
+
+
+def test_sources_with_their_own_settings_read_side_by_side_in_one_process(s3_server, s3_demo, demo, tmp_path,
+                                                                           monkeypatch):
+    """The process's environment reaches no server (no endpoint, no credentials); two Remote
+    settings with the real endpoint and two profiles of one credentials file, one right and one
+    wrong, read side by side: the right one gives exactly the local data (shards, and a manifest
+    whose rows are s3:// URLs), the wrong one fails naming its own profile, in the same process
+    and while the other loader is running; a pickled source reads in a fresh process."""
+    import pickle
+
+    for k in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_REGION", "AWS_SESSION_TOKEN",
+              "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_SHARED_CREDENTIALS_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws/credentials either
+    _native.remote_reload_environment()
+    creds = tmp_path / "credentials"
+    creds.write_text(f"[right]\naws_access_key_id = {s3_server['AWS_ACCESS_KEY_ID']}\n"
+                     f"aws_secret_access_key = {s3_server[SECRET_ENV]}\n"
+                     f"[wrong]\naws_access_key_id = {s3_server['AWS_ACCESS_KEY_ID']}\n"
+                     "aws_secret_access_key = not-the-secret-QUUX\n")
+    ep, region = s3_server["AWS_ENDPOINT_URL"], s3_server["AWS_REGION"]
+    right = ls.Remote(endpoint=ep, region=region, profile="right", credentials_file=creds, attempts=2)
+    wrong = ls.Remote(endpoint=ep, region=region, profile="wrong", credentials_file=creds, attempts=1)
+    assert right.tag != wrong.tag and "profile 'right'" in right.credentials
+    urls = [f"s3://demo-shards/train/{p.name}" for p in s3_demo]
+    want = digest(ls.WebDataset([str(p) for p in s3_demo]))
+    assert digest(ls.WebDataset(urls, remote=right)) == want
+    with pytest.raises(ls.ConfigError) as e:
+        ls.WebDataset(urls, remote=wrong)
+    msg = str(e.value)
+    assert "403" in msg and "SignatureDoesNotMatch" in msg and "profile 'wrong'" in msg, msg
+    assert "QUUX" not in msg and "s3://demo-shards/train/" in msg and "+r" not in msg  # the name as given
+
+    # A local manifest whose rows are s3:// URLs: the rows are read with the source's settings.
+    jpegs = sorted((demo / "folder").rglob("*.jpg"))[:12]
+    put_bucket(s3_server, "demo-shards", [(f"img/{i:02d}.jpg", p) for i, p in enumerate(jpegs)])
+    (tmp_path / "local.jsonl").write_text("".join(json.dumps({"path": str(p), "cls": i}) + "\n"
+                                                  for i, p in enumerate(jpegs)))
+    (tmp_path / "s3.jsonl").write_text("".join(json.dumps({"path": f"s3://demo-shards/img/{i:02d}.jpg", "cls": i}) + "\n"
+                                               for i in range(len(jpegs))))
+    fields = {"jpg": ls.Image(48), "cls": ls.Int()}
+
+    def pixels(source, **kw):
+        return [(b["jpg"].numpy().tobytes(), b["cls"].tolist())
+                for b in ls.Loader(source, fields=fields, batch_size=4, threads=2, seed=5, **kw)]
+
+    assert pixels(ls.FileList(tmp_path / "s3.jsonl", cache_dir=None, remote=right)) == \
+        pixels(ls.FileList(tmp_path / "local.jsonl", cache_dir=None))
+    # Both loaders at once: the right one keeps reading while the wrong one fails on its rows.
+    running = iter(ls.Loader(ls.WebDataset(urls, remote=right), fields=fields, batch_size=8, threads=2))
+    next(running)
+    failing = ls.Loader(ls.FileList(tmp_path / "s3.jsonl", cache_dir=None, remote=wrong), fields=fields,
+                        batch_size=4, threads=2)
+    with pytest.raises(ls.ReadError) as e:
+        list(failing)
+    assert "403" in e.value.reason and "profile 'wrong'" in e.value.reason, e.value.reason
+    assert sum(1 for _ in running) > 0
+
+    # A copy in a fresh process (a spawned DataLoader worker) registers the same settings there.
+    blob = tmp_path / "source.pickle"
+    blob.write_bytes(pickle.dumps(ls.WebDataset(urls, remote=right)))
+    code = ("import pickle, sys, loadscope as ls; src = pickle.load(open(sys.argv[1], 'rb'));"
+            "print(sum(len(b['__key__']) for b in ls.Loader(src, fields={'cls': ls.Int()}, batch_size=8)))")
+    out = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True, text=True, timeout=300,
+                         env={k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip()) == want[1]
+
+
+def test_bad_remote_settings_say_what_is_allowed(tmp_path):
+    with pytest.raises(ls.ConfigError, match="Remote.endpoint='localhost:7480': an http:// or https:// URL"):
+        ls.Remote(endpoint="localhost:7480")
+    with pytest.raises(ls.ConfigError, match="Remote.attempts must be an int in \\[1, 100\\]"):
+        ls.Remote(attempts=0)
+    with pytest.raises(ls.ConfigError, match="Remote.credentials_file=.*: no such file"):
+        ls.Remote(profile="x", credentials_file=tmp_path / "nope")
+    (tmp_path / "c").write_text("[a]\naws_access_key_id = K\naws_secret_access_key = S\n")
+    with pytest.raises(ls.ConfigError, match="Remote: no access key and secret in profile 'b' in"):
+        ls.Remote(profile="b", credentials_file=tmp_path / "c")
+    with pytest.raises(ls.ConfigError, match="WebDataset\\(remote=\\): a loadscope.Remote"):
+        ls.WebDataset("s3://b/a.tar", remote={"endpoint": "http://x"})

@@ -192,7 +192,36 @@ Manifest parse_manifest(const char* data, size_t size, ManifestFormat format,
   return run_parallel([&] { return parse_in_arena(data, size, format, o); });
 }
 
+namespace {
+
+// Rows that are URLs are read with the settings the manifest (or its root) was named with: the
+// tag of its scheme, "s3+r1f2e3d4c5://" (loadscope.Remote).
+void tag_rows(Manifest& m, const ManifestOptions& o) {
+  std::string tag = o.scheme_tag;
+  for (const std::string* name : {&o.root, &o.manifest}) {
+    const std::string scheme = scheme_of(*name);
+    const size_t plus = scheme.find('+');
+    if (tag.empty() && plus != std::string::npos) tag = scheme.substr(plus);
+  }
+  if (tag.empty()) return;
+  auto t = std::make_shared<SampleTable>(*m.table);  // views and the storage they point into
+  t->scheme_tag = tag;
+  m.table = std::move(t);
+}
+
+Manifest read_uncached(const ManifestOptions& o);
+
+}  // namespace
+
 Manifest read_manifest(const ManifestOptions& o) {
+  Manifest m = read_uncached(o);
+  tag_rows(m, o);
+  return m;
+}
+
+namespace {
+
+Manifest read_uncached(const ManifestOptions& o) {
   const ManifestFormat format = manifest_format(o.manifest);
   const bool remote = is_remote(o.manifest);
   // What the table depends on; a cache file written under another identity is stale.
@@ -289,5 +318,7 @@ Manifest read_manifest(const ManifestOptions& o) {
   }
   return m;
 }
+
+}  // namespace
 
 }  // namespace loadscope::io

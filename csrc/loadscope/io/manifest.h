@@ -38,6 +38,9 @@ struct ManifestOptions {
   std::string path_key = "path";
   bool skip_bad_rows = false;
   std::string cache_dir;  // where the cache file goes; empty: no cache file
+  // "+r1f2e3d4c5": rows that are s3/http(s) URLs are read with that storage's settings
+  // (loadscope.Remote; SampleTable::scheme_tag). Empty: the manifest's or root's tag, if any.
+  std::string scheme_tag;
 };
 
 struct Manifest {

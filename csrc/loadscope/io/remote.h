@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,35 @@ struct Options {
 };
 Options options();
 void configure(const Options& opts);
+
+// The settings of a remote storage other than the process's (loadscope.Remote): what is given
+// replaces the process's setting, what is not (empty, or < 0) is the process's at make_profile().
+struct ProfileSettings {
+  std::string endpoint;          // an S3-compatible server, addressed path-style
+  std::string region;            // signing region
+  std::string profile;           // a section of the shared credentials file
+  std::string credentials_file;  // that file (default: AWS_SHARED_CREDENTIALS_FILE, ~/.aws/...)
+  bool anonymous = false;        // unsigned requests (public buckets)
+  int max_attempts = -1;
+  double stall_seconds = -1, connect_timeout = -1;
+  std::string ca_bundle;
+};
+struct Profile;  // the options and credentials requests use (remote_internal.h)
+// Reads the credentials `s` names now; throws ConfigError for a profile that is not there.
+std::shared_ptr<const Profile> make_profile(const ProfileSettings& s);
+// Where a profile's credentials come from, for messages (no secret).
+std::string credentials_source(const Profile& p);
+// The calling thread's requests use `p` (nullptr: the process's settings) while it lives.
+class ProfileScope {
+ public:
+  explicit ProfileScope(const Profile* p);
+  ~ProfileScope();
+  ProfileScope(const ProfileScope&) = delete;
+  ProfileScope& operator=(const ProfileScope&) = delete;
+
+ private:
+  const Profile* previous_;
+};
 
 // Re-reads credentials, region, endpoint and the LOADSCOPE_REMOTE_* settings from the
 // environment. They are read once otherwise (worker threads never call getenv); the Python

@@ -37,6 +37,16 @@ struct Environment {
   std::string region, endpoint;
 };
 std::shared_ptr<const Environment> environment();
+}  // namespace loadscope::io::remote::detail
+
+namespace loadscope::io::remote {
+struct Profile {
+  Options options;
+  std::shared_ptr<const detail::Environment> environment;
+};
+}  // namespace loadscope::io::remote
+
+namespace loadscope::io::remote::detail {
 
 struct Target {
   std::string http_url;  // what curl requests

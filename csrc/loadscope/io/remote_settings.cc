@@ -113,11 +113,12 @@ std::string masked(const std::string& key) {
   return key.size() <= 8 ? std::string(key.size(), '*') : "..." + key.substr(key.size() - 6);
 }
 
-// ~/.aws/credentials (or AWS_SHARED_CREDENTIALS_FILE): the [profile] section's keys.
-bool profile_credentials(Credentials& out) {
-  std::string profile = env("AWS_PROFILE");
+// ~/.aws/credentials (or AWS_SHARED_CREDENTIALS_FILE, or `path`): the [profile] section's keys
+// (AWS_PROFILE's, else "default", unless `profile` names one).
+bool profile_credentials(Credentials& out, std::string profile = "", std::string path = "") {
+  if (profile.empty()) profile = env("AWS_PROFILE");
   if (profile.empty()) profile = "default";
-  std::string path = env("AWS_SHARED_CREDENTIALS_FILE");
+  if (path.empty()) path = env("AWS_SHARED_CREDENTIALS_FILE");
   if (path.empty() && !env("HOME").empty()) path = env("HOME") + "/.aws/credentials";
   std::ifstream f(path);
   if (!f) return false;
@@ -221,13 +222,18 @@ std::string percent_encode(const std::string& s, bool keep_slash) {
   return out;
 }
 
+// The profile of the calling thread's requests (ProfileScope), else the process's settings.
+thread_local const Profile* t_profile = nullptr;
+
 Options current_options() {
+  if (t_profile) return t_profile->options;
   std::lock_guard<std::mutex> lock(g_options_mutex);
   if (!g_options) g_options = std::make_unique<Options>(from_environment());
   return *g_options;
 }
 
 std::shared_ptr<const Environment> environment() {
+  if (t_profile) return t_profile->environment;
   std::lock_guard<std::mutex> lock(g_env_mutex);
   if (!g_env) g_env = load_environment();
   return g_env;
@@ -270,6 +276,14 @@ bool is_url(const std::string& name) {
 }
 
 std::string redact(const std::string& url) {
+  // A name of a storage with settings of its own ("s3+r1f2e3d4c5://b/k", storage.h) is shown
+  // as its user wrote it.
+  const auto plus = url.find('+');
+  const auto colon = url.find("://");
+  if (plus != std::string::npos && colon != std::string::npos && plus < colon &&
+      is_url(url.substr(0, plus) + url.substr(colon))) {
+    return redact(url.substr(0, plus) + url.substr(colon));
+  }
   if (!is_url(url)) return url;  // a local path may contain '?' or '@'
   std::string out = url;
   const auto scheme = out.find("://");
@@ -334,6 +348,44 @@ void reload_environment() {
 
 std::string credentials_source() {
   return environment()->cred.source;
+}
+
+std::shared_ptr<const Profile> make_profile(const ProfileSettings& s) {
+  auto p = std::make_shared<Profile>();
+  p->options = current_options();
+  if (s.max_attempts >= 1) p->options.max_attempts = s.max_attempts;
+  if (s.stall_seconds >= 0) p->options.stall_seconds = s.stall_seconds;
+  if (s.connect_timeout > 0) p->options.connect_timeout = s.connect_timeout;
+  if (!s.ca_bundle.empty()) p->options.ca_bundle = s.ca_bundle;
+  auto e = std::make_shared<Environment>(*environment());
+  if (!s.endpoint.empty()) {
+    e->endpoint = s.endpoint;
+    while (!e->endpoint.empty() && e->endpoint.back() == '/') e->endpoint.pop_back();
+  }
+  if (!s.region.empty()) e->region = s.region;
+  if (s.anonymous) {
+    e->cred = Credentials{"", "", "", "none (anonymous=True: unsigned requests)"};
+  } else if (!s.profile.empty() || !s.credentials_file.empty()) {
+    Credentials c;
+    if (!profile_credentials(c, s.profile, s.credentials_file)) {
+      throw ConfigError("Remote: no access key and secret in " + c.source);
+    }
+    c.source += " (key " + masked(c.key) + ")";
+    e->cred = c;
+  }
+  p->environment = std::move(e);
+  return p;
+}
+
+std::string credentials_source(const Profile& p) {
+  return p.environment->cred.source;
+}
+
+ProfileScope::ProfileScope(const Profile* p) : previous_(t_profile) {
+  t_profile = p;
+}
+ProfileScope::~ProfileScope() {
+  t_profile = previous_;
 }
 
 std::string s3_region() {

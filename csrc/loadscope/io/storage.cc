@@ -19,22 +19,54 @@ namespace loadscope::io {
 
 namespace {
 
-// s3://, http:// and https:// objects through libcurl (remote.h): retries, resumes, SigV4.
+// s3://, http:// and https:// objects through libcurl (remote.h): retries, resumes, SigV4. With
+// a profile (loadscope.Remote), under the schemes "s3+<tag>", ...: the names carry the tag, the
+// requests go to the plain URL with the profile's endpoint, credentials and retries, and pins
+// are kept here, per profile.
 class RemoteStorage final : public Storage {
  public:
+  RemoteStorage() = default;
+  explicit RemoteStorage(std::shared_ptr<const remote::Profile> profile)
+      : profile_(std::move(profile)) {}
   bool remote() const override { return true; }
   ObjectInfo stat(const std::string& name) override {
-    const remote::ObjectInfo info = remote::stat(name);
+    remote::ProfileScope scope(profile_.get());
+    const remote::ObjectInfo info = remote::stat(plain(name));
     return {info.size, info.etag};
   }
   uint64_t read(const std::string& name, uint64_t offset, int64_t length, std::string& out,
                 const std::string& version, bool upto) override {
-    return remote::get(name, offset, length, out, version, upto);
+    remote::ProfileScope scope(profile_.get());
+    return remote::get(plain(name), offset, length, out, version.empty() ? pinned(name) : version,
+                       upto);
   }
   void pin(const std::string& name, const std::string& version) override {
-    remote::pin_etag(name, version);
+    if (!profile_) return remote::pin_etag(name, version);
+    std::lock_guard<std::mutex> lock(mutex_);
+    pins_[name] = version;
   }
-  void put(const std::string& name, const std::string& data) override { remote::put(name, data); }
+  void put(const std::string& name, const std::string& data) override {
+    remote::ProfileScope scope(profile_.get());
+    remote::put(plain(name), data);
+  }
+
+ private:
+  // "s3+r1f2e3://b/k" -> "s3://b/k"
+  std::string plain(const std::string& name) const {
+    if (!profile_) return name;
+    const auto plus = name.find('+'), colon = name.find("://");
+    return plus < colon ? name.substr(0, plus) + name.substr(colon) : name;
+  }
+  std::string pinned(const std::string& name) {
+    if (!profile_) return "";  // remote::get consults the process's pins itself
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = pins_.find(name);
+    return it == pins_.end() ? "" : it->second;
+  }
+
+  std::shared_ptr<const remote::Profile> profile_;
+  std::mutex mutex_;
+  std::map<std::string, std::string> pins_;
 };
 
 struct Registry {
@@ -98,7 +130,9 @@ std::vector<std::string> storage_schemes() {
   Registry& r = registry();
   std::shared_lock<std::shared_mutex> lock(r.mutex);
   std::vector<std::string> out;
-  for (const auto& [scheme, storage] : r.by_scheme) out.push_back(scheme);
+  for (const auto& [scheme, storage] : r.by_scheme) {
+    if (scheme.find('+') == std::string::npos) out.push_back(scheme);  // not a profile's
+  }
   return out;
 }
 
@@ -110,6 +144,18 @@ void register_storage(const std::string& scheme, std::shared_ptr<Storage> storag
   Registry& r = registry();
   std::unique_lock<std::shared_mutex> lock(r.mutex);
   r.by_scheme[scheme] = std::move(storage);
+}
+
+void register_remote_profile(const std::string& tag,
+                             std::shared_ptr<const remote::Profile> profile) {
+  const auto storage = std::make_shared<RemoteStorage>(std::move(profile));
+  Registry& r = registry();
+  std::unique_lock<std::shared_mutex> lock(r.mutex);
+  for (const char* scheme : {"s3", "http", "https"}) {
+    // Kept once made: a loader may be reading through it (the tag is a hash of the settings,
+    // so the same tag is the same settings).
+    r.by_scheme.emplace(std::string(scheme) + "+" + tag, storage);
+  }
 }
 
 void Storage::put(const std::string& name, const std::string&) {

@@ -15,6 +15,9 @@
 
 namespace loadscope::io {
 
+namespace remote {
+struct Profile;
+}
 class Seekable;
 class ByteStream;
 
@@ -59,9 +62,14 @@ Storage* find_storage(const std::string& name);
 Storage& storage_for(const std::string& name);
 // "no storage for gs:// names (there are: http://, https://, s3:// and local paths; ...)".
 std::string no_storage(const std::string& name);
-// The schemes there are, sorted: "http", "https", "s3" (a local path has none).
+// The schemes there are, sorted: "http", "https", "s3" (a local path has none; the tagged
+// schemes of profiles are not listed).
 std::vector<std::string> storage_schemes();
 // Adds (or replaces) the storage of a scheme, for the process; not while loaders read it.
 void register_storage(const std::string& scheme, std::shared_ptr<Storage> storage);
+// The remote storage with settings of its own (loadscope.Remote) under "s3+<tag>", "http+<tag>"
+// and "https+<tag>"; a tag already there is kept (the tag is a hash of the settings).
+void register_remote_profile(const std::string& tag,
+                             std::shared_ptr<const remote::Profile> profile);
 
 }  // namespace loadscope::io

@@ -25,7 +25,15 @@ std::string member_name(const char* path, size_t n) {
 std::string SampleTable::path(size_t row) const {
   const char* p = paths.begin(row);
   size_t n = paths.length(row);
-  if (has_scheme(p, n)) return std::string(p, n);
+  if (has_scheme(p, n)) {
+    std::string url(p, n);
+    const size_t colon = url.find("://");
+    const std::string scheme = url.substr(0, colon);
+    if (!scheme_tag.empty() && (scheme == "s3" || scheme == "http" || scheme == "https")) {
+      url.insert(colon, scheme_tag);
+    }
+    return url;
+  }
   if (join == Join::kUrl) {
     while (n > 0 && *p == '/') ++p, --n;
   } else if (n > 0 && *p == '/') {

@@ -104,6 +104,9 @@ class SampleTable {
   std::vector<std::string> prefixes;  // one (a root) or a folder's directories, each ending in '/'
   View<uint32_t> prefix;              // row -> prefixes index; empty: prefixes[0] for every row
   Join join = Join::kLocal;
+  // "+r1f2e3d4c5": put after the scheme of rows that are s3/http(s) URLs, so that they are read
+  // with the settings the manifest was named with (loadscope.Remote; storage.h). Not saved.
+  std::string scheme_tag;
   Strings paths;
   Extras extras;
   std::vector<Column> columns;

@@ -24,18 +24,18 @@ void register_remote(py::module_& m) {
       [remote_call](const std::string& url) {
         const auto info = remote_call(url, [&] {
           py::gil_scoped_release release;
-          return io::remote::stat(url);
+          return io::storage_for(url).stat(url);
         });
-        return py::make_tuple(info.size, info.etag);
+        return py::make_tuple(info.size, info.version);
       },
       py::arg("url"), "HEAD: (size, etag).");
   m.def(
       "remote_probe",
       [remote_call](const std::string& url, bool absent_if_denied) -> py::object {
-        io::remote::ObjectInfo info;
+        io::ObjectInfo info;
         try {
           py::gil_scoped_release release;
-          info = io::remote::stat(url);
+          info = io::storage_for(url).stat(url);
         } catch (const io::remote::HttpError& e) {
           // Not there: a 404 of the key (a missing bucket is an error worth reporting), or a
           // 403 AccessDenied where the caller knows S3 hides missing keys from roles that may
@@ -48,7 +48,7 @@ void register_remote(py::module_& m) {
         } catch (const ReadFailure& e) {
           throw e.named(io::remote::redact(url));
         }
-        return py::make_tuple(info.size, info.etag);
+        return py::make_tuple(info.size, info.version);
       },
       py::arg("url"), py::arg("absent_if_denied") = false,
       "HEAD: (size, etag), or None when the object does not exist; other failures are a "
@@ -62,7 +62,7 @@ void register_remote(py::module_& m) {
         remote_call(path, [&] {
           py::gil_scoped_release release;
           if (!etag.empty())
-            return io::remote::get(path, offset, length, out, etag);  // pinned to that version
+            return io::storage_for(path).read(path, offset, length, out, etag, false);  // pinned
           return length < 0 ? io::read_file(path, out)
                             : io::read_range(path, offset, static_cast<uint64_t>(length), out);
         });
@@ -71,6 +71,30 @@ void register_remote(py::module_& m) {
       py::arg("path"), py::arg("offset") = 0, py::arg("length") = -1, py::arg("etag") = "",
       "A whole file or object, or a byte range of it (a local path or a URL); etag: an object that "
       "no longer has it is an error.");
+  m.def(
+      "remote_profile",
+      [](const std::string& tag, const std::string& endpoint, const std::string& region,
+         const std::string& profile, const std::string& credentials_file, bool anonymous,
+         int attempts, double stall_seconds, double connect_timeout, const std::string& ca_bundle) {
+        io::remote::ProfileSettings s;
+        s.endpoint = endpoint;
+        s.region = region;
+        s.profile = profile;
+        s.credentials_file = credentials_file;
+        s.anonymous = anonymous;
+        s.max_attempts = attempts;
+        s.stall_seconds = stall_seconds;
+        s.connect_timeout = connect_timeout;
+        s.ca_bundle = ca_bundle;
+        const auto p = io::remote::make_profile(s);
+        io::register_remote_profile(tag, p);
+        return io::remote::credentials_source(*p);
+      },
+      py::arg("tag"), py::arg("endpoint"), py::arg("region"), py::arg("profile"),
+      py::arg("credentials_file"), py::arg("anonymous"), py::arg("attempts"),
+      py::arg("stall_seconds"), py::arg("connect_timeout"), py::arg("ca_bundle"),
+      "Registers the storages s3+<tag>://, http+<tag>://, https+<tag>:// with these settings "
+      "over the process's (loadscope.Remote); returns where its credentials come from.");
   m.def("remote_reload_environment", &io::remote::reload_environment,
         "Re-reads AWS_* and LOADSCOPE_REMOTE_* (call from the thread that changes os.environ).");
   m.def(

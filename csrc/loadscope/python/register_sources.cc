@@ -65,8 +65,8 @@ void register_sources(py::module_& m) {
   m.def(
       "read_manifest",
       [](const std::string& manifest, const std::string& root, const std::string& path_key,
-         bool skip_bad_rows, const std::string& cache_dir) {
-        io::ManifestOptions o{manifest, root, path_key, skip_bad_rows, cache_dir};
+         bool skip_bad_rows, const std::string& cache_dir, const std::string& scheme_tag) {
+        io::ManifestOptions o{manifest, root, path_key, skip_bad_rows, cache_dir, scheme_tag};
         io::Manifest r;
         {
           py::gil_scoped_release release;
@@ -84,7 +84,7 @@ void register_sources(py::module_& m) {
         return d;
       },
       py::arg("manifest"), py::arg("root"), py::arg("path_key"), py::arg("skip_bad_rows"),
-      py::arg("cache_dir"),
+      py::arg("cache_dir"), py::arg("scheme_tag") = "",
       "Parses a JSONL/CSV manifest into a SampleTable, or maps its current cache file "
       "(io/manifest.h).");
   m.def(
