@@ -250,7 +250,7 @@ def remote_probe(url: str, absent_if_denied: bool = False) -> typing.Any:
     """
     HEAD: (size, etag), or None when the object does not exist; other failures are a ReadError.
     """
-def remote_profile(tag: str, endpoint: str, region: str, profile: str, credentials_file: str, anonymous: bool, attempts: int, stall_seconds: float, connect_timeout: float, ca_bundle: str) -> str:
+def remote_profile(tag: str, endpoint: str, region: str, profile: str, credentials_file: str, anonymous: bool, attempts: int, stall_seconds: float, connect_timeout: float, ca_bundle: str, cache_dir: str = '', cache_limit: int = 0) -> str:
     """
     Registers the storages s3+<tag>://, http+<tag>://, https+<tag>:// with these settings over the process's (loadscope.Remote); returns where its credentials come from.
     """

@@ -35,6 +35,9 @@ class Remote:
         attempts, stall_seconds, connect_timeout: retries, and how long a request may receive
             nothing, or take to connect, before it counts as failed.
         ca_bundle: the certificates that verify https:// servers.
+        cache_dir, cache_limit: a node-local cache of this source's objects (as
+            ``Loader(cache_dir=, cache_limit=)``, which sets the process's), instead of the
+            process's.
 
     ``WebDataset(urls, remote=...)`` and ``FileList(manifest, remote=...)`` read their shards,
     manifest and the URLs in its rows with these settings, in every thread of the loader, the
@@ -51,8 +54,11 @@ class Remote:
     stall_seconds: Optional[float] = None
     connect_timeout: Optional[float] = None
     ca_bundle: Optional[PathLike] = None
+    cache_dir: Optional[PathLike] = None
+    cache_limit: Union[int, str, None] = None
     _tag: str = field(init=False, repr=False, compare=False, default="")
     _credentials: str = field(init=False, repr=False, compare=False, default="")
+    _cache_bytes: int = field(init=False, repr=False, compare=False, default=0)
 
     def __post_init__(self) -> None:
         for name in ("endpoint", "region", "profile"):
@@ -80,6 +86,14 @@ class Remote:
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                       or not math.isfinite(value) or value <= 0):
                 raise ConfigError(f"Remote.{name} must be a number of seconds > 0, got {value!r}")
+        if self.cache_dir is not None:
+            from ._loader_args import _cache_args
+            resolved = _cache_args(self.cache_dir, self.cache_limit)
+            assert resolved is not None
+            object.__setattr__(self, "cache_dir", resolved[0])
+            object.__setattr__(self, "_cache_bytes", resolved[1])
+        elif self.cache_limit is not None:
+            raise ConfigError("Remote.cache_limit needs a cache_dir")
         # A hash of the settings: the same settings, the same storage, in any process.
         given = tuple(getattr(self, f.name) for f in fields(self) if f.init)
         object.__setattr__(self, "_tag", "r" + hashlib.sha1(repr(given).encode()).hexdigest()[:10])
@@ -87,7 +101,7 @@ class Remote:
         source = _native.remote_profile(
             self.tag, self.endpoint or "", self.region or "", self.profile or "", os.fspath(self.credentials_file or ""),
             self.anonymous, self.attempts or -1, float(self.stall_seconds or -1), float(self.connect_timeout or -1),
-            os.fspath(self.ca_bundle or ""))
+            os.fspath(self.ca_bundle or ""), os.fspath(self.cache_dir or ""), self._cache_bytes)
         object.__setattr__(self, "_credentials", source)
 
     @property

@@ -757,3 +757,25 @@ def test_bad_remote_settings_say_what_is_allowed(tmp_path):
         ls.Remote(profile="b", credentials_file=tmp_path / "c")
     with pytest.raises(ls.ConfigError, match="WebDataset\\(remote=\\): a loadscope.Remote"):
         ls.WebDataset("s3://b/a.tar", remote={"endpoint": "http://x"})
+
+
+def test_each_source_keeps_its_objects_in_its_own_node_cache(s3, s3_demo, tmp_path, monkeypatch):
+    """Remote(cache_dir=) per source: two sources in one process cache the shards they read in
+    their own directories (byte for byte the shards on disk), the process's cache (none here)
+    gets nothing, and the batches are the local ones."""
+    monkeypatch.delenv("LOADSCOPE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("LOADSCOPE_CACHE_LIMIT", raising=False)
+    urls = [f"s3://demo-shards/train/{p.name}" for p in s3_demo]
+    want = digest(ls.WebDataset([str(p) for p in s3_demo]))
+    a = ls.Remote(cache_dir=tmp_path / "a")
+    b = ls.Remote(cache_dir=tmp_path / "b", cache_limit="1GB")
+    assert digest(ls.WebDataset(urls, remote=a)) == want
+    assert digest(ls.WebDataset(urls[:2], remote=b)) == digest(ls.WebDataset([str(p) for p in s3_demo[:2]]))
+    for d, read in ((tmp_path / "a", s3_demo), (tmp_path / "b", s3_demo[:2])):
+        for p in read:
+            copies = list(d.glob(f"*-{p.name}"))
+            assert len(copies) == 1 and copies[0].read_bytes() == p.read_bytes(), (d, p.name)
+        assert len(list(d.glob("*.tar"))) == len(read)
+    assert _native.remote_cache_settings()[0] == ""  # the process's cache: none, untouched
+    with pytest.raises(ls.ConfigError, match="Remote.cache_limit needs a cache_dir"):
+        ls.Remote(cache_limit="1GB")

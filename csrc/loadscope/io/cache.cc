@@ -217,7 +217,10 @@ Settings settings() {
 }
 
 std::string cached_copy(const std::string& url) {
-  const Settings s = settings();
+  return cached_copy(url, settings());
+}
+
+std::string cached_copy(const std::string& url, const Settings& s) {
   if (s.dir.empty()) return "";
   {
     std::lock_guard<std::mutex> lock(g_mutex);
@@ -234,7 +237,10 @@ std::string cached_copy(const std::string& url) {
 }
 
 std::string local_copy(const std::string& url) {
-  const Settings s = settings();
+  return local_copy(url, settings());
+}
+
+std::string local_copy(const std::string& url, const Settings& s) {
   if (s.dir.empty()) return "";
   {
     std::lock_guard<std::mutex> lock(g_mutex);

@@ -32,11 +32,14 @@ Settings settings();
 // no cache is configured. Throws ReadFailure (the fetch failed, the object does not fit, or it
 // was evicted and is needed again).
 std::string local_copy(const std::string& url);
+// The same with settings other than the process's (a source's own: loadscope.Remote(cache_dir=)).
+std::string local_copy(const std::string& url, const Settings& s);
 
 // The local file holding `url`'s current version if the cache has it already, else "" (never
 // fetches: for reading a little of an object that may never be read whole, like a shard's
 // fingerprint, without a download).
 std::string cached_copy(const std::string& url);
+std::string cached_copy(const std::string& url, const Settings& s);
 
 struct Stats {
   uint64_t hits = 0, misses = 0, evictions = 0;

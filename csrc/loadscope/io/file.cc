@@ -83,9 +83,24 @@ uint64_t file_size(const std::string& path) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+std::string node_copy(const std::string& name, bool fetch) {
+  const Storage* storage = find_storage(name);
+  if (!storage || !storage->remote()) return "";
+  if (const cache::Settings* own = storage->cache()) {
+    return fetch ? cache::local_copy(name, *own) : cache::cached_copy(name, *own);
+  }
+  return fetch ? cache::local_copy(name) : cache::cached_copy(name);
+}
+
+bool node_cached(const std::string& name) {
+  const Storage* storage = find_storage(name);
+  if (!storage || !storage->remote()) return false;
+  return storage->cache() ? !storage->cache()->dir.empty() : !cache::settings().dir.empty();
+}
+
 // The cached copy of a remote object when a cache is configured (cache.h), else "".
 static std::string cached(const std::string& path) {
-  return is_remote(path) ? cache::local_copy(path) : std::string();
+  return node_copy(path);
 }
 
 uint64_t read_file(const std::string& path, std::string& out) {

@@ -69,6 +69,13 @@ std::unique_ptr<Seekable> open_seekable(const std::string& path);
 // Whether reading `path` goes over the network: the planner fetches such members ahead.
 bool is_remote(const std::string& path);
 
+// The node-local cache's copy of a remote object (cache.h), by its storage's cache settings:
+// fetched into the cache first when `fetch`, else only if there already. "" for a local path or
+// no cache. Throws ReadFailure (a failed fetch).
+std::string node_copy(const std::string& name, bool fetch = true);
+// Whether a node-local cache keeps `name`'s objects.
+bool node_cached(const std::string& name);
+
 // A sequential reader (a streamed tar shard). read() returns 0 at the end; throws ReadFailure.
 class ByteStream {
  public:

@@ -7,7 +7,6 @@
 #include <unordered_set>
 
 #include "loadscope/core/error.h"
-#include "loadscope/io/cache.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 
@@ -57,7 +56,9 @@ void Prefetcher::fetch(const std::vector<Member*>& members, const std::atomic<bo
   cancelled_.store(false);
   uint64_t own = 0;  // reserved by this batch: not consumable until it is submitted
   // A node-local cache serves from local disk already: blocks would only copy more.
-  if (!dense || !cache::settings().dir.empty()) return fetch_spans(members, own, stop);
+  if (!dense || (!members.empty() && node_cached(members.front()->path))) {
+    return fetch_spans(members, own, stop);
+  }
   std::vector<Member*> rest;
   std::unordered_set<std::string> used;  // blocks this batch holds: they count as its own bytes
   for (Member* m : members) {

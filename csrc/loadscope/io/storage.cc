@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/cache.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 
@@ -26,8 +27,10 @@ namespace {
 class RemoteStorage final : public Storage {
  public:
   RemoteStorage() = default;
-  explicit RemoteStorage(std::shared_ptr<const remote::Profile> profile)
-      : profile_(std::move(profile)) {}
+  RemoteStorage(std::shared_ptr<const remote::Profile> profile, const cache::Settings* cache)
+      : profile_(std::move(profile)),
+        cache_(cache ? std::make_unique<cache::Settings>(*cache) : nullptr) {}
+  const cache::Settings* cache() const override { return cache_.get(); }
   bool remote() const override { return true; }
   ObjectInfo stat(const std::string& name) override {
     remote::ProfileScope scope(profile_.get());
@@ -65,6 +68,7 @@ class RemoteStorage final : public Storage {
   }
 
   std::shared_ptr<const remote::Profile> profile_;
+  std::unique_ptr<cache::Settings> cache_;
   std::mutex mutex_;
   std::map<std::string, std::string> pins_;
 };
@@ -146,9 +150,9 @@ void register_storage(const std::string& scheme, std::shared_ptr<Storage> storag
   r.by_scheme[scheme] = std::move(storage);
 }
 
-void register_remote_profile(const std::string& tag,
-                             std::shared_ptr<const remote::Profile> profile) {
-  const auto storage = std::make_shared<RemoteStorage>(std::move(profile));
+void register_remote_profile(const std::string& tag, std::shared_ptr<const remote::Profile> profile,
+                             const cache::Settings* cache) {
+  const auto storage = std::make_shared<RemoteStorage>(std::move(profile), cache);
   Registry& r = registry();
   std::unique_lock<std::shared_mutex> lock(r.mutex);
   for (const char* scheme : {"s3", "http", "https"}) {

@@ -18,6 +18,9 @@ namespace loadscope::io {
 namespace remote {
 struct Profile;
 }
+namespace cache {
+struct Settings;
+}
 class Seekable;
 class ByteStream;
 
@@ -50,6 +53,9 @@ class Storage {
   virtual void pin(const std::string& name, const std::string& version) {}
   // Writes a whole object (an index next to its shard). The default refuses.
   virtual void put(const std::string& name, const std::string& data);
+  // The node-local cache of this storage's objects (remote ones only): nullptr, the process's
+  // (Loader(cache_dir=), LOADSCOPE_CACHE_DIR); a source's own settings may name another.
+  virtual const cache::Settings* cache() const { return nullptr; }
 };
 
 // "s3" for "s3://bucket/key", "" for a name without a scheme (a local path).
@@ -69,7 +75,8 @@ std::vector<std::string> storage_schemes();
 void register_storage(const std::string& scheme, std::shared_ptr<Storage> storage);
 // The remote storage with settings of its own (loadscope.Remote) under "s3+<tag>", "http+<tag>"
 // and "https+<tag>"; a tag already there is kept (the tag is a hash of the settings).
-void register_remote_profile(const std::string& tag,
-                             std::shared_ptr<const remote::Profile> profile);
+// `cache`: its objects' node-local cache (nullptr: the process's).
+void register_remote_profile(const std::string& tag, std::shared_ptr<const remote::Profile> profile,
+                             const cache::Settings* cache = nullptr);
 
 }  // namespace loadscope::io

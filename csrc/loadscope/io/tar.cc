@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "loadscope/core/error.h"
-#include "loadscope/io/cache.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 
@@ -132,7 +131,7 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
   if (is_remote(path)) {
     // With a node cache the shard is fetched whole once for the node (its members are read
     // from that copy anyway): index the copy, not the network again per process.
-    const std::string local = cache::local_copy(path);
+    const std::string local = node_copy(path);
     return local.empty() ? scan_remote_tar(path) : scan_tar(local);
   }
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};

@@ -13,7 +13,6 @@
 #include <sstream>
 
 #include "loadscope/core/error.h"
-#include "loadscope/io/cache.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 #include "loadscope/io/sources.h"
@@ -61,7 +60,7 @@ uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size) {
   // but from the node cache's copy when it has one (every process of the node would otherwise
   // fetch the same ranges again).
   const bool remote = is_remote(tar_path);
-  const std::string cached = remote ? cache::cached_copy(tar_path) : "";
+  const std::string cached = remote ? node_copy(tar_path, /*fetch=*/false) : "";
   if (remote && cached.empty()) {
     Storage& storage = storage_for(tar_path);
     const auto edge = static_cast<int64_t>(std::min(size, kEdge));

@@ -75,7 +75,8 @@ void register_remote(py::module_& m) {
       "remote_profile",
       [](const std::string& tag, const std::string& endpoint, const std::string& region,
          const std::string& profile, const std::string& credentials_file, bool anonymous,
-         int attempts, double stall_seconds, double connect_timeout, const std::string& ca_bundle) {
+         int attempts, double stall_seconds, double connect_timeout, const std::string& ca_bundle,
+         const std::string& cache_dir, uint64_t cache_limit) {
         io::remote::ProfileSettings s;
         s.endpoint = endpoint;
         s.region = region;
@@ -87,12 +88,14 @@ void register_remote(py::module_& m) {
         s.connect_timeout = connect_timeout;
         s.ca_bundle = ca_bundle;
         const auto p = io::remote::make_profile(s);
-        io::register_remote_profile(tag, p);
+        const io::cache::Settings cache{cache_dir, cache_limit};
+        io::register_remote_profile(tag, p, cache_dir.empty() ? nullptr : &cache);
         return io::remote::credentials_source(*p);
       },
       py::arg("tag"), py::arg("endpoint"), py::arg("region"), py::arg("profile"),
       py::arg("credentials_file"), py::arg("anonymous"), py::arg("attempts"),
       py::arg("stall_seconds"), py::arg("connect_timeout"), py::arg("ca_bundle"),
+      py::arg("cache_dir") = "", py::arg("cache_limit") = 0,
       "Registers the storages s3+<tag>://, http+<tag>://, https+<tag>:// with these settings "
       "over the process's (loadscope.Remote); returns where its credentials come from.");
   m.def("remote_reload_environment", &io::remote::reload_environment,
