@@ -212,7 +212,10 @@ class Loader:
         self._pipeline = _native.Pipeline(self._source, specs, telemetry=self._telemetry_on)
         # The parts after the native run: the transfer stage, batch making and map=, telemetry.
         self._transfer = _transfer.CudaTransfer(self.device) if self.device is not None else None
-        self._telemetry = LoaderTelemetry(self._pipeline, self._telemetry_on, self._transfer, self._config)
+        # The settings as a dict, not a method of the loader: a reference back to it would make a
+        # cycle, and a loader in a cycle keeps its native threads until the garbage collector
+        # runs (a fork meanwhile copies them mid-work: DataLoader workers hung in a full test run).
+        self._telemetry = LoaderTelemetry(self._pipeline, self._telemetry_on, self._transfer, self._config())
         self._loop = self._telemetry.loop
         outputs = [(name, name + suffix, kind, tuple(shape), at, key)
                    for i, name in enumerate(self.fields) for suffix, kind, shape, at, key in self._pipeline.outputs(i)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from typing import Any, Callable, Dict, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 from . import _native, telemetry
 from ._errors import ConfigError
@@ -16,9 +16,9 @@ from .telemetry import Sink
 
 
 class LoaderTelemetry:
-    """``config``: the loader's settings as the snapshot reports them, asked for at each one."""
+    """``config``: the loader's settings as the snapshot reports them (fixed when it is made)."""
 
-    def __init__(self, pipeline, enabled: bool, transfer, config: Callable[[], Dict[str, Any]]) -> None:
+    def __init__(self, pipeline, enabled: bool, transfer, config: Dict[str, Any]) -> None:
         self.pipeline = pipeline
         self.enabled = enabled
         self.transfer = transfer
@@ -50,7 +50,7 @@ class LoaderTelemetry:
             transfer = self.transfer.stats(pinned)
         else:
             transfer = {"enabled": False, "reason": "device='cpu'", "pinned_bytes": 0}
-        return telemetry.build_snapshot(native, self.loop, process, transfer, self.pss_peak or None, self.config(),
+        return telemetry.build_snapshot(native, self.loop, process, transfer, self.pss_peak or None, dict(self.config),
                                         self.baseline, None if self.pss is None else now - self.pss_at)
 
     def report_every(self, seconds: float, to: Sink) -> None:

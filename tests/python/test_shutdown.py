@@ -55,6 +55,30 @@ def test_del_of_a_running_loader_and_iterator(demo):
     assert wait_for_threads(before) == before
 
 
+def test_a_loader_nobody_references_is_freed_at_once_without_the_garbage_collector(demo):
+    """No reference cycle holds a loader (or its parts) alive: dropped, it is freed by its
+    reference count, and its threads end, with the cycle collector off. A loader kept by a
+    cycle keeps its native threads until a collection, and a fork meanwhile copies them mid-work
+    (forked DataLoader workers hung in a full test run, 2026-12-04)."""
+    import weakref
+
+    before = native_threads()
+    gc.disable()
+    try:
+        loader = make(demo, map=lambda b: b)
+        loader.report_every(3600, lambda report: None)
+        for i, _ in enumerate(loader):
+            if i == 2:
+                break
+        loader.telemetry()
+        ref = weakref.ref(loader)
+        del loader, _
+        assert ref() is None
+        assert wait_for_threads(before) == before
+    finally:
+        gc.enable()
+
+
 def test_consumer_exception_stops_the_epoch(demo):
     before = native_threads()
     with pytest.raises(RuntimeError, match="training step failed"):
