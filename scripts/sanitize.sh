@@ -28,6 +28,6 @@ if [ "$NAME" = asan ]; then
 else
   # The engine hands samples between the planner, oneTBB's workers and the consumer.
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$(pwd)/scripts/tsan.supp" \
-    $B/loadscope_thread_tests "[engine],[telemetry],[tar]"
+    $B/loadscope_thread_tests "[engine],[telemetry],[tar],[tuner]"
 fi
 echo "sanitize ($SAN): clean"

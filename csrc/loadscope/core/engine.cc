@@ -99,7 +99,8 @@ EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcess
       processor_(std::move(processor)),
       telemetry_(std::move(telemetry)),
       t_(telemetry_ && telemetry_->enabled() ? telemetry_.get() : nullptr),
-      options_(options) {
+      options_(options),
+      tuner_(options.tuner) {
   if (options_.threads < 1) throw ConfigError("threads must be >= 1");
   if (options_.batch_size < 1) throw ConfigError("batch_size must be >= 1");
   if (options_.prefetch < 1) throw ConfigError("prefetch must be >= 1");
@@ -121,7 +122,14 @@ EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcess
   // Jobs in flight plus a couple held by the consumer are reused; more are returned.
   PoolGauges gauges;
   if (t_) gauges = PoolGauges{t_->pool_bytes, t_->pinned_bytes};
-  pool_ = BufferPool::create(layout_.bytes_per_batch, options_.prefetch + 2, options_.pin, gauges);
+  prefetch_.store(tuner_ ? tuner_->prefetch() : options_.prefetch);
+  if (prefetch_.load() < 1) throw ConfigError("prefetch must be >= 1");
+  const int most =
+      tuner_ ? std::max(tuner_->settings().max_prefetch, prefetch_.load()) : options_.prefetch;
+  pool_ = BufferPool::create(layout_.bytes_per_batch, most + 2, options_.pin, gauges);
+  // Without a tuner every sample goes to the arena at once, which runs `threads` of them.
+  limit_ = tuner_ ? std::clamp(tuner_->threads(), 1, options_.threads) : 0;
+  if (tuner_) tuner_->set_bytes_per_batch(static_cast<int64_t>(layout_.bytes_per_batch));
 }
 
 EpochRun::~EpochRun() {
@@ -133,15 +141,22 @@ void EpochRun::start() {
   if (started_) throw Error("EpochRun::start called twice");
   started_ = true;
   if (t_) {
-    t_->set_prefetch(options_.prefetch);
+    t_->set_prefetch(prefetch_.load());
     t_->epoch_started(telemetry::now_ns());
   }
+  if (tuner_) tuner_->start_epoch(options_.order.epoch);
   // See Note [fork during an epoch]: then there is no arena, and samples run on the planner.
   if (!forked_during_epoch().load()) arena_ = std::make_unique<Arena>(options_.threads);
   planner_ = std::thread([this] { plan(); });
 }
 
 void EpochRun::update_depth() {
+  if (tuner_) {
+    const uint64_t now = telemetry::now_ns();
+    if (full_ && depth_ns_ != 0) full_ns_ += now - depth_ns_;
+    depth_ns_ = now;
+    full_ = ready_jobs_ >= prefetch_.load(std::memory_order_relaxed);
+  }
   if (t_) t_->depth(ready_jobs_, static_cast<int>(jobs_.size()) - ready_jobs_, telemetry::now_ns());
 }
 
@@ -255,7 +270,7 @@ void EpochRun::plan() {
         const uint64_t b0 = t_ ? telemetry::now_ns() : 0;
         std::unique_lock<std::mutex> lock(mutex_);
         space_cv_.wait(lock, [&] {
-          return stop_flag_.load() || jobs_.size() < static_cast<size_t>(options_.prefetch);
+          return stop_flag_.load() || jobs_.size() < static_cast<size_t>(prefetch_.load());
         });
         if (t_) t_->producer_block.record(telemetry::now_ns() - b0);  // back-pressure
         if (stop_flag_.load()) break;
@@ -342,6 +357,11 @@ void EpochRun::submit(std::unique_ptr<Job> job) {
     outstanding_tasks_ += n;
     update_depth();
     if (n == 0) ready_cv_.notify_all();
+    if (arena_ && limit_ > 0) {
+      for (int i = 0; i < n; ++i) queued_.emplace_back(raw, i);
+      dispatch();
+      return;
+    }
   }
   for (int i = 0; i < n; ++i) {
     if (arena_) {
@@ -364,6 +384,7 @@ void EpochRun::run_sample(Job* job, int slot) {
     auto t0 = std::chrono::steady_clock::now();
     SampleContext ctx;
     ctx.order = &options_.order;
+    if (tuner_) ctx.decoder_threads = tuner_->decoder_threads();
     uint64_t cpu0 = 0, start_ns = 0;
     if (t_) {
       // The worker's slot, looked up once per thread and telemetry (a lock otherwise).
@@ -413,16 +434,84 @@ void EpochRun::run_sample(Job* job, int slot) {
     update_depth();
     ready_cv_.notify_all();
   }
+  if (arena_ && limit_ > 0) {
+    --running_;
+    dispatch();
+  }
   if (--outstanding_tasks_ == 0) idle_cv_.notify_all();
+}
+
+// Note [changing concurrency mid-epoch]
+// oneTBB cannot resize an arena, so a run with a tuner makes its arena as large as auto may
+// go (EngineOptions::threads) and bounds the samples running at once instead: submit() queues
+// a batch's samples, and dispatch() hands them to the arena while fewer than limit_ run; each
+// sample that ends starts the next. Lowering the limit lets running samples finish; raising it
+// starts queued ones at once. Samples still start in stream order, batches still leave in
+// order, and a sample's bytes depend only on its position: no sample is lost, repeated or
+// reordered, and the batches equal those of any fixed thread count (tests/cpp/test_tuner.cc,
+// under ThreadSanitizer too). Idle workers of the larger arena sleep.
+void EpochRun::dispatch() {
+  while (running_ < limit_ && !queued_.empty()) {
+    const auto [job, slot] = queued_.front();
+    queued_.pop_front();
+    ++running_;
+    arena_->arena.enqueue([this, job = job, slot = slot] { run_sample(job, slot); });
+  }
+}
+
+void EpochRun::tune(uint64_t wait_ns) {
+  const TunerSettings& s = tuner_->settings();
+  const uint64_t now = telemetry::now_ns();
+  if (window_start_ns_ == 0) {  // the first batch: its wait is the pipeline's start
+    window_start_ns_ = now;
+    idle_.idle_cores(s.cores);
+    std::lock_guard<std::mutex> lock(mutex_);
+    full_ns_ = 0;
+    return;
+  }
+  window_wait_ns_ += wait_ns;
+  ++window_batches_;
+  if (window_batches_ < s.window_batches ||
+      static_cast<double>(now - window_start_ns_) < s.window_seconds * 1e9) {
+    return;
+  }
+  TunerWindow w;
+  w.batch = stats_.batches;  // written by this (the consumer's) thread
+  w.seconds = static_cast<double>(now - window_start_ns_) * 1e-9;
+  w.wait_seconds = static_cast<double>(window_wait_ns_) * 1e-9;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (full_) full_ns_ += now - depth_ns_;
+    depth_ns_ = now;
+    w.full_seconds = static_cast<double>(full_ns_) * 1e-9;
+    full_ns_ = 0;
+  }
+  w.idle_cores = idle_.idle_cores(s.cores);
+  if (s.memory_limit > 0) w.rss = telemetry::read_process_stats(false).rss;
+  window_start_ns_ = now;
+  window_wait_ns_ = 0;
+  window_batches_ = 0;
+  if (!tuner_->window(w)) return;
+  const int prefetch = tuner_->prefetch();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (arena_) limit_ = std::clamp(tuner_->threads(), 1, options_.threads);
+    prefetch_.store(prefetch);
+    update_depth();
+    if (arena_) dispatch();
+    space_cv_.notify_all();
+  }
+  if (t_) t_->set_prefetch(prefetch);
 }
 
 EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::milliseconds wait) {
   const auto deadline = std::chrono::steady_clock::now() + wait;
   // Data wait: the consumer blocked for a batch, summed over the calls (timeouts) it takes.
-  uint64_t mark = t_ ? telemetry::now_ns() : 0;  // waiting counted up to here
-  if (t_ && wait_start_ns_ == 0) wait_start_ns_ = mark;
+  const bool timed = t_ || tuner_;
+  uint64_t mark = timed ? telemetry::now_ns() : 0;  // waiting counted up to here
+  if (timed && wait_start_ns_ == 0) wait_start_ns_ = mark;
   auto waited = [&] {
-    if (!t_) return;
+    if (!timed) return;
     const uint64_t now = telemetry::now_ns();
     wait_ns_ += now - mark;
     mark = now;
@@ -458,8 +547,16 @@ EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::millis
       }
     }
     waited();
-    const uint64_t f0 = t_ ? telemetry::now_ns() : 0;
+    const uint64_t f0 = timed ? telemetry::now_ns() : 0;
     const bool delivered = finish(*job, out);
+    if (timed && !t_) {
+      mark = telemetry::now_ns();
+      if (delivered) {
+        tune(wait_ns_);
+        wait_ns_ = 0;
+        wait_start_ns_ = 0;
+      }
+    }
     if (t_) {
       telemetry::Slot& c = t_->slot(1, "consumer");
       const uint64_t end = telemetry::now_ns();
@@ -468,6 +565,7 @@ EpochRun::Status EpochRun::next(std::unique_ptr<Batch>& out, std::chrono::millis
       if (delivered) {
         t_->consumer_wait.record(wait_ns_);
         t_->span(c, "wait for batch", wait_start_ns_, end, out->index);
+        if (tuner_) tune(wait_ns_);
         wait_ns_ = 0;
         wait_start_ns_ = 0;
         t_->batch_delivered(end);

@@ -30,6 +30,7 @@
 
 #include "loadscope/core/batch.h"
 #include "loadscope/core/source.h"
+#include "loadscope/core/tuner.h"
 #include "loadscope/telemetry/telemetry.h"
 
 namespace loadscope {
@@ -41,6 +42,7 @@ struct SampleContext {
   uint64_t bytes_read = 0;  // file bytes read by the processor (members that were paths)
   telemetry::Telemetry* telemetry = nullptr;  // null or disabled: record nothing
   telemetry::Slot* slot = nullptr;            // the calling thread's slot
+  int decoder_threads = 1;  // threads a field may give its own decoder when told "auto"
 };
 
 // Turns one sample into slot `slot` of a batch. Called concurrently from many threads with
@@ -134,6 +136,10 @@ struct EngineOptions {
   Partition partition = Partition::kInterleave;
   EpochOrder order;
   PinHooks pin;  // page-lock batch blocks (CUDA transfer); none by default
+  // The auto controller (core/tuner.h), shared by a loader's epochs; null: threads and prefetch
+  // stay as given. With one, `threads` is the arena's size (the most auto may use) and the
+  // tuner says how many samples run at once and how deep the queue is.
+  std::shared_ptr<Tuner> tuner;
 };
 
 struct EpochStats {
@@ -183,7 +189,9 @@ class EpochRun {
   bool finish(Job& job, std::unique_ptr<Batch>& out);
   void compact(Batch& batch, const std::vector<bool>& failed) const;
 
-  void update_depth();  // under mutex_
+  void update_depth();          // under mutex_
+  void dispatch();              // under mutex_: start queued samples up to the concurrency limit
+  void tune(uint64_t wait_ns);  // consumer, after a batch: close a window, apply the tuner's choice
 
   std::shared_ptr<Source> source_;
   std::shared_ptr<SampleProcessor> processor_;
@@ -213,6 +221,19 @@ class EpochRun {
   bool failed_ = false;                    // an error was raised to the consumer: the run is over
   std::vector<SampleNote> carried_skips_;  // from batches that lost every sample
   std::atomic<bool> stop_flag_{false};
+
+  // Concurrency that can change mid-epoch (Note [changing concurrency mid-epoch]).
+  std::shared_ptr<Tuner> tuner_;
+  std::atomic<int> prefetch_{1};             // jobs in flight or ready
+  int limit_ = 0;                            // under mutex_: samples running at once
+  int running_ = 0;                          // under mutex_
+  std::deque<std::pair<Job*, int>> queued_;  // under mutex_: samples waiting for the limit
+  // The tuner's window, measured whether or not telemetry is on.
+  bool full_ = false;                                  // under mutex_: every prefetch slot ready
+  uint64_t full_ns_ = 0, depth_ns_ = 0;                // under mutex_
+  uint64_t window_start_ns_ = 0, window_wait_ns_ = 0;  // consumer
+  int64_t window_batches_ = 0;                         // consumer
+  IdleProbe idle_;                                     // consumer
 
   // Accounting; the atomics are written by workers, the rest by the consumer.
   std::atomic<uint64_t> bytes_read_{0};

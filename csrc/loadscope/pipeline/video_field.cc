@@ -92,7 +92,9 @@ void VideoField::validate(const std::string& name) const {
   if (v.clip.fps < 0 || (v.clip.fps == 0 && v.clip.stride < 1)) {
     throw ConfigError("field '" + name + "': give stride >= 1 or fps > 0");
   }
-  check_bound(name, "decoder_threads", v.decoder_threads);
+  if (v.decoder_threads != VideoSpec::kAutoDecoderThreads) {
+    check_bound(name, "decoder_threads", v.decoder_threads);
+  }
   if (!v.start_key.empty() && v.clip.clips != 1) {
     throw ConfigError("field '" + name + "': start= gives one clip's start; clips must be 1");
   }
@@ -116,11 +118,15 @@ void VideoField::fill(FieldCall& call) const {
   const uint64_t t0 = ctx.telemetry ? telemetry::now_ns() : 0;
   // Before the video is opened and indexed: a bad start costs no index pass.
   const double start = v.start_key.empty() ? 0.0 : clip_start(sample, v.start_key, call.name);
+  // "auto": the engine's share of cores per loader thread (core/tuner.h); FFmpeg's output does
+  // not depend on its thread count, so neither do the clip's bytes.
+  const int threads =
+      v.decoder_threads == VideoSpec::kAutoDecoderThreads ? ctx.decoder_threads : v.decoder_threads;
   try {
     const decode::VideoInfo& info =
-        m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, v.decoder_threads)
+        m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, threads)
                        : dec.open_memory(reinterpret_cast<const uint8_t*>(bytes.data()),
-                                         bytes.size(), v.stream, v.rotate, v.decoder_threads);
+                                         bytes.size(), v.stream, v.rotate, threads);
     const uint64_t opened = ctx.telemetry ? telemetry::now_ns() : 0;
     check_pixels(info.width, info.height, image);  // a frame size no real video has
     Rng rng = call.rng(RngStream::kAugment);

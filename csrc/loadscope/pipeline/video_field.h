@@ -16,7 +16,8 @@ namespace loadscope::pipeline {
 // flip and layout; dct_scaling and exif do not apply).
 struct VideoSpec {
   ClipSpec clip;
-  int stream = -1;          // container stream index, -1: FFmpeg's best video stream
+  int stream = -1;  // container stream index, -1: FFmpeg's best video stream
+  static constexpr int kAutoDecoderThreads = -1;  // the engine's hint (SampleContext)
   int decoder_threads = 1;  // FFmpeg's own threads per decode (the engine parallelises videos)
   bool rotate = true;       // apply the display-matrix rotation: frames come out upright
   bool color_tags = true;   // honour colour-matrix and range tags, as the ffmpeg CLI does

@@ -2,6 +2,7 @@
 #include "loadscope/python/binding.h"
 
 #include <chrono>
+#include <optional>
 #include "loadscope/core/engine.h"
 #include "loadscope/pipeline/fields.h"
 
@@ -128,6 +129,55 @@ void register_engine(py::module_& m) {
         return d;
       });
 
+  py::class_<Tuner, std::shared_ptr<Tuner>>(m, "Tuner")
+      .def(
+          py::init(
+              [](int max_threads, int threads, bool auto_threads, int prefetch, int max_prefetch,
+                 bool auto_prefetch, bool auto_decoder_threads, double cores, int64_t memory_limit,
+                 int window_batches, double window_seconds,
+                 std::optional<std::vector<std::pair<int, int>>> script) -> std::shared_ptr<Tuner> {
+                TunerSettings s;
+                s.max_threads = max_threads;
+                s.threads = threads;
+                s.auto_threads = auto_threads;
+                s.prefetch = prefetch;
+                s.max_prefetch = max_prefetch;
+                s.auto_prefetch = auto_prefetch;
+                s.auto_decoder_threads = auto_decoder_threads;
+                s.cores = cores;
+                s.memory_limit = memory_limit;
+                s.window_batches = window_batches;
+                s.window_seconds = window_seconds;
+                if (script) return std::make_shared<ScriptedTuner>(s, *script);
+                return std::make_shared<Tuner>(s);
+              }),
+          py::arg("max_threads"), py::arg("threads"), py::arg("auto_threads"), py::arg("prefetch"),
+          py::arg("max_prefetch"), py::arg("auto_prefetch"), py::arg("auto_decoder_threads"),
+          py::arg("cores"), py::arg("memory_limit"), py::arg("window_batches") = 8,
+          py::arg("window_seconds") = 0.25, py::arg("script") = py::none(),
+          "The auto controller of threads, prefetch and decoder threads (core/tuner.h). "
+          "script: (threads, prefetch) per window instead of the policy (tests).")
+      .def_property_readonly("threads", &Tuner::threads)
+      .def_property_readonly("prefetch", &Tuner::prefetch)
+      .def_property_readonly("decoder_threads", &Tuner::decoder_threads)
+      .def_property_readonly("changes", &Tuner::changes)
+      .def("decisions", [](const Tuner& t) {
+        py::list out;
+        for (const auto& d : t.decisions()) {
+          py::dict row;
+          row["epoch"] = d.epoch;
+          row["batch"] = d.batch;
+          row["knob"] = d.knob;
+          row["from"] = d.from;
+          row["to"] = d.to;
+          row["reason"] = d.reason;
+          row["text"] = d.text();
+          row["at_ns"] = d.at_ns;
+          out.append(row);
+        }
+        return out;
+      });
+
   py::class_<Pipeline>(m, "Pipeline")
       .def(py::init([](std::shared_ptr<Source> source, std::vector<pipeline::FieldSpec> fields,
                        bool telemetry) {
@@ -182,7 +232,8 @@ void register_engine(py::module_& m) {
           [](Pipeline& p, int threads, int batch_size, int prefetch, const std::string& drop_last,
              const std::string& on_error, int64_t max_errors, double max_error_rate, uint64_t seed,
              int64_t epoch, bool shuffle, int64_t batch_offset, int64_t batch_stride, int64_t row,
-             int64_t start_batch, uintptr_t pin, uintptr_t unpin, const std::string& partition) {
+             int64_t start_batch, uintptr_t pin, uintptr_t unpin, const std::string& partition,
+             std::shared_ptr<Tuner> tuner) {
             EngineOptions o;
             o.threads = threads;
             o.batch_size = batch_size;
@@ -203,6 +254,7 @@ void register_engine(py::module_& m) {
             o.row = row;
             o.start_batch = start_batch;
             o.partition = partition_arg(partition);
+            o.tuner = std::move(tuner);
             EpochGeometry(p.source->size(), batch_size, row, o.drop_last);  // fails early, here
             // Addresses of cudaHostRegister / cudaHostUnregister, found by Python (or 0).
             o.pin.pin = reinterpret_cast<int (*)(void*, size_t, unsigned)>(pin);
@@ -215,7 +267,7 @@ void register_engine(py::module_& m) {
           py::arg("on_error"), py::arg("max_errors"), py::arg("max_error_rate"), py::arg("seed"),
           py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"),
           py::arg("row") = 1, py::arg("start_batch") = 0, py::arg("pin") = 0, py::arg("unpin") = 0,
-          py::arg("partition") = "interleave");
+          py::arg("partition") = "interleave", py::arg("tuner") = nullptr);
 }
 
 }  // namespace loadscope::binding
