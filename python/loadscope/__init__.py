@@ -33,7 +33,8 @@ from ._fields import (
     formats,
     normalize,
 )
-from ._loader import Dataset, Loader, default_threads
+from ._loader import Dataset, Loader
+from ._loader_args import default_threads
 from ._remote import Remote
 from .mix import mixup_cutmix
 from .swap import from_dataloader

@@ -87,7 +87,7 @@ class _EpochIterator:
 
     def _next_mapped(self, enter: int) -> Batch:
         if self._mapper is None:
-            self._mapper = _Mapper(self, self._run, self._loader.prefetch)
+            self._mapper = _Mapper(self, self._run, self._loader._start_prefetch)
         try:
             while True:
                 item = self._mapper.get(_WAIT_MS / 1000)  # waits in short steps: Ctrl-C gets through

@@ -346,8 +346,10 @@ class VideoClip(Image):
         size, crop, scale, ratio, resize, flip, channels_last: as for ``Image``; one crop and
             flip per clip, the same for all its frames.
         stream: the container's stream index; default FFmpeg's best video stream.
-        decoder_threads: FFmpeg's own threads per video (0: FFmpeg decides). The loader's
-            threads already decode different videos in parallel; see docs/video.md.
+        decoder_threads: FFmpeg's own threads per video (0: FFmpeg decides; ``"auto"``: the
+            cores the loader may use shared between its threads, at most 4, following
+            ``threads="auto"``: docs/tuning.md). The loader's threads already decode different
+            videos in parallel; see docs/video.md. The frames do not depend on it.
         rotate: apply the rotation metadata, so frames come out upright as players show them.
         max_pixels: frames larger than this (width x height) fail before decoding.
         color_tags: honour the stream's colour matrix (BT.709, BT.601, ...) and range tags when
@@ -365,7 +367,7 @@ class VideoClip(Image):
     clips: int = 1
     short: str = "pad"
     stream: Optional[int] = None
-    decoder_threads: int = 1
+    decoder_threads: Union[int, str] = 1
     rotate: bool = True
     color_tags: bool = True
     start: Optional[str] = None
@@ -394,7 +396,11 @@ class VideoClip(Image):
             raise ConfigError(f"VideoClip.short={self.short!r} is not one of {', '.join(SHORT)}")
         if self.stream is not None:
             _int(n, "stream", self.stream, 0)
-        _int(n, "decoder_threads", self.decoder_threads)
+        if self.decoder_threads != "auto":
+            if isinstance(self.decoder_threads, str):
+                raise ConfigError(f"VideoClip.decoder_threads={self.decoder_threads!r}: an int (0: FFmpeg decides) "
+                                  f"or 'auto'")
+            _int(n, "decoder_threads", self.decoder_threads)
         _bool(n, "rotate", self.rotate)
         _bool(n, "color_tags", self.color_tags)
         if self.dct_scaling:
@@ -426,7 +432,7 @@ class VideoClip(Image):
             ratio=_range("VideoClip", "ratio", self.ratio), resize=int(self.resize or 0),
             flip=float(self.flip), channels_last=self.channels_last,
             stream=-1 if self.stream is None else int(self.stream),
-            decoder_threads=int(self.decoder_threads), rotate=self.rotate, color_tags=self.color_tags,
+            decoder_threads=-1 if self.decoder_threads == "auto" else int(self.decoder_threads), rotate=self.rotate, color_tags=self.color_tags,
             optional=self.optional, max_pixels=int(self.max_pixels), start=self.start or "",
         )
 

@@ -23,7 +23,7 @@ from ._batches import BatchMaker
 from ._epoch import _EpochIterator
 from ._loader_telemetry import LoaderTelemetry
 from ._loader_args import (ON_ERROR, _bool_arg, _cache_args, _drop_last_arg, _map_arg, _native_drop_last, _output_arg,
-                           _partition_arg, default_threads, resolve_rank)
+                           _partition_arg, resolve_rank, resolve_tuning)
 from ._views import _DatasetView, _Sampler
 
 log = logging.getLogger("loadscope")
@@ -41,7 +41,9 @@ class Loader:
             ``Json``, ``Bytes``). Each field reads the sample member of the same name unless it
             says ``keys=``.
         batch_size: samples per batch.
-        threads: decoding threads (default: the cores this process may use).
+        threads: decoding threads (default: the cores this process may use), or ``"auto"``:
+            the least that keep the training loop's data wait near zero, found while it runs
+            and changed without stopping the epoch (docs/tuning.md). Batches are the same.
         shuffle: a new order every epoch, drawn from ``(seed, epoch)``.
         seed: seeds the order and every random augmentation.
         drop_last: ``False`` (default): keep every sample (a short last batch; with several
@@ -49,7 +51,10 @@ class Loader:
             batch (several ranks: whole steps only); ``"uneven"``: with several ranks, drop only
             the at most W-1 samples that do not split evenly, as
             ``DistributedSampler(drop_last=True)`` does (each rank's last batch may be short).
-        prefetch: batches decoded ahead (memory: prefetch x batch bytes).
+        prefetch: batches decoded ahead (memory: prefetch x batch bytes), or ``"auto"``:
+            deeper when batches come in bursts, shallower over ``memory_limit``.
+        memory_limit: the resident memory (bytes, or "16GiB") that ``"auto"`` settings may grow
+            into; default half of what the process's cgroup (else the machine) allows.
         on_error: ``"raise"``: a bad sample raises a ``SampleError`` naming it when its batch is
             reached; ``"skip"``: it is left out of its batch, counted and listed in ``stats()``.
         error_budget: under ``"skip"``, raise ``ErrorBudgetExceeded`` when more samples fail than
@@ -104,11 +109,12 @@ class Loader:
         *,
         fields: Mapping[str, Field],
         batch_size: int,
-        threads: Optional[int] = None,
+        threads: Union[int, str, None] = None,
         shuffle: bool = False,
         seed: int = 0,
         drop_last: Union[bool, str] = False,
-        prefetch: int = 2,
+        prefetch: Union[int, str] = 2,
+        memory_limit: Union[int, str, None] = None,
         on_error: str = "raise",
         error_budget: Union[int, float, None] = 0.05,
         device: Any = "cpu",
@@ -148,10 +154,11 @@ class Loader:
                 raise ConfigError(f"error_budget={error_budget}: a count must be >= 0")
         self._args = dict(
             source=source, fields=dict(fields), batch_size=int_arg("batch_size", batch_size, 1),
-            threads=int_arg("threads", default_threads() if threads is None else threads, 1),
+            tuning=resolve_tuning(threads, prefetch, memory_limit, int_arg("batch_size", batch_size, 1),
+                                  any(getattr(f, "decoder_threads", None) == "auto" for f in fields.values())),
             shuffle=_bool_arg("shuffle", shuffle), seed=int_arg("seed", seed, 0, 2**64 - 1),
             drop_last=_drop_last_arg(drop_last),
-            prefetch=int_arg("prefetch", prefetch, 1), on_error=on_error, error_budget=error_budget,
+            on_error=on_error, error_budget=error_budget,
             device=device, telemetry=_bool_arg("telemetry", telemetry),
             distributed=resolve_rank(rank, world_size), partition=_partition_arg(partition),
             cache=_cache_args(cache_dir, cache_limit),
@@ -177,11 +184,12 @@ class Loader:
         self.source: Source = a["source"]
         self.fields: Dict[str, Field] = a["fields"]
         self.batch_size: int = a["batch_size"]
-        self.threads: int = a["threads"]
+        tuning = a["tuning"]
+        self.threads: Union[int, str] = tuning["threads"]  # an int, or "auto"
+        self.prefetch: Union[int, str] = tuning["prefetch"]
         self.shuffle: bool = a["shuffle"]
         self.seed: int = a["seed"]
         self.drop_last: Union[bool, str] = a["drop_last"]
-        self.prefetch: int = a["prefetch"]
         self.on_error: str = a["on_error"]
         self.error_budget = a["error_budget"]
         self.device = _transfer.parse_device(a["device"])
@@ -210,12 +218,18 @@ class Loader:
         _native.epoch_geometry(-1 if self.samples is None else self.samples, self.batch_size, self.world_size,
                                _native_drop_last(self.drop_last))  # a ConfigError here, not at the first batch
         self._pipeline = _native.Pipeline(self._source, specs, telemetry=self._telemetry_on)
+        # The auto controller, shared by the epochs so that each starts where the last settled.
+        t = tuning["tuner"]
+        self._tuner = _native.Tuner(**t) if t else None
+        self._max_threads: int = t["max_threads"] if t else self.threads  # type: ignore[assignment]
+        self._start_prefetch: int = t["prefetch"] if t else self.prefetch  # type: ignore[assignment]
         # The parts after the native run: the transfer stage, batch making and map=, telemetry.
         self._transfer = _transfer.CudaTransfer(self.device) if self.device is not None else None
         # The settings as a dict, not a method of the loader: a reference back to it would make a
         # cycle, and a loader in a cycle keeps its native threads until the garbage collector
         # runs (a fork meanwhile copies them mid-work: DataLoader workers hung in a full test run).
-        self._telemetry = LoaderTelemetry(self._pipeline, self._telemetry_on, self._transfer, self._config())
+        self._telemetry = LoaderTelemetry(self._pipeline, self._telemetry_on, self._transfer, self._config(),
+                                          self._tuner)
         self._loop = self._telemetry.loop
         outputs = [(name, name + suffix, kind, tuple(shape), at, key)
                    for i, name in enumerate(self.fields) for suffix, kind, shape, at, key in self._pipeline.outputs(i)]
@@ -225,6 +239,7 @@ class Loader:
     def _config(self) -> Dict[str, Any]:
         """The settings a snapshot reports."""
         return {"batch_size": self.batch_size, "threads": self.threads, "prefetch": self.prefetch,
+                "max_threads": self._max_threads,
                 "shuffle": self.shuffle, "device": str(self.device or "cpu"), "telemetry": self._telemetry_on,
                 "fields": list(self.fields), "source": repr(self.source),
                 # what the sample list holds per sample (folders and manifests: their columns)
@@ -397,7 +412,7 @@ class Loader:
         unpin = self._transfer.unpin if self._transfer else 0
         W = self.world_size
         global _warned_fork
-        if self.threads > 1 and not _warned_fork and _native._is_forked_during_epoch():
+        if self._max_threads > 1 and not _warned_fork and _native._is_forked_during_epoch():
             _warned_fork = True
             log.warning("loadscope: this process was forked while an epoch was running in its parent, so its "
                         "loaders decode on one thread (oneTBB cannot start workers after such a fork). Finish or "
@@ -408,13 +423,13 @@ class Loader:
             raise ConfigError("resuming mid-epoch inside DataLoader workers is not supported: resume with "
                               "loadscope.Loader, or at an epoch boundary")
         run = self._pipeline.start(
-            threads=self.threads, batch_size=self.batch_size, prefetch=self.prefetch,
+            threads=self._max_threads, batch_size=self.batch_size, prefetch=self._start_prefetch,
             drop_last=_native_drop_last(self.drop_last), on_error=self.on_error,
             max_errors=budget if isinstance(budget, int) else -1,
             max_error_rate=budget if isinstance(budget, float) else -1.0,
             seed=self.seed, epoch=epoch, shuffle=self.shuffle,
             batch_offset=worker * W + self.rank, batch_stride=workers * W, row=W, start_batch=resume * W,
-            pin=pin, unpin=unpin, partition=self.partition,
+            pin=pin, unpin=unpin, partition=self.partition, tuner=self._tuner,
         )
         if self._telemetry_on:
             self._loop.epoch_started(epoch_start_ns)

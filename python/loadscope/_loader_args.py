@@ -113,3 +113,62 @@ def _bool_arg(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def _memory_allowed() -> int:
+    """What this process's cgroup allows (memory.max), else the machine's memory, in bytes."""
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            text = f.read().strip()
+        if text != "max":
+            return int(text)
+    except (OSError, ValueError):
+        pass
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+# Without memory_limit=, auto grows into at most this share of what the cgroup allows: the
+# training step, the model's host copies and the other ranks of the node need the rest.
+DEFAULT_MEMORY_SHARE = 0.5
+
+
+def resolve_tuning(threads: Any, prefetch: Any, memory_limit: Any, batch_size: int,
+                   decoder_auto: bool) -> Dict[str, Any]:
+    """threads, prefetch ("auto" or ints) and memory_limit checked, with the auto controller's
+    settings (core/tuner.h) when any of them, or a field's decoder_threads, is "auto"."""
+    cores = default_threads()
+    auto_threads, auto_prefetch = threads == "auto", prefetch == "auto"
+    if isinstance(threads, str) and not auto_threads:
+        raise ConfigError(f"threads={threads!r}: an int >= 1, 'auto', or None (the cores this process may use: {cores})")
+    if isinstance(prefetch, str) and not auto_prefetch:
+        raise ConfigError(f"prefetch={prefetch!r}: an int >= 1 (batches decoded ahead) or 'auto'")
+    fixed_threads = None if auto_threads else int_arg("threads", cores if threads is None else threads, 1)
+    fixed_prefetch = None if auto_prefetch else int_arg("prefetch", prefetch, 1)
+    limit = -1
+    if memory_limit is not None:
+        if not (auto_threads or auto_prefetch):
+            raise ConfigError("memory_limit bounds what threads='auto' and prefetch='auto' may grow into; "
+                              "with fixed settings it has nothing to bound")
+        from .shards import _parse_size
+        if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, str)):
+            raise ConfigError(f"memory_limit must be bytes (an int) or a size like '16GiB', got {memory_limit!r}")
+        limit = _parse_size(memory_limit, "memory_limit=") if isinstance(memory_limit, str) else memory_limit
+        if limit < 1:
+            raise ConfigError(f"memory_limit={memory_limit!r}: must be >= 1 byte")
+    elif auto_threads or auto_prefetch:
+        limit = int(_memory_allowed() * DEFAULT_MEMORY_SHARE)
+    out: Dict[str, Any] = {"threads": "auto" if auto_threads else fixed_threads,
+                           "prefetch": "auto" if auto_prefetch else fixed_prefetch, "tuner": None}
+    if not (auto_threads or auto_prefetch or decoder_auto):
+        return out
+    most = cores if auto_threads else fixed_threads
+    assert most is not None
+    # Auto starts halfway and grows in proportion to the data wait (a few windows to the top).
+    start = max(1, cores // 2) if auto_threads else most
+    # Enough batches in flight to give every thread a sample, and one ready.
+    depth = max(2, -(-most // batch_size) + 1) if auto_prefetch else fixed_prefetch
+    assert depth is not None
+    out["tuner"] = {"max_threads": most, "threads": start, "auto_threads": auto_threads, "prefetch": depth,
+                    "max_prefetch": max(depth, 8) if auto_prefetch else depth, "auto_prefetch": auto_prefetch,
+                    "auto_decoder_threads": decoder_auto, "cores": float(cores), "memory_limit": limit}
+    return out

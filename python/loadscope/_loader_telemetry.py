@@ -18,8 +18,9 @@ from .telemetry import Sink
 class LoaderTelemetry:
     """``config``: the loader's settings as the snapshot reports them (fixed when it is made)."""
 
-    def __init__(self, pipeline, enabled: bool, transfer, config: Dict[str, Any]) -> None:
+    def __init__(self, pipeline, enabled: bool, transfer, config: Dict[str, Any], tuner=None) -> None:
         self.pipeline = pipeline
+        self.tuner = tuner  # the auto controller (_native.Tuner) or None
         self.enabled = enabled
         self.transfer = transfer
         self.config = config
@@ -51,7 +52,17 @@ class LoaderTelemetry:
         else:
             transfer = {"enabled": False, "reason": "device='cpu'", "pinned_bytes": 0}
         return telemetry.build_snapshot(native, self.loop, process, transfer, self.pss_peak or None, dict(self.config),
-                                        self.baseline, None if self.pss is None else now - self.pss_at)
+                                        self.baseline, None if self.pss is None else now - self.pss_at,
+                                        self.tuning())
+
+    def tuning(self) -> Optional[Dict[str, Any]]:
+        """The auto controller's settings now and its decisions (the last 256), or None."""
+        t = self.tuner
+        if t is None:
+            return None
+        auto = [k for k in ("threads", "prefetch") if self.config.get(k) == "auto"]
+        return {"auto": auto, "threads": t.threads, "prefetch": t.prefetch, "decoder_threads": t.decoder_threads,
+                "max_threads": t.max_threads, "changes": t.changes, "decisions": t.decisions()}
 
     def report_every(self, seconds: float, to: Sink) -> None:
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
@@ -89,7 +100,7 @@ class LoaderTelemetry:
         native = self.pipeline.take_spans()
         depth = self.pipeline.take_trace_depth()  # the queue's changes while tracing
         path = telemetry.chrome_trace(native, self.loop.spans or [], depth, self.pipeline.telemetry_created_ns(),
-                                      self.trace_path, dropped)
+                                      self.trace_path, dropped, self.tuner.decisions() if self.tuner else None)
         self.loop.spans = None
         self.trace_path = None
         return path

@@ -245,6 +245,38 @@ def test_clips_through_the_loader(real, tmp_path):
     assert np.array_equal(got, decode(real / rel, pts, 64, 64))
 
 
+def test_clips_under_auto_threads_and_decoder_threads_equal_fixed_ones(real, tmp_path):
+    """threads="auto" with decoder_threads="auto": FFmpeg's threads per video follow the loader's
+    (cores / threads: 4, 2, 1 here as a script changes threads after every batch), and the clips
+    equal those of one thread with one decoder thread."""
+    files = [real / r for r in VIDEOS if "test.webm" not in r and "transparent" not in r]
+    src = write_manifest(tmp_path, files)
+    keys = sorted(ls._fields.VIDEO_MEMBERS)
+
+    def run(**kw):
+        loader = ls.Loader(src, fields={"v": ls.VideoClip(48, frames=4, stride=3, flip=0.5, keys=keys, **kw)},
+                           batch_size=2, shuffle=True, seed=1, threads="auto" if "decoder_threads" in kw else 1)
+        if "decoder_threads" in kw:
+            loader._max_threads = 4
+            loader._tuner = _native.Tuner(max_threads=4, threads=1, auto_threads=True, prefetch=2, max_prefetch=2,
+                                          auto_prefetch=False, auto_decoder_threads=True, cores=4.0, memory_limit=-1,
+                                          window_batches=1, window_seconds=0.0,
+                                          script=[(1, 2), (2, 2), (4, 2), (3, 2)] * 4)
+            seen = []
+            bs = []
+            for b in loader:
+                seen.append(loader._tuner.decoder_threads)
+                bs.append(b)
+            assert {1, 2, 4} <= set(seen)
+        else:
+            bs = list(loader)
+        return torch.cat([b["v"] for b in bs]), torch.cat([b["v.time"] for b in bs])
+
+    ref = run()
+    got = run(decoder_threads="auto")
+    assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
 def test_clips_identical_for_1_2_4_threads_and_vary_with_epoch(real, tmp_path):
     files = [real / r for r in VIDEOS if "test.webm" not in r and "transparent" not in r]
     src = write_manifest(tmp_path, files)

@@ -158,6 +158,7 @@ void register_engine(py::module_& m) {
           "The auto controller of threads, prefetch and decoder threads (core/tuner.h). "
           "script: (threads, prefetch) per window instead of the policy (tests).")
       .def_property_readonly("threads", &Tuner::threads)
+      .def_property_readonly("max_threads", [](const Tuner& t) { return t.settings().max_threads; })
       .def_property_readonly("prefetch", &Tuner::prefetch)
       .def_property_readonly("decoder_threads", &Tuner::decoder_threads)
       .def_property_readonly("changes", &Tuner::changes)
@@ -233,7 +234,7 @@ void register_engine(py::module_& m) {
              const std::string& on_error, int64_t max_errors, double max_error_rate, uint64_t seed,
              int64_t epoch, bool shuffle, int64_t batch_offset, int64_t batch_stride, int64_t row,
              int64_t start_batch, uintptr_t pin, uintptr_t unpin, const std::string& partition,
-             std::shared_ptr<Tuner> tuner) {
+             std::optional<std::shared_ptr<Tuner>> tuner) {
             EngineOptions o;
             o.threads = threads;
             o.batch_size = batch_size;
@@ -254,7 +255,7 @@ void register_engine(py::module_& m) {
             o.row = row;
             o.start_batch = start_batch;
             o.partition = partition_arg(partition);
-            o.tuner = std::move(tuner);
+            if (tuner) o.tuner = std::move(*tuner);
             EpochGeometry(p.source->size(), batch_size, row, o.drop_last);  // fails early, here
             // Addresses of cudaHostRegister / cudaHostUnregister, found by Python (or 0).
             o.pin.pin = reinterpret_cast<int (*)(void*, size_t, unsigned)>(pin);
@@ -267,7 +268,7 @@ void register_engine(py::module_& m) {
           py::arg("on_error"), py::arg("max_errors"), py::arg("max_error_rate"), py::arg("seed"),
           py::arg("epoch"), py::arg("shuffle"), py::arg("batch_offset"), py::arg("batch_stride"),
           py::arg("row") = 1, py::arg("start_batch") = 0, py::arg("pin") = 0, py::arg("unpin") = 0,
-          py::arg("partition") = "interleave", py::arg("tuner") = nullptr);
+          py::arg("partition") = "interleave", py::arg("tuner") = py::none());
 }
 
 }  // namespace loadscope::binding

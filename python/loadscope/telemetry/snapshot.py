@@ -111,6 +111,9 @@ class Snapshot:
     def __getitem__(self, key: str) -> Any:
         return self._d[key]
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
     def to_dict(self) -> Dict[str, Any]:
         return json.loads(json.dumps(self._d))  # a deep copy of plain types
 
@@ -156,6 +159,8 @@ class Snapshot:
                              f"{_t(m['total'])} in all (the map= callable; input work, before the loop's wait)")
         if "queue" in d:
             lines += self._engine_lines()
+        if d.get("tuning"):
+            lines += self._tuning_lines()
         m = d["memory"]
         age = m.get("pss_age_seconds")
         line = (f"memory: RSS {_mb(m['rss'])}, PSS {_mb(m['pss'])} "
@@ -207,6 +212,17 @@ class Snapshot:
                          f"{t['bandwidth_gbps']:.1f} GB/s, {t['overlapped_share']:.0%} overlapped with compute")
         else:
             lines.append(f"transfer: off ({t.get('reason', 'no device')})")
+        return lines
+
+    def _tuning_lines(self) -> List[str]:
+        t = self._d["tuning"]
+        what = ", ".join(f"{k}='auto'" for k in t["auto"]) or "decoder_threads='auto'"
+        lines = [f"tuning ({what}): threads {t['threads']} of at most {t['max_threads']}, prefetch {t['prefetch']}, "
+                 f"decoder threads {t['decoder_threads']}; {t['changes']} changes"]
+        shown = t["decisions"][-5:]
+        if len(t["decisions"]) > len(shown):
+            lines.append(f"  ... {len(t['decisions']) - len(shown)} earlier decisions (telemetry()['tuning'])")
+        lines += [f"  {d['text']}" for d in shown]
         return lines
 
     def _storage_lines(self) -> List[str]:
@@ -299,10 +315,12 @@ class Snapshot:
 
 def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, Any], transfer: Dict[str, Any],
                    pss_peak: Optional[int], config: Dict[str, Any], baseline: Dict[str, Any],
-                   pss_age: Optional[float] = None) -> Snapshot:
+                   pss_age: Optional[float] = None, tuning: Optional[Dict[str, Any]] = None) -> Snapshot:
     """Assembles the snapshot dictionary (see docs/telemetry.md for each field). `baseline`: the
     process's CPU and I/O counters (and the time) when the loader was made."""
     d = dict(native)
+    if tuning is not None:
+        d["tuning"] = tuning
     # Slots are indexed by the thread that claimed them first; list planner, then workers 0, 1, ...
     d["threads"] = sorted(d["threads"], key=lambda t: (t["role"] != "planner", len(t["role"]), t["role"]))
     q = d["queue"]

@@ -11,9 +11,11 @@ from typing import Any, Dict, List, Optional, Union
 
 
 def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List[tuple],
-                 created_ns: int, path: Union[str, "os.PathLike[str]"], dropped: int = 0) -> str:
+                 created_ns: int, path: Union[str, "os.PathLike[str]"], dropped: int = 0,
+                 decisions: Optional[List[Dict[str, Any]]] = None) -> str:
     """Writes spans as a Chrome/Perfetto trace (JSON trace-event format): one row per engine
-    thread and one for the training loop, a counter track for the ready queue."""
+    thread and one for the training loop, a counter track for the ready queue, and the auto
+    controller's decisions as instant events on the loop's row."""
     pid = os.getpid()
     events: List[Dict[str, Any]] = []
     tid = 0
@@ -42,6 +44,10 @@ def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List
         cat = role.split()[0]
         for name, start, dur, arg in sorted(spans, key=lambda s: s[1]):
             x(name, start, dur, t, arg, cat)
+    for d in decisions or ():
+        if d["at_ns"] >= created_ns:
+            events.append({"name": d["text"], "cat": "tuner", "ph": "i", "s": "p", "pid": pid, "tid": loop_lane,
+                           "ts": (d["at_ns"] - created_ns) / 1e3, "args": {k: d[k] for k in ("knob", "from", "to")}})
     for at, ready, inflight in depth:
         events.append({"ph": "C", "name": "batches", "pid": pid, "ts": at * 1e6,
                        "args": {"ready": ready, "being built": inflight}})
