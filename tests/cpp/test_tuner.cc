@@ -1,6 +1,6 @@
 // The auto controller's policy (core/tuner.h), fed windows of measurements: it grows when the
-// consumer waits and cores are idle, not when they are busy, shrinks when the queue stays full,
-// undoes a shrink that brought the wait back and then settles.
+// consumer waits, keeps a change only when the consumer got more batches per second (or, for a
+// shrink, no wait back), shrinks when the queue stays full, and settles.
 #include <catch2/catch.hpp>
 
 #include "loadscope/core/tuner.h"
@@ -21,79 +21,90 @@ TunerSettings auto_settings(int threads, int max_threads) {
   return s;
 }
 
-TunerWindow window(double wait, double full, double idle, int64_t batch = 100) {
+// Ten seconds of measurements: `rate` batches a second, `wait` and `full` the shares of time
+// the consumer waited and the queue was full.
+TunerWindow window(double wait, double full, double idle, double rate = 10, int64_t batch = 100) {
   TunerWindow w;
   w.batch = batch;
-  w.seconds = 1.0;
-  w.wait_seconds = wait;
-  w.full_seconds = full;
+  w.seconds = 10.0;
+  w.batches = static_cast<int64_t>(rate * 10 + 0.5);
+  w.wait_seconds = wait * 10;
+  w.full_seconds = full * 10;
   w.idle_cores = idle;
   return w;
 }
 
-// The first window of an epoch, and the one after each change, is not judged.
+// The window after each change is not judged (it straddles the change).
 bool judge(Tuner& t, const TunerWindow& w) {
   return t.window(w);
 }
 
 }  // namespace
 
-TEST_CASE("grows in proportion to the data wait while cores are idle", "[tuner]") {
+TEST_CASE("grows in proportion to the data wait, and keeps what raised the batch rate", "[tuner]") {
   Tuner t(auto_settings(1, 8));
   t.start_epoch(0);
-  CHECK_FALSE(judge(t, window(0.5, 0, 6)));  // the epoch's first window
-  CHECK(judge(t, window(0.5, 0, 6, 140)));   // waiting half the time: twice the threads
+  CHECK(judge(t, window(0.5, 0, 6, 10, 140)));  // waiting half the time: twice the threads
   CHECK(t.threads() == 2);
   REQUIRE(t.decisions().size() == 1);
   CHECK(t.decisions()[0].text() == "threads 1 → 2 at batch 140: data wait 50% with 6.0 cores idle");
-  CHECK_FALSE(judge(t, window(0.75, 0, 6)));  // straddles the change
-  CHECK(judge(t, window(0.75, 0, 6)));        // waiting 3/4: four times, 8
+  CHECK_FALSE(judge(t, window(0.75, 0, 6, 15)));  // straddles the change
+  CHECK(judge(t, window(0.75, 0, 6, 20)));        // kept (twice the rate); waiting 3/4: 4x, 8
   CHECK(t.threads() == 8);
-  CHECK_FALSE(judge(t, window(0.2, 0, 1)));
-  CHECK_FALSE(judge(t, window(0.2, 0, 1)));  // at the most: nothing to add
+  CHECK_FALSE(judge(t, window(0.2, 0, 1, 60)));
+  CHECK_FALSE(judge(t, window(0.2, 0, 1, 60)));  // kept; at the most: nothing to add
   CHECK(t.threads() == 8);
 }
 
-TEST_CASE("no more threads than idle cores, and none when the cores are busy", "[tuner]") {
+TEST_CASE("a thread more that does not raise the batch rate is undone and not tried again soon",
+          "[tuner]") {
+  // The consumer waits, but a thread more takes a core from its step (a CPU-bound training
+  // step): the batches per second do not rise, so the trial is undone.
   Tuner t(auto_settings(2, 8));
   t.start_epoch(0);
-  judge(t, window(0, 0, 0));
-  CHECK(judge(t, window(0.8, 0, 1.4)));  // would want 10: one idle core, one thread
+  CHECK(judge(t, window(0.3, 0, 0.2, 10)));  // no idle core: one thread, as a trial
   CHECK(t.threads() == 3);
+  judge(t, window(0.3, 0, 0, 10));
+  CHECK(judge(t, window(0.3, 0, 0, 10.2)));  // +2%: not worth a core
+  CHECK(t.threads() == 2);
+  CHECK(t.decisions().back().text() ==
+        "threads 3 → 2 at batch 100: 3 threads gave 1.02x the batches per second of 2: back, held "
+        "for 8 windows");
   judge(t, window(0, 0, 0));
-  // The consumer waits but the cores are busy (a CPU-bound step): a thread more would take a
-  // core from it. Noted once, not changed.
-  CHECK_FALSE(judge(t, window(0.3, 0, 0.2)));
-  CHECK_FALSE(judge(t, window(0.3, 0, 0.2)));
+  // Held for 8 windows from the one that undid it (the next settles): the wait goes on, noted
+  // once, and nothing changes.
+  int changed = 0;
+  for (int i = 0; i < 6; ++i) changed += judge(t, window(0.3, 0, 0, 10));
+  CHECK(changed == 0);
+  CHECK(t.decisions().back().from == t.decisions().back().to);
+  CHECK(judge(t, window(0.3, 0, 0, 10)));  // the hold is over: tried again
   CHECK(t.threads() == 3);
-  auto d = t.decisions();
-  REQUIRE(d.size() == 2);
-  CHECK(d[1].from == d[1].to);
-  CHECK(d[1].text().find("threads 3 kept") == 0);
-  CHECK(d[1].reason.find("0.2 cores idle") != std::string::npos);
+  judge(t, window(0.3, 0, 0, 10));
+  CHECK(judge(t, window(0.3, 0, 0, 9)));  // slower: undone, held twice as long
+  CHECK(t.decisions().back().reason.find("held for 16 windows") != std::string::npos);
 }
 
 TEST_CASE("shrinks while the queue stays full, undoes a shrink that brings the wait back, settles",
           "[tuner]") {
   Tuner t(auto_settings(4, 4));
   t.start_epoch(0);
-  judge(t, window(0, 0, 0));
   CHECK(judge(t, window(0.001, 0.9, 2)));  // the loader is ahead: one thread less
   CHECK(t.threads() == 3);
   CHECK(t.decisions().back().reason == "queue full 90% of the time, data wait 0%");
   judge(t, window(0, 0, 0));
-  CHECK(judge(t, window(0.001, 0.8, 2)));
+  CHECK(judge(t, window(0.001, 0.8, 2)));  // the trial held (no wait): and again
   CHECK(t.threads() == 2);
   judge(t, window(0, 0, 0));
   // 2 is too few: the wait comes back, and 3 is restored and held.
-  CHECK(judge(t, window(0.2, 0, 1)));
+  CHECK(judge(t, window(0.2, 0, 1, 8)));
   CHECK(t.threads() == 3);
-  CHECK(t.decisions().back().reason.find("after the last shrink") != std::string::npos);
+  CHECK(t.decisions().back().reason.find("after the shrink: back, held for 8") !=
+        std::string::npos);
   // A consumer whose needs sit between 2 and 3 threads: full queue at 3, waits at 2. The
   // tries of 2 come ever rarer: a handful of changes in a thousand windows.
   const int64_t before = t.changes();
   for (int i = 0; i < 1000; ++i) {
-    judge(t, t.threads() >= 3 ? window(0.001, 0.9, 1) : window(0.2, 0, 1));
+    judge(t, t.threads() >= 3 ? window(0.001, 0.9, 1) : window(0.2, 0, 1, 8));
   }
   CHECK(t.threads() >= 2);
   CHECK(t.changes() - before <= 14);  // tries after 8, 16, 32, ... windows: 2 changes each
@@ -105,8 +116,8 @@ TEST_CASE("a deeper queue for bursts, a shallower one over the memory limit", "[
   Tuner t(s);
   t.set_bytes_per_batch(100);
   t.start_epoch(0);
-  judge(t, window(0, 0, 0));
-  TunerWindow w = window(0.2, 0.3, 0);  // waits, yet the queue was full at times: bursts
+  TunerWindow w =
+      window(0.2, 0.3, 0);  // waits at the most threads, yet the queue was full at times
   w.rss = 500;
   CHECK(judge(t, w));
   CHECK(t.prefetch() == 3);
@@ -139,7 +150,6 @@ TEST_CASE("fixed settings never change, and decoder threads share the cores", "[
   Tuner u(a);
   CHECK(u.decoder_threads() == 4);  // at most 4
   u.start_epoch(0);
-  judge(u, window(0, 0, 0));
   judge(u, window(0.9, 0, 15));
   CHECK(u.threads() == 10);
   CHECK(u.decoder_threads() == 1);

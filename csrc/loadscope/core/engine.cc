@@ -478,6 +478,7 @@ void EpochRun::tune(uint64_t wait_ns) {
   TunerWindow w;
   w.batch = stats_.batches;  // written by this (the consumer's) thread
   w.seconds = static_cast<double>(now - window_start_ns_) * 1e-9;
+  w.batches = window_batches_;
   w.wait_seconds = static_cast<double>(window_wait_ns_) * 1e-9;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -26,6 +26,12 @@ std::string cores_text(double cores) {
   return buf;
 }
 
+std::string ratio_text(double r) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fx", r);
+  return buf;
+}
+
 std::string gib(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
@@ -55,8 +61,10 @@ void Tuner::set_threads(int t) {
 }
 
 void Tuner::start_epoch(int64_t epoch) {
+  // The engine leaves the first batch's wait (the pipeline filling) out of the first window,
+  // so that window is judged: a short benchmark or epoch gets its first decision sooner.
   std::lock_guard<std::mutex> hold(observe_mutex_);
-  settle_ = true;
+  settle_ = false;
   std::lock_guard<std::mutex> lock(mutex_);
   epoch_ = epoch;  // the first window of an epoch holds its start (workers filling the queue)
 }
@@ -89,11 +97,13 @@ bool Tuner::observe(const TunerWindow& w) {
   const int t = threads(), p = prefetch();
   const double wait = w.wait_seconds / w.seconds;
   const double full = w.full_seconds / w.seconds;
+  const double rate = static_cast<double>(w.batches) / w.seconds;
   const bool measured_rss = s_.memory_limit > 0 && w.rss >= 0;
   const bool memory_room =
       !measured_rss || w.rss + bytes_per_batch_.load(std::memory_order_relaxed) <= s_.memory_limit;
 
   if (measured_rss && w.rss > s_.memory_limit) {
+    trial_ = Trial{};
     const std::string why =
         "resident memory " + gib(w.rss) + " over memory_limit " + gib(s_.memory_limit);
     if (s_.auto_prefetch && p > 1) {
@@ -104,24 +114,51 @@ bool Tuner::observe(const TunerWindow& w) {
     return changes() != before;
   }
 
-  if (wait > kWaitGrow) {
-    if (s_.auto_threads && t < s_.max_threads && windows_ - last_shrink_window_ <= 3) {
-      // The last shrink brought the wait back: undo it, and do not try that level again for a
-      // while (longer after each failed try), so that a steady consumer sees few changes.
-      floor_ = t + 1;
+  // Note [trials]
+  // Idle cores and waiting say where to look, not what will happen: a training step whose
+  // OpenMP threads spin between ops shows no idle core, yet a loader thread more may pay; and a
+  // thread more may slow the step more than it speeds the data. So every change of threads is
+  // a trial, judged by what the consumer got in the window after it settles: the batches it
+  // took per second. A grow that did not raise the rate by kMinGain is undone, and growing past
+  // that level waits `grow_hold_` windows; a shrink that brought the wait back (or lost rate)
+  // is undone, and shrinking below that level waits `hold_` windows. Both holds double after
+  // each failed trial, so a steady consumer sees ever fewer changes.
+  if (trial_.active) {
+    const Trial trial = trial_;
+    trial_ = Trial{};
+    const double ratio = trial.rate > 0 ? rate / trial.rate : 1.0;
+    if (trial.grow && ratio < 1.0 + kMinGain) {
+      ceiling_ = trial.from;
+      ceiling_until_ = windows_ + grow_hold_;
+      decide("threads", trial.from, w.batch,
+             std::to_string(t) + " threads gave " + ratio_text(ratio) +
+                 " the batches per second of " + std::to_string(trial.from) + ": back, held for " +
+                 std::to_string(grow_hold_) + " windows");
+      grow_hold_ *= 2;
+      return true;
+    }
+    if (!trial.grow && (wait > kWaitGrow || ratio < 1.0 - kMinGain)) {
+      floor_ = trial.from;
       floor_until_ = windows_ + hold_;
-      decide("threads", t + 1, w.batch,
-             "data wait " + percent(wait) + " after the last shrink: back, held for " +
+      decide("threads", trial.from, w.batch,
+             "data wait " + percent(wait) + " (" + ratio_text(ratio) +
+                 " the batches per second) after the shrink: back, held for " +
                  std::to_string(hold_) + " windows");
       hold_ *= 2;
-    } else if (s_.auto_threads && t < s_.max_threads && w.idle_cores >= kIdleToGrow &&
-               memory_room) {
+      return true;
+    }
+  }
+
+  if (wait > kWaitGrow) {
+    const int top = windows_ < ceiling_until_ ? ceiling_ : s_.max_threads;
+    if (s_.auto_threads && t < top && memory_room) {
       // In proportion to the wait (waiting half the time: about twice the threads), but no
-      // more threads than there are idle cores to run them.
+      // more at once than there are idle cores to run them (one, as a trial, when none is).
       const int want = static_cast<int>(std::ceil(t / (1.0 - std::min(wait, 0.9)) - 1e-9));
       const int add =
           std::clamp(want - t, 1, std::max(1, static_cast<int>(std::floor(w.idle_cores))));
-      decide("threads", std::min(s_.max_threads, t + add), w.batch,
+      trial_ = Trial{true, true, t, rate};
+      decide("threads", std::min(top, t + add), w.batch,
              "data wait " + percent(wait) + " with " + cores_text(w.idle_cores) + " cores idle");
     } else if (s_.auto_prefetch && p < s_.max_prefetch && full > 0.05 && memory_room) {
       // Fast enough on average (the queue was full at times), yet the consumer waited: the
@@ -129,17 +166,17 @@ bool Tuner::observe(const TunerWindow& w) {
       decide("prefetch", p + 1, w.batch,
              "data wait " + percent(wait) + " although the queue was full " + percent(full) +
                  " of the time");
-    } else if (s_.auto_threads && t < s_.max_threads && last_grow_note_ != t) {
-      last_grow_note_ = t;
+    } else if (s_.auto_threads && t < s_.max_threads && noted_ != t) {
+      noted_ = t;
       decide("threads", t, w.batch,
-             "data wait " + percent(wait) + " but only " + cores_text(w.idle_cores) +
-                 " cores idle" + (memory_room ? "" : " and no memory to spare") +
-                 ": more threads would take cores from the training step");
+             "data wait " + percent(wait) + " but " +
+                 (memory_room ? "more threads gave no more batches per second lately"
+                              : std::string("no memory to spare")));
     }
   } else if (wait < kWaitQuiet && full > kFullShrink && s_.auto_threads && t > 1) {
     const int lowest = windows_ < floor_until_ ? floor_ : 1;
     if (t - 1 >= lowest) {
-      last_shrink_window_ = windows_;
+      trial_ = Trial{true, false, t, rate};
       decide("threads", t - 1, w.batch,
              "queue full " + percent(full) + " of the time, data wait " + percent(wait));
     }

@@ -39,6 +39,7 @@ struct TunerSettings {
 struct TunerWindow {
   int64_t batch = 0;        // batches delivered in this epoch when the window closed
   double seconds = 0;       // wall time of the window
+  int64_t batches = 0;      // batches the consumer took in it
   double wait_seconds = 0;  // the consumer blocked for a batch: the data wait
   double full_seconds = 0;  // every prefetch slot held a ready batch: the loader was ahead
   double idle_cores = 0;    // cores idle on the machine that this process may use
@@ -60,7 +61,7 @@ class Tuner {
   static constexpr double kWaitGrow = 0.05;   // the consumer waits more than this: too slow
   static constexpr double kWaitQuiet = 0.01;  // less than this: no data wait to speak of
   static constexpr double kFullShrink = 0.5;  // the queue stays full this much: loader ahead
-  static constexpr double kIdleToGrow = 0.5;  // a core must be this idle to add a thread
+  static constexpr double kMinGain = 0.03;    // a trial must change the batch rate this much
   static constexpr size_t kMaxKept = 256;     // decisions kept (the count goes on)
 
   explicit Tuner(TunerSettings settings);
@@ -101,15 +102,19 @@ class Tuner {
   std::atomic<int64_t> changes_{0}, bytes_per_batch_{0};
   std::mutex observe_mutex_;
   int64_t epoch_ = 0;    // under mutex_
-  bool settle_ = false;  // the next window straddles a change or an epoch's start
-  // Hysteresis: a shrink that brought data wait back is undone, and that level is not tried
-  // again for `hold_` windows, doubled after each failed try, so the settings settle.
-  int floor_ = 1;            // fewest threads that may be tried now
-  int64_t floor_until_ = 0;  // window count until which floor_ holds
-  int64_t hold_ = 8;
+  bool settle_ = false;  // the next window straddles a change
+  // Trials and holds (Note [trials] in tuner.cc).
+  struct Trial {
+    bool active = false, grow = false;
+    int from = 0;
+    double rate = 0;  // batches per second before the change
+  };
+  Trial trial_;
+  int floor_ = 1, ceiling_ = 1;                  // fewest / most threads that may be tried now
+  int64_t floor_until_ = 0, ceiling_until_ = 0;  // window counts until which they hold
+  int64_t hold_ = 8, grow_hold_ = 8;
   int64_t windows_ = 0;
-  int64_t last_shrink_window_ = -100;
-  int last_grow_note_ = 0;  // threads at which "no idle core" was last noted (notes once)
+  int noted_ = 0;  // threads at which "waits, but no grow" was last noted (notes once)
   mutable std::mutex mutex_;
   std::vector<TunerDecision> decisions_;
 };

@@ -50,14 +50,16 @@ class _AsTuples:
 def make_loadscope_loader(root="data/demo", batch_size=64, num_workers=2, pin_memory=False, prefetch_factor=2,
                           persistent_workers=False, train=True, size=224):
     """The same samples and transforms on loadscope: decoding threads instead of worker processes
-    (num_workers -> threads); pinned batches when pin_memory and CUDA is there; workers are
-    threads, so there is nothing to persist."""
+    (num_workers -> threads, "auto" for loadscope's controller; prefetch_factor may be "auto"
+    too); pinned batches when pin_memory and CUDA is there; workers are threads, so there is
+    nothing to persist."""
     import loadscope as ls
 
     image = (ls.Image(size, crop="random_resized", flip=0.5) if train
              else ls.Image(size, crop="center", resize=size * 8 // 7))
     loader = ls.Loader(ls.Folder(os.path.join(root, "folder")), fields={"jpg": image, "cls": ls.Int()},
-                       batch_size=batch_size, threads=max(1, num_workers), prefetch=prefetch_factor,
+                       batch_size=batch_size,
+                       threads=num_workers if num_workers == "auto" else max(1, num_workers), prefetch=prefetch_factor,
                        device="cuda" if pin_memory and torch.cuda.is_available() else "cpu")
     return _AsTuples(loader)
 

@@ -1,5 +1,6 @@
-"""`loadscope bench run EXPERIMENT.toml`, `loadscope bench report DIR` and
-`loadscope bench baseline FACTORY` (your own pipeline, as it is: a diagnosis)."""
+"""`loadscope bench run EXPERIMENT.toml`, `loadscope bench report DIR`,
+`loadscope bench baseline FACTORY` (your own pipeline, as it is: a diagnosis) and
+`loadscope bench tune EXPERIMENT.toml` (its loader settings chosen by experiments)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,20 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--timeout", type=float, default=900.0, help="seconds per repetition")
     b.add_argument("--out", help="output folder (default results/baseline/TIME)")
     b.add_argument("--quiet", action="store_true")
+    t = sub.add_parser("tune", help="choose threads, prefetch (and decoder threads) by experiments, and confirm the choice",
+                       description="Runs one experiment per knob (threads, then prefetch, then decoder threads), each "
+                                   "with 'auto' among its arms, then the chosen settings against the declared ones; "
+                                   "writes recommendation.md (docs/tuning.md).")
+    t.add_argument("experiment", help="an experiment file declaring the pipeline, step and run plan (its [factor] is "
+                                      "ignored), e.g. benchmarks/experiments/threads.toml")
+    t.add_argument("--knobs", help="which keyword of your factory each knob is: KNOB=ARG,... (KNOB: threads, prefetch, "
+                                   "decoder_threads; default threads=threads,prefetch=prefetch)")
+    for knob in ("threads", "prefetch", "decoder-threads"):
+        t.add_argument(f"--{knob}", metavar="V,V,...", help=f"the {knob} values to try (default: the usual ones and auto)")
+    for flag in ("repetitions", "samples", "warmup-samples", "check-samples"):
+        t.add_argument(f"--{flag}", type=int, help=f"override [run] {flag.replace('-', '_')} in every experiment")
+    t.add_argument("--out", help="output folder (default results/tune/NAME-TIME)")
+    t.add_argument("--quiet", action="store_true")
     a = p.parse_args(argv)
 
     from . import report, runner
@@ -65,6 +80,17 @@ def main(argv: Optional[List[str]] = None) -> int:
                                warmup_samples=a.warmup_samples, repetitions=a.repetitions, data=a.data, out_dir=a.out,
                                timeout_s=a.timeout, quiet=a.quiet)
             with open(os.path.join(res["out_dir"], "diagnosis.md")) as f:
+                print("\n" + f.read(), end="")
+            return 0
+        if a.command == "tune":
+            from . import tune
+            from .experiment import load as load_exp
+
+            values = {k: v for k in tune.KNOBS if (v := tune.parse_values(getattr(a, k))) is not None}
+            res = tune.run(a.experiment, knobs=tune.parse_knobs(a.knobs, load_exp(a.experiment).user) if a.knobs else None,
+                           values=values, out_dir=a.out, quiet=a.quiet, repetitions=a.repetitions, samples=a.samples,
+                           warmup_samples=a.warmup_samples, check_samples=a.check_samples)
+            with open(os.path.join(res["out_dir"], "recommendation.md")) as f:
                 print("\n" + f.read(), end="")
             return 0
         if a.command == "report":

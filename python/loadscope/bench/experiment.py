@@ -23,8 +23,8 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
     # torch: DataLoader + PIL + torchvision; simplejpeg, torchvision: the same DataLoader with a
     # peer's JPEG decoder (torchvision's transforms on tensors), for peer-vs-loadscope experiments.
     "loader": (("loadscope", "torch", "simplejpeg", "torchvision"), "loadscope"),
-    "threads": ("int>=0", 2),          # loadscope threads; DataLoader workers (0: main process)
-    "prefetch": ("int>=1", 2),         # batches ready ahead (DataLoader: prefetch_factor per worker)
+    "threads": ("int>=0|auto", 2),     # loadscope threads ("auto": docs/tuning.md); DataLoader workers (0: main process)
+    "prefetch": ("int>=1|auto", 2),    # batches ready ahead (DataLoader: prefetch_factor per worker)
     "batch_size": ("int>=1", 64),      # per device (per rank)
     "pin_memory": ((False, True), False),
     "decode": (("cpu", "gpu"), "cpu"),
@@ -61,6 +61,11 @@ AUTO_CORRECTNESS = {
     "loader": "tolerance", "decode": "tolerance", "grad_accum": "identical",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
+# A bundle of settings as one factor: each arm's value is a table of pipeline keys (a built-in
+# pipeline's, or the factory's arguments) over the baseline, e.g. the settings `bench tune`
+# recommends against the defaults. Still one factor: the arms differ in that bundle only.
+SETTINGS = "settings"
+_STRICTNESS = ("identical", "same-samples", "tolerance", "none")
 # Factors that deal the same epoch to the ranks differently: each arm's measured window is
 # another stretch of it, so the arms' windows are compared with themselves, not each other.
 DEALS_THE_EPOCH = ("partition",)
@@ -131,6 +136,12 @@ REQUIRES = ("cuda",)
 def _check(section: str, key: str, value: Any, rule: Any) -> Any:
     """Validates one value against its rule; returns it (ints promoted to float where wanted)."""
     where = f"[{section}] {key} = {value!r}"
+    if isinstance(rule, str) and rule.endswith("|auto"):
+        if value == "auto":
+            return value
+        rule = rule[:-5]
+        if isinstance(value, str):
+            raise ConfigError(f"{where}: must be an integer {rule[3:]} or 'auto'")
     if isinstance(rule, tuple):
         if isinstance(value, bool) != isinstance(rule[0], bool) or value not in rule:
             raise ConfigError(f"{where}: allowed are {', '.join(repr(r) for r in rule)}")
@@ -202,6 +213,9 @@ class Experiment:
             return mode
         if self.user:  # what a user's factor does to the data is unknown; the swap may decode differently
             return {"factory": "tolerance", "world_size": "same-samples"}.get(self.factor, "identical")
+        if self.factor == SETTINGS:  # the loosest check any of the bundle's keys needs
+            keys = {k for a in self.arms for k, v in a.config.items() if v != self.baseline.get(k)}
+            return max((AUTO_CORRECTNESS[k] for k in keys), key=_STRICTNESS.index, default="identical")
         return AUTO_CORRECTNESS[self.factor]
 
     def step_for(self, config: Dict[str, Any]) -> Dict[str, Any]:
@@ -310,7 +324,44 @@ def _arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str, check: Cal
     return arms
 
 
+def _settings_arms(raw: Dict[str, Any], baseline: Dict[str, Any], check: Callable[[str, Any], Any]) -> List[Arm]:
+    """The arms of the factor `settings`: each value a table of keys over the baseline (the
+    first is the baseline's own; {} is the baseline as declared)."""
+    if "values" in raw["factor"]:
+        values = raw["factor"]["values"]
+        names: List[Optional[str]] = [None] * (len(values) if isinstance(values, list) else 0)
+    else:
+        tables = raw["arms"]
+        if not isinstance(tables, list) or not all(isinstance(t, dict) for t in tables):
+            raise ConfigError("experiment: [[arms]] needs two or more tables (the first is the baseline)")
+        extra = sorted({k for t in tables for k in t} - {"name", SETTINGS})
+        if extra:
+            raise ConfigError(f"[[arms]] set {', '.join(extra)}: with the factor 'settings' each arm gives its keys in "
+                              "its settings table, e.g. settings = { threads = 4, prefetch = 4 }")
+        values = [t.get(SETTINGS, {}) for t in tables]
+        names = [t.get("name") for t in tables]
+    if not isinstance(values, list) or len(values) < 2 or not all(isinstance(v, dict) for v in values):
+        raise ConfigError("[factor] settings: two or more tables of settings (the first is the baseline), e.g. "
+                          "values = [{}, { threads = 4, prefetch = 4 }]")
+    arms: List[Arm] = []
+    seen: Dict[str, int] = {}
+    for v, nm in zip(values, names):
+        cfg = dict(baseline)
+        for k, x in v.items():
+            cfg[k] = check(k, x)
+        label = nm or "+".join(f"{k}={x}" for k, x in v.items()) or "as declared"
+        seen[label] = seen.get(label, 0) + 1
+        arms.append(Arm(label if seen[label] == 1 else f"{label} ({chr(ord('A') + seen[label] - 1)})", cfg))
+    return arms
+
+
 def _user_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> List[Arm]:
+    if factor == SETTINGS:
+        def check(k: str, v: Any) -> Any:
+            if k in USER_PIPELINE or not k.isidentifier():
+                raise ConfigError(f"[factor] settings: {k!r} is not an argument of the factory")
+            return v
+        return _settings_arms(raw, baseline, check)
     if factor in USER_READING or not isinstance(factor, str) or not factor.isidentifier():
         raise ConfigError(f"[factor] name = {factor!r}: a keyword argument of the factory, 'factory' (the swap) or "
                           f"'world_size'; {', '.join(USER_READING)} say how to read batches and are not factors")
@@ -325,6 +376,12 @@ def _user_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> Li
 
 
 def _builtin_arms(raw: Dict[str, Any], baseline: Dict[str, Any], factor: str) -> List[Arm]:
+    if factor == SETTINGS:
+        def check(k: str, v: Any) -> Any:
+            if k not in PIPELINE:
+                raise ConfigError(f"[factor] settings: unknown key {k!r}; allowed are {', '.join(PIPELINE)}")
+            return _check("factor", k, v, PIPELINE[k][0])
+        return _settings_arms(raw, baseline, check)
     if factor in STEP_FACTORS:
         return _arms(raw, baseline, factor, lambda where, v: _check(where, factor, v, STEP[factor][0]))
     if factor not in PIPELINE:
@@ -544,7 +601,11 @@ def _check_arm(arm: Arm, url: str = "") -> None:
                           "deals batches as DistributedSampler does (partition='interleave')")
     if c["loader"] != "loadscope" and c["decode"] == "gpu":
         raise ConfigError(f"arm {arm.name}: decode='gpu' is a loadscope pipeline (bytes from the loader, nvJPEG in the consumer)")
-    if c["loader"] == "loadscope" and c["threads"] < 1:
+    for k in ("threads", "prefetch"):
+        if c[k] == "auto" and c["loader"] != "loadscope":
+            raise ConfigError(f"arm {arm.name}: {k}='auto' is loadscope's controller (docs/tuning.md); "
+                              f"loader={c['loader']!r} needs a number")
+    if c["loader"] == "loadscope" and c["threads"] != "auto" and c["threads"] < 1:
         raise ConfigError(f"arm {arm.name}: loadscope needs threads >= 1 (0 is only for a DataLoader's main process)")
 
 

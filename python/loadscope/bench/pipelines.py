@@ -354,7 +354,12 @@ class UserPipeline(Pipeline):
                     " (did the factory forget to return it?)" if self.obj is None else "")
             raise UserCodeError(f"{config['factory']} returned {'None' if self.obj is None else 'an object of type ' + kind}, "
                                 f"not an iterable of batches{hint}")
-        self.loader = self.obj if hasattr(self.obj, "start_trace") else None  # a loadscope Loader: its own telemetry
+        # A loadscope Loader, returned as it is or in a thin wrapper that yields the repo's own
+        # batch form (an attribute of it): its own telemetry, traces and auto settings.
+        from .._loader import Loader
+
+        inner = [v for v in vars(self.obj).values() if isinstance(v, Loader)] if hasattr(self.obj, "__dict__") else []
+        self.loader = self.obj if isinstance(self.obj, Loader) else inner[0] if len(inner) == 1 else None
         self.watched = watch(self.obj, interval=3600.0)  # sampled at epoch ends; the runner samples on its own
         self._at = user.positional_ids(self.obj)  # ids by position in the epoch, where its order is known
         self._spans: Dict[int, Tuple[int, int]] = {}  # id(batch) -> (first position, samples), recent batches
