@@ -14,6 +14,13 @@ PY=${PY:-../../.venv/bin/python}
 "$PY" -m loadscope bench run results/baseline/next-experiment.toml --repetitions 2 --samples 128 \
   --out results/next --quiet >/dev/null  # the suggestion is a valid experiment that runs
 echo "example: baseline in examples/image-classifier/results/baseline/diagnosis.md"
+# bench tune on the loadscope pipeline of the example (its own keyword names for the knobs): a
+# few arms, small, so that it shows the path works end to end (docs/tuning.md has a full run).
+"$PY" -m loadscope bench tune experiments/tune.toml --knobs threads=num_workers,prefetch=prefetch_factor \
+  --threads 1,auto --prefetch 4 --repetitions 2 --samples 128 --warmup-samples 64 --check-samples 16 \
+  --out results/tune --quiet >/dev/null
+grep -q "The auto controller settled at threads" results/tune/recommendation.md
+echo "example: bench tune in examples/image-classifier/results/tune/recommendation.md"
 # The dev build has no installed entry point, hence -p (an installed loadscope needs nothing).
 # Small runs report their gates instead of enforcing them: in `make test` a speed verdict from a
 # few hundred samples on a busy 2-core machine must not decide pass or fail (a gate's failure is

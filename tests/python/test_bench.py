@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+import loadscope as ls
 from loadscope import ConfigError, bench
 from loadscope.bench import env, report, runner
 from loadscope.bench.experiment import from_dict
@@ -441,3 +442,81 @@ def test_machine_load_sees_another_process_busy_while_measuring():
     short = machine_load({"busy": 0.0, "total": 1.0, "steal": 0.0}, {"busy": 0.03, "total": 1.1, "steal": 0.0, "load1": 0},
                          0.0, 0.05)
     assert short["other_cores"] == pytest.approx(0.6) and short["contended"] is (0.6 > 0.25 + 0.4 * os.cpu_count())
+
+
+# --- bench tune and the factor `settings` ---------------------------------------------------
+
+def test_the_settings_factor_bundles_keys_as_one_factor(demo):
+    exp = from_dict(declared(demo, factor={"name": "settings"},
+                             arms=[{"name": "declared"}, {"name": "tuned", "settings": {"threads": "auto", "prefetch": 4}}]))
+    assert [a.name for a in exp.arms] == ["declared", "tuned"]
+    assert exp.arms[0].config["threads"] == 2 and exp.arms[1].config["threads"] == "auto"
+    assert exp.arms[1].config["prefetch"] == 4 and exp.correctness_mode == "identical"
+    crop = from_dict(declared(demo, factor={"name": "settings", "values": [{}, {"size": 96}]}))
+    assert [a.name for a in crop.arms] == ["as declared", "size=96"] and crop.correctness_mode == "none"
+    with pytest.raises(ConfigError, match="settings: unknown key 'thread'; allowed are loader, threads"):
+        from_dict(declared(demo, factor={"name": "settings", "values": [{}, {"thread": 1}]}))
+    with pytest.raises(ConfigError, match=r"threads = 'many': must be an integer >=0 or 'auto'"):
+        from_dict(declared(demo, factor={"name": "settings", "values": [{}, {"threads": "many"}]}))
+    with pytest.raises(ConfigError, match="each arm gives its keys in its settings table"):
+        from_dict(declared(demo, factor={"name": "settings"}, arms=[{"name": "a"}, {"name": "b", "threads": 1}]))
+    with pytest.raises(ConfigError, match="threads='auto' is loadscope's controller"):
+        from_dict(declared(demo, pipeline={"loader": "torch"}, factor={"name": "threads", "values": [1, "auto"]}))
+
+
+def _summary(medians, verdicts=None, higher=True):
+    arms = [f"a{i}" for i in range(len(medians))]
+    return {"arms": arms, "per_arm": {a: {"m": {"median": m}} for a, m in zip(arms, medians)},
+            "metrics": {"m": {"higher_is_better": higher}},
+            "verdicts": {a: {"decision": d} for a, d in zip(arms[1:], verdicts or ["roll back"] * (len(arms) - 1))}}
+
+
+def test_tune_chooses_the_least_value_within_min_gain_and_auto_only_when_it_wins_outright():
+    from loadscope.bench.tune import candidates, choose
+
+    assert candidates("threads", 2, 8) == [2, 1, 4, 8, "auto"]
+    assert candidates("prefetch", 2, 8) == [2, 4, 8, "auto"]
+    # 4 threads within 5% of 8's: 4; auto a little better but not adopted: still 4.
+    pick, why = choose(_summary([90, 50, 99, 100, 103]), [2, 1, 4, 8, "auto"], "m", 0.05)
+    assert pick == 4 and "within 5% of the best fixed value (8" in why
+    # Auto better by more than min_gain and adopted by the harness.
+    pick, _ = choose(_summary([90, 50, 99, 100, 120], ["roll back"] * 3 + ["adopt"]), [2, 1, 4, 8, "auto"], "m", 0.05)
+    assert pick == "auto"
+    # Lower is better (a latency): the least value within 5% of the lowest.
+    pick, _ = choose(_summary([10.0, 10.3, 20.0], higher=False), [4, 2, 8], "m", 0.05)
+    assert pick == 2
+
+
+def test_bench_tune_on_the_demo_pipeline_writes_a_recommendation_with_its_evidence(demo, tmp_path):
+    from loadscope.bench import cli
+
+    base = declared(demo, pipeline={"batch_size": 16}, criteria={"metric": "throughput"})
+    base["run"].update(trace_batches=0)
+    path = tmp_path / "base.toml"
+    path.write_text("\n".join(
+        [f'name = "{base["name"]}"', "[dataset]", f'path = "{demo}"', "generate = false", "[pipeline]", "batch_size = 16",
+         "[factor]", 'name = "threads"', "values = [1, 2]", "[run]"]
+        + [f"{k} = {str(v).lower() if isinstance(v, bool) else v}" for k, v in base["run"].items()]))
+    out = tmp_path / "tune"
+    assert cli.main(["tune", str(path), "--threads", "1,auto", "--prefetch", "4", "--out", str(out), "--quiet"]) == 0
+    r = json.loads((out / "recommendation.json").read_text())
+    assert [s["knob"] for s in r["stages"]] == ["threads", "prefetch"]
+    assert [a["value"] for a in r["stages"][0]["arms"]] == [2, 1, "auto"] and r["declared"] == {"threads": 2, "prefetch": 2}
+    for i, s in enumerate(r["stages"]):
+        assert os.path.exists(s["report"]) and s["chosen"] in s["values"]
+        summary = json.loads((out / f"{i + 1}-{s['knob']}" / "summary.json").read_text())
+        assert all(c["ok"] for c in summary["correctness"]["arms"].values())  # every arm: the same batches
+    auto = r["stages"][0]["auto"]
+    assert auto is not None and 1 <= auto["threads"] <= ls.default_threads() and auto["changes"] >= 0
+    assert r["recommended"] == {k: v for k, v in r["chosen"].items() if v != r["declared"][k]}
+    text = (out / "recommendation.md").read_text()
+    assert "The auto controller settled at threads" in text
+    if r["recommended"]:
+        c = r["confirm"]
+        confirm = json.loads((out / "3-confirm" / "experiment.json").read_text())
+        assert [a["name"] for a in confirm["arms"]] == ["declared", "recommended"] and confirm["factor"] == "settings"
+        assert all(confirm["arms"][1]["config"][k] == v for k, v in r["recommended"].items())
+        assert c["outcome"] in ("adopt", "equivalent", "not worse", "roll back", "inconclusive")
+        assert f"the harness says **{c['verdict']}**" in text
+    else:
+        assert r["confirm"] is None and "Recommended: the declared settings" in text

@@ -60,7 +60,8 @@ std::atomic<bool>& forked_during_epoch() {
 }
 
 struct EpochRun::Arena {
-  explicit Arena(int threads) : threads(threads), handle(tbb::attach{}), arena(threads, 0) {
+  Arena(int threads, int slot_base)
+      : threads(threads), slot_base(slot_base), handle(tbb::attach{}), arena(threads, 0) {
     WorkerBudget::instance().add(threads);
   }
   ~Arena() { shutdown(); }
@@ -78,6 +79,7 @@ struct EpochRun::Arena {
   }
   bool shut = false;
   int threads;
+  int slot_base;  // its workers' telemetry slots start here (arenas of a run never share one)
   tbb::task_scheduler_handle handle;
   tbb::task_arena arena;
 };
@@ -127,8 +129,6 @@ EpochRun::EpochRun(std::shared_ptr<Source> source, std::shared_ptr<SampleProcess
   const int most =
       tuner_ ? std::max(tuner_->settings().max_prefetch, prefetch_.load()) : options_.prefetch;
   pool_ = BufferPool::create(layout_.bytes_per_batch, most + 2, options_.pin, gauges);
-  // Without a tuner every sample goes to the arena at once, which runs `threads` of them.
-  limit_ = tuner_ ? std::clamp(tuner_->threads(), 1, options_.threads) : 0;
   if (tuner_) tuner_->set_bytes_per_batch(static_cast<int64_t>(layout_.bytes_per_batch));
 }
 
@@ -146,7 +146,10 @@ void EpochRun::start() {
   }
   if (tuner_) tuner_->start_epoch(options_.order.epoch);
   // See Note [fork during an epoch]: then there is no arena, and samples run on the planner.
-  if (!forked_during_epoch().load()) arena_ = std::make_unique<Arena>(options_.threads);
+  if (!forked_during_epoch().load()) {
+    arenas_.resize(tuner_ ? options_.threads : 1);
+    current_ = arena_for(tuner_ ? tuner_->threads() : options_.threads);
+  }
   planner_ = std::thread([this] { plan(); });
 }
 
@@ -349,6 +352,7 @@ void EpochRun::submit(std::unique_ptr<Job> job) {
   job->warnings.resize(n);
   job->pending.store(n, std::memory_order_release);  // see run_sample
   Job* raw = job.get();
+  Arena* arena = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job->done = (n == 0);
@@ -357,22 +361,19 @@ void EpochRun::submit(std::unique_ptr<Job> job) {
     outstanding_tasks_ += n;
     update_depth();
     if (n == 0) ready_cv_.notify_all();
-    if (arena_ && limit_ > 0) {
-      for (int i = 0; i < n; ++i) queued_.emplace_back(raw, i);
-      dispatch();
-      return;
-    }
+    arena = current_;
   }
   for (int i = 0; i < n; ++i) {
-    if (arena_) {
-      arena_->arena.enqueue([this, raw, i] { run_sample(raw, i); });
+    if (arena) {
+      const int base = arena->slot_base;
+      arena->arena.enqueue([this, raw, i, base] { run_sample(raw, i, base); });
     } else {
-      run_sample(raw, i);
+      run_sample(raw, i, 0);
     }
   }
 }
 
-void EpochRun::run_sample(Job* job, int slot) {
+void EpochRun::run_sample(Job* job, int slot, int slot_base) {
   // Pairs with the store of `pending` in submit(): TBB's enqueue already orders the job's
   // writes before this task, but inside libtbb, where ThreadSanitizer cannot see it (`make
   // tsan`). One acquire load makes the hand-off visible; it costs nothing measurable.
@@ -391,7 +392,7 @@ void EpochRun::run_sample(Job* job, int slot) {
       thread_local const telemetry::Telemetry* cached_for = nullptr;
       thread_local int cached_index = -1;
       thread_local telemetry::Slot* cached_slot = nullptr;
-      const int index = std::max(tbb::this_task_arena::current_thread_index(), 0);
+      const int index = slot_base + std::max(tbb::this_task_arena::current_thread_index(), 0);
       if (cached_for != t_ || cached_index != index) {
         cached_slot = &t_->slot(2 + index, "worker", index);
         cached_for = t_;
@@ -434,29 +435,29 @@ void EpochRun::run_sample(Job* job, int slot) {
     update_depth();
     ready_cv_.notify_all();
   }
-  if (arena_ && limit_ > 0) {
-    --running_;
-    dispatch();
-  }
   if (--outstanding_tasks_ == 0) idle_cv_.notify_all();
 }
 
 // Note [changing concurrency mid-epoch]
-// oneTBB cannot resize an arena, so a run with a tuner makes its arena as large as auto may
-// go (EngineOptions::threads) and bounds the samples running at once instead: submit() queues
-// a batch's samples, and dispatch() hands them to the arena while fewer than limit_ run; each
-// sample that ends starts the next. Lowering the limit lets running samples finish; raising it
-// starts queued ones at once. Samples still start in stream order, batches still leave in
-// order, and a sample's bytes depend only on its position: no sample is lost, repeated or
-// reordered, and the batches equal those of any fixed thread count (tests/cpp/test_tuner.cc,
-// under ThreadSanitizer too). Idle workers of the larger arena sleep.
-void EpochRun::dispatch() {
-  while (running_ < limit_ && !queued_.empty()) {
-    const auto [job, slot] = queued_.front();
-    queued_.pop_front();
-    ++running_;
-    arena_->arena.enqueue([this, job = job, slot = slot] { run_sample(job, slot); });
+// oneTBB cannot resize an arena. A run with a tuner keeps one arena per thread count it has
+// used (made when first needed: their workers are oneTBB's global ones, so an arena costs
+// little), and submit() hands each batch's samples to the arena of the current count. A change
+// makes the next batch go to another arena; the batches already handed over finish where they
+// are, at the old count, so for the next `prefetch` batches both may run. Samples are handed
+// over in stream order, batches leave in order, and a sample's bytes depend only on its
+// position: no sample is lost, repeated or reordered, and the batches equal those of any fixed
+// thread count (tests/cpp/test_engine.cc, under ThreadSanitizer too). An arena of k threads
+// has k workers: no idle workers spin for work that a limit would hold back (bounding samples
+// in flight in one large arena cost 15% more CPU per batch with a slow consumer).
+EpochRun::Arena* EpochRun::arena_for(int threads) {
+  threads = std::clamp(threads, 1, options_.threads);
+  auto& slot = arenas_[tuner_ ? threads - 1 : 0];
+  if (!slot) {
+    // Telemetry slots: arena k's workers (indexes 0..k) after those of arenas 1..k-1.
+    const int base = tuner_ ? (threads - 1) * threads / 2 + (threads - 1) : 0;
+    slot = std::make_unique<Arena>(threads, base);
   }
+  return slot.get();
 }
 
 void EpochRun::tune(uint64_t wait_ns) {
@@ -496,10 +497,9 @@ void EpochRun::tune(uint64_t wait_ns) {
   const int prefetch = tuner_->prefetch();
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (arena_) limit_ = std::clamp(tuner_->threads(), 1, options_.threads);
+    if (current_) current_ = arena_for(tuner_->threads());
     prefetch_.store(prefetch);
     update_depth();
-    if (arena_) dispatch();
     space_cv_.notify_all();
   }
   if (t_) t_->set_prefetch(prefetch);
@@ -691,8 +691,11 @@ void EpochRun::stop() {
     idle_cv_.wait(lock, [&] { return outstanding_tasks_ == 0; });
     jobs_.clear();
   }
-  if (arena_) arena_->shutdown();
-  arena_.reset();
+  for (auto& a : arenas_) {
+    if (a) a->shutdown();
+  }
+  arenas_.clear();
+  current_ = nullptr;
   if (t_) {
     t_->epoch_ended(telemetry::now_ns());
     t_->workers_ended();

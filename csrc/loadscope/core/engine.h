@@ -137,8 +137,8 @@ struct EngineOptions {
   EpochOrder order;
   PinHooks pin;  // page-lock batch blocks (CUDA transfer); none by default
   // The auto controller (core/tuner.h), shared by a loader's epochs; null: threads and prefetch
-  // stay as given. With one, `threads` is the arena's size (the most auto may use) and the
-  // tuner says how many samples run at once and how deep the queue is.
+  // stay as given. With one, `threads` is the most auto may use and the tuner says how many
+  // threads run the next batch and how deep the queue is.
   std::shared_ptr<Tuner> tuner;
 };
 
@@ -184,13 +184,12 @@ class EpochRun {
   struct Job;
   void plan();
   void submit(std::unique_ptr<Job> job);
-  void run_sample(Job* job, int slot);
+  void run_sample(Job* job, int slot, int slot_base);
   // Applies the error policy and removes failed samples; returns false for an empty batch.
   bool finish(Job& job, std::unique_ptr<Batch>& out);
   void compact(Batch& batch, const std::vector<bool>& failed) const;
 
   void update_depth();          // under mutex_
-  void dispatch();              // under mutex_: start queued samples up to the concurrency limit
   void tune(uint64_t wait_ns);  // consumer, after a batch: close a window, apply the tuner's choice
 
   std::shared_ptr<Source> source_;
@@ -205,7 +204,11 @@ class EpochRun {
   std::shared_ptr<BufferPool> pool_;
 
   struct Arena;
-  std::unique_ptr<Arena> arena_;
+  // One arena (fixed threads), or one per thread count a tuner has used: see
+  // Note [changing concurrency mid-epoch]. Samples go to current_.
+  std::vector<std::unique_ptr<Arena>> arenas_;  // under mutex_
+  Arena* current_ = nullptr;                    // under mutex_; null: samples run on the planner
+  Arena* arena_for(int threads);                // under mutex_
   std::thread planner_;
 
   mutable std::mutex mutex_;
@@ -224,10 +227,7 @@ class EpochRun {
 
   // Concurrency that can change mid-epoch (Note [changing concurrency mid-epoch]).
   std::shared_ptr<Tuner> tuner_;
-  std::atomic<int> prefetch_{1};             // jobs in flight or ready
-  int limit_ = 0;                            // under mutex_: samples running at once
-  int running_ = 0;                          // under mutex_
-  std::deque<std::pair<Job*, int>> queued_;  // under mutex_: samples waiting for the limit
+  std::atomic<int> prefetch_{1};  // jobs in flight or ready
   // The tuner's window, measured whether or not telemetry is on.
   bool full_ = false;                                  // under mutex_: every prefetch slot ready
   uint64_t full_ns_ = 0, depth_ns_ = 0;                // under mutex_
