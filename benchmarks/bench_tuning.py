@@ -8,7 +8,9 @@ shared and noisy); the figures are medians over rounds.
 
 Per arm: throughput (batches/s), cores used (the process's CPU time over the wall time:
 the consumer sleeps, so this is the loader's), and for auto the changes it made after the
-warm-up per 1000 batches and where it settled. Written to docs/benchmarks.md by hand with the
+warm-up per 1000 batches and where it settled. For the slowest consumer, from a trace of the
+measured batches: how many samples were being made at once on average, and the share of time
+in which two or more were (the loader holding two cores at once). Written to docs/benchmarks.md by hand with the
 command and the machine.
 
     .venv/bin/python benchmarks/bench_tuning.py --rounds 3
@@ -32,7 +34,31 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def one(root: str, threads, step: float, warmup: int, batches: int, seed: int):
+def concurrency(trace_path: str, t0_us: float, t1_us: float):
+    """From a loader trace: the mean number of samples being made at once over [t0, t1] (the
+    cores the loader's threads held on average), and the share of that time in which two or
+    more were (the loader held two cores at once: a training step's threads lost one)."""
+    import json as _json
+
+    events = _json.load(open(trace_path))["traceEvents"]
+    edges = []
+    for e in events:
+        if e.get("ph") == "X" and e.get("name") == "sample":
+            a, b = max(e["ts"], t0_us), min(e["ts"] + e["dur"], t1_us)
+            if b > a:
+                edges += [(a, 1), (b, -1)]
+    edges.sort()
+    busy = two = 0.0
+    n, last = 0, t0_us
+    for at, d in edges:
+        busy += n * (at - last)
+        two += (at - last) if n >= 2 else 0.0
+        n, last = n + d, at
+    span = t1_us - t0_us
+    return busy / span, two / span
+
+
+def one(root: str, threads, step: float, warmup: int, batches: int, seed: int, trace: bool = False):
     prefetch = "auto" if threads == "auto" else 2
     loader = ls.Loader(ls.Folder(os.path.join(root, "folder")),
                        fields={"jpg": ls.Image(size=224, crop="random_resized", flip=0.5), "cls": ls.Int()},
@@ -48,6 +74,9 @@ def one(root: str, threads, step: float, warmup: int, batches: int, seed: int):
                 time.sleep(step)
             n += 1
             if n == warmup:
+                if trace:
+                    loader.start_trace("/tmp/bench_tuning.trace.json")
+                    u0 = (time.monotonic_ns() - loader._pipeline.telemetry_created_ns()) / 1e3
                 t0, c0 = time.perf_counter(), cpu_seconds()
                 changes0 = loader._tuner.changes if loader._tuner is not None else 0
             if n == warmup + batches:
@@ -55,6 +84,9 @@ def one(root: str, threads, step: float, warmup: int, batches: int, seed: int):
         epoch += 1
     wall = time.perf_counter() - t0
     out = {"rate": batches / wall, "cores": (cpu_seconds() - c0) / wall}
+    if trace:
+        u1 = (time.monotonic_ns() - loader._pipeline.telemetry_created_ns()) / 1e3
+        out["at_once"], out["two_plus"] = concurrency(loader.stop_trace(), u0, u1)
     if loader._tuner is not None:
         t = loader._tuner
         out.update(changes_per_1000=(t.changes - changes0) * 1000 / batches, threads=t.threads, prefetch=t.prefetch,
@@ -84,7 +116,7 @@ def main() -> None:
         for s in steps:
             order = arms if r % 2 == 0 else arms[::-1]
             for arm in order:
-                results[s][arm].append(one(a.data, arm, s, a.warmup, a.batches, r))
+                results[s][arm].append(one(a.data, arm, s, a.warmup, a.batches, r, trace=s == steps[-1]))
     rows = []
     for s in steps:
         med = {arm: {k: statistics.median(x[k] for x in results[s][arm]) for k in ("rate", "cores")} for arm in arms}
@@ -102,6 +134,11 @@ def main() -> None:
               f"{med[best_arm]['cores']:.2f} cores | auto {med['auto']['rate']:.1f} b/s ({row['ratio']:.3f}x) "
               f"{med['auto']['cores']:.2f} cores, threads={cores}: {med[cores]['cores']:.2f} cores | "
               f"changes/1000 after warm-up {row['changes_per_1000']:.1f}, settled {row['settled']}")
+        if s == steps[-1]:  # the slowest consumer: how many cores the loader held at once
+            row["at_once"] = {str(t): statistics.median(x["at_once"] for x in results[s][t]) for t in arms}
+            row["two_plus"] = {str(t): statistics.median(x["two_plus"] for x in results[s][t]) for t in arms}
+            print("    samples made at once on average / share of time with two or more: " + ", ".join(
+                f"threads={t}: {row['at_once'][str(t)]:.2f} / {row['two_plus'][str(t)]:.1%}" for t in arms))
         for t in fixed:
             print(f"    threads={t}: {med[t]['rate']:.1f} b/s, {med[t]['cores']:.2f} cores")
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)

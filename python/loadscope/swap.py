@@ -19,7 +19,7 @@ one of them is a built-in operation of ``loadscope.Image`` (docs/augmentations.m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Tuple, Union
 
 from ._errors import ConfigError
 
@@ -45,7 +45,7 @@ class Translation:
     loader: Dict[str, Any]
     lines: List[str] = field(default_factory=list)
 
-    def build(self, threads: Optional[int] = None) -> Any:
+    def build(self, threads: Union[int, str, None] = None) -> Any:
         from . import ColorJitter, Folder, Image, Int, Loader, RandAugment, RandomErasing
 
         image = dict(self.image)
@@ -372,10 +372,11 @@ def translate(dataloader: Any) -> Translation:
                        lines=lines)
 
 
-def from_dataloader(dataloader: Any, *, threads: Optional[int] = None, check: bool = True) -> Any:
+def from_dataloader(dataloader: Any, *, threads: Union[int, str, None] = None, check: bool = True) -> Any:
     """A loadscope ``Loader`` equivalent to ``dataloader`` (see the module's docstring):
     batches ``(images, labels)`` as the DataLoader's ``[images, labels]``. ``threads``: the
-    decoding threads (default: the DataLoader's ``num_workers``, at least 1). ``check``: verify
+    decoding threads (default: the DataLoader's ``num_workers``, at least 1; ``"auto"``: see
+    docs/tuning.md). ``check``: verify
     that the Loader lists the dataset's files and classes (the class names, the counts, and
     100 files spread over the list)."""
     t = translate(dataloader)

@@ -48,12 +48,16 @@ TEST_CASE("grows in proportion to the data wait, and keeps what raised the batch
   CHECK(t.threads() == 2);
   REQUIRE(t.decisions().size() == 1);
   CHECK(t.decisions()[0].text() == "threads 1 → 2 at batch 140: data wait 50% with 6.0 cores idle");
-  CHECK_FALSE(judge(t, window(0.75, 0, 6, 15)));  // straddles the change
-  CHECK(judge(t, window(0.75, 0, 6, 20)));        // kept (twice the rate); waiting 3/4: 4x, 8
-  CHECK(t.threads() == 8);
-  CHECK_FALSE(judge(t, window(0.2, 0, 1, 60)));
-  CHECK_FALSE(judge(t, window(0.2, 0, 1, 60)));  // kept; at the most: nothing to add
-  CHECK(t.threads() == 8);
+  CHECK_FALSE(judge(t, window(0.25, 0, 6, 15)));  // straddles the change
+  CHECK_FALSE(judge(t, window(0, 0, 6, 20)));     // twice the rate, no wait left: kept
+  CHECK(t.threads() == 2);
+  Tuner u(auto_settings(2, 8));
+  u.start_epoch(0);
+  CHECK(judge(u, window(0.75, 0, 6, 5)));  // waiting 3/4 of the time: four times the threads
+  CHECK(u.threads() == 8);
+  CHECK_FALSE(judge(u, window(0.2, 0, 1, 16)));
+  CHECK_FALSE(judge(u, window(0.2, 0, 1, 16)));  // 3.2x the rate: kept; at the most: nothing to add
+  CHECK(u.threads() == 8);
 }
 
 TEST_CASE("a thread more that does not raise the batch rate is undone and not tried again soon",
@@ -82,6 +86,21 @@ TEST_CASE("a thread more that does not raise the batch rate is undone and not tr
   judge(t, window(0.3, 0, 0, 10));
   CHECK(judge(t, window(0.3, 0, 0, 9)));  // slower: undone, held twice as long
   CHECK(t.decisions().back().reason.find("held for 16 windows") != std::string::npos);
+}
+
+TEST_CASE("a trial across a change of the consumer is void, not undone", "[tuner]") {
+  // The loop's own time per batch goes from 25 ms to 100 ms (a benchmark's pipeline phase
+  // ends and its training phase begins): the rate falls whatever the threads did.
+  Tuner t(auto_settings(1, 4));
+  t.start_epoch(0);
+  CHECK(judge(t, window(0.5, 0, 3, 20)));  // 20 batches/s, half of it waiting: 25 ms own
+  CHECK(t.threads() == 2);
+  judge(t, window(0.2, 0, 3, 8));
+  CHECK_FALSE(judge(t, window(0.2, 0, 3, 8)));  // 100 ms own: void; 2 threads kept
+  CHECK(t.threads() == 2);
+  CHECK(t.decisions().back().reason ==
+        "trial void: the consumer's own time per batch went from 25.0 ms to 100.0 ms (it changed, "
+        "not the loader)");
 }
 
 TEST_CASE("shrinks while the queue stays full, undoes a shrink that brings the wait back, settles",

@@ -520,3 +520,17 @@ def test_bench_tune_on_the_demo_pipeline_writes_a_recommendation_with_its_eviden
         assert f"the harness says **{c['verdict']}**" in text
     else:
         assert r["confirm"] is None and "Recommended: the declared settings" in text
+
+
+def test_tune_arguments_say_what_is_allowed():
+    from loadscope.bench.tune import parse_knobs, parse_values
+
+    assert parse_values("1, 2,auto") == [1, 2, "auto"]
+    with pytest.raises(ConfigError, match="values are integers >= 1 or 'auto'"):
+        parse_values("1,many")
+    assert parse_knobs("threads=num_workers,prefetch=prefetch_factor", user=True) == {
+        "threads": "num_workers", "prefetch": "prefetch_factor"}
+    with pytest.raises(ConfigError, match="KNOB one of threads, prefetch, decoder_threads"):
+        parse_knobs("workers=num_workers", user=True)
+    with pytest.raises(ConfigError, match="'num_workers' is not a key of the built-in pipeline"):
+        parse_knobs("threads=num_workers", user=False)

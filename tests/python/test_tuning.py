@@ -83,6 +83,18 @@ def test_decisions_reach_summary_telemetry_and_the_trace(demo, tmp_path):
     assert snap["config"]["threads"] == "auto"
 
 
+def test_interval_reports_carry_the_decisions_of_their_interval(demo):
+    loader = images(demo, threads="auto", prefetch="auto")
+    scripted(loader, [(3, 3), (1, 2)])
+    reports = []
+    loader.report_every(3600, to=reports.append)
+    list(loader)
+    loader.stop_reports()  # the final report: everything since the loader was made
+    t = reports[-1]["tuning"]
+    assert (t["threads"], t["prefetch"]) == (1, 2)
+    assert t["decisions"] == [d["text"] for d in loader.telemetry()["tuning"]["decisions"]] and len(t["decisions"]) == 4
+
+
 def test_fixed_settings_have_no_controller(demo):
     loader = images(demo, threads=2, prefetch=3)
     list(loader)

@@ -32,6 +32,12 @@ std::string ratio_text(double r) {
   return buf;
 }
 
+std::string ms_text(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
+  return buf;
+}
+
 std::string gib(int64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
@@ -123,10 +129,22 @@ bool Tuner::observe(const TunerWindow& w) {
   // that level waits `grow_hold_` windows; a shrink that brought the wait back (or lost rate)
   // is undone, and shrinking below that level waits `hold_` windows. Both holds double after
   // each failed trial, so a steady consumer sees ever fewer changes.
+  const double own =
+      w.batches > 0 ? (w.seconds - w.wait_seconds) / static_cast<double>(w.batches) : 0;
   if (trial_.active) {
     const Trial trial = trial_;
     trial_ = Trial{};
     const double ratio = trial.rate > 0 ? rate / trial.rate : 1.0;
+    // The consumer's own time per batch moved by more than a loader thread can make it move
+    // (taking a core from a step at most doubles it): the consumer changed (warm-up ended,
+    // evaluation, a new phase of a benchmark), so the rates do not compare. Keep the change;
+    // the next windows judge it afresh.
+    if (trial.own > 0 && own > 0 && (own > 2 * trial.own || own < trial.own / 2)) {
+      decide("threads", t, w.batch,
+             "trial void: the consumer's own time per batch went from " + ms_text(trial.own) +
+                 " to " + ms_text(own) + " (it changed, not the loader)");
+      return false;
+    }
     if (trial.grow && ratio < 1.0 + kMinGain) {
       ceiling_ = trial.from;
       ceiling_until_ = windows_ + grow_hold_;
@@ -157,7 +175,7 @@ bool Tuner::observe(const TunerWindow& w) {
       const int want = static_cast<int>(std::ceil(t / (1.0 - std::min(wait, 0.9)) - 1e-9));
       const int add =
           std::clamp(want - t, 1, std::max(1, static_cast<int>(std::floor(w.idle_cores))));
-      trial_ = Trial{true, true, t, rate};
+      trial_ = Trial{true, true, t, rate, own};
       decide("threads", std::min(top, t + add), w.batch,
              "data wait " + percent(wait) + " with " + cores_text(w.idle_cores) + " cores idle");
     } else if (s_.auto_prefetch && p < s_.max_prefetch && full > 0.05 && memory_room) {
@@ -176,7 +194,7 @@ bool Tuner::observe(const TunerWindow& w) {
   } else if (wait < kWaitQuiet && full > kFullShrink && s_.auto_threads && t > 1) {
     const int lowest = windows_ < floor_until_ ? floor_ : 1;
     if (t - 1 >= lowest) {
-      trial_ = Trial{true, false, t, rate};
+      trial_ = Trial{true, false, t, rate, own};
       decide("threads", t - 1, w.batch,
              "queue full " + percent(full) + " of the time, data wait " + percent(wait));
     }

@@ -108,6 +108,7 @@ class Tuner {
     bool active = false, grow = false;
     int from = 0;
     double rate = 0;  // batches per second before the change
+    double own = 0;   // the consumer's own seconds per batch (not waiting) before it
   };
   Trial trial_;
   int floor_ = 1, ceiling_ = 1;                  // fewest / most threads that may be tried now

@@ -13,6 +13,7 @@ criteria would not act on is not worth the cores or memory."""
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import os
 import time
@@ -21,8 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._errors import ConfigError
 from .._loader_args import default_threads
 from . import report as report_mod
-from . import runner
-from .experiment import PIPELINE, SETTINGS, from_dict
+from . import runner, stats
+from .experiment import PIPELINE, RUN, SETTINGS, from_dict
 
 KNOBS = ("threads", "prefetch", "decoder_threads")
 
@@ -79,8 +80,8 @@ def _declared(exp_raw: Dict[str, Any], key: str, user: bool, factory_defaults: D
         return pipe[key]
     if not user:
         return PIPELINE[key][1]
-    value = factory_defaults.get(key)
-    if value is None or value is getattr(value, "empty", object()):
+    value = factory_defaults.get(key, inspect.Parameter.empty)
+    if value is inspect.Parameter.empty:
         raise ConfigError(f"[pipeline] gives no {key} and the factory has no default for it: declare it")
     return value
 
@@ -147,7 +148,7 @@ def run(path: str, *, knobs: Optional[Dict[str, str]] = None, values: Optional[D
     defaults = _factory_defaults(base_exp) if user else {}
     if user:
         for knob, key in knobs.items():
-            if key not in defaults and "pipeline" in raw0 and key not in raw0["pipeline"]:
+            if key not in defaults and key not in (raw0.get("pipeline") or {}):
                 raise ConfigError(f"--knobs {knob}={key}: the factory {base_exp.baseline['factory']} takes no {key} "
                                   f"(it takes {', '.join(defaults)})")
     metric = base_exp.criteria["metric"]
@@ -193,22 +194,33 @@ def run(path: str, *, knobs: Optional[Dict[str, str]] = None, values: Optional[D
         raw["description"] = "bench tune: the recommended settings against the declared ones"
         raw["factor"] = {"name": SETTINGS}
         raw["arms"] = [{"name": "declared"}, {"name": "recommended", SETTINGS: recommended}]
+        # Twice the repetitions: two arms only, and telling "as good" from "worse" within
+        # min_gain needs a narrower interval than telling a winner.
+        raw["run"]["repetitions"] = 2 * raw0["run"].get("repetitions", RUN["repetitions"][1])
         exp = from_dict(raw, source=base_exp.source)
         stage_dir = os.path.join(out_dir, f"{len(stages) + 1}-confirm")
         say(f"\n== bench tune: the recommendation {recommended} against the declared settings ==")
         summary = runner.run(exp, stage_dir, quiet=quiet)
         effect = summary["effects"]["recommended"][metric]
         verdict = summary["verdicts"]["recommended"]
-        lo, hi = effect.get("ci_low"), effect.get("ci_high")
+        # Equivalence as two one-sided tests at the experiment's level: the interval of twice
+        # that level (90% for 95%) lies within ±min_gain.
+        rows = [r for r in report_mod._load_raw(stage_dir) if not r.get("warmup")]
+        xs = [r.get(metric) for r in sorted(rows, key=lambda r: r["round"]) if r["arm"] == "declared"]
+        ys = [r.get(metric) for r in sorted(rows, key=lambda r: r["round"]) if r["arm"] == "recommended"]
+        tost = stats.relative_effect(xs, ys, paired=summary["paired"], confidence=1 - 2 * (1 - summary["confidence"]))
+        lo, hi = tost.get("ci_low"), tost.get("ci_high")
         higher = summary["metrics"][metric]["higher_is_better"]
         equivalent = lo is not None and hi is not None and -tolerance <= lo and hi <= tolerance
-        not_worse = lo is not None and (lo >= -tolerance if higher else (hi is not None and hi <= tolerance))
+        not_worse = lo is not None and hi is not None and (lo >= -tolerance if higher else hi <= tolerance)
         confirm = {"report": os.path.join(stage_dir, "report.md"), "verdict": verdict["decision"],
-                   "reasons": verdict.get("reasons", []), "effect": effect, "equivalent": equivalent,
+                   "reasons": verdict.get("reasons", []), "effect": effect, "equivalence_interval": [lo, hi],
+                   "equivalent": equivalent,
                    "not_worse": not_worse,
                    "outcome": ("adopt" if verdict["decision"] == "adopt" else "equivalent" if equivalent
                                else "not worse" if not_worse else verdict["decision"])}
     result = {"experiment": base_exp.name, "source": base_exp.source, "metric": metric, "tolerance": tolerance,
+              "confidence": base_exp.criteria["confidence"],
               "cores": cores, "knobs": knobs, "declared": declared, "chosen": chosen, "recommended": recommended,
               "stages": stages, "confirm": confirm, "out_dir": out_dir}
     with open(os.path.join(out_dir, "recommendation.json"), "w") as f:
@@ -242,8 +254,12 @@ def markdown(r: Dict[str, Any]) -> str:
         lo, hi = e.get("ci_low"), e.get("ci_high")
         ci = f" [{lo:+.1%}, {hi:+.1%}]" if lo is not None and hi is not None else ""
         effect = f"{e['effect']:+.1%}" if e.get("effect") is not None else "n/a"
+        eq = c.get("equivalence_interval") or [None, None]
+        within = (f"; its {1 - 2 * (1 - r['confidence']):.0%} interval [{eq[0]:+.1%}, {eq[1]:+.1%}] "
+                  f"{'lies' if c['equivalent'] else 'does not lie'} within ±{r['tolerance']:.0%} (equivalence)"
+                  if eq[0] is not None and eq[1] is not None else "")
         lines += ["", f"Run against the declared settings ([report]({c['report']})): {m} {effect}{ci}; the harness "
-                      f"says **{c['verdict']}**; outcome: **{c['outcome']}**."]
+                      f"says **{c['verdict']}**{within}; outcome: **{c['outcome']}**."]
     for s in r["stages"]:
         lines += ["", f"## {s['knob']} (`{s['key']}`): chose {s['chosen']!r}, {s['why']}", "",
                   f"[report]({s['report']})", "", f"| value | {m} median [CI] | CPU ms/sample | peak PSS MiB | verdict |",

@@ -68,7 +68,7 @@ def delta(now: Snapshot, before: Optional[Snapshot]) -> Dict[str, Any]:
     active = interval.get("active_seconds", 0)
     wait, compute = interval.get("loop.wait_seconds", 0), interval.get("loop.compute_seconds", 0)
     prefetch = now.to_dict().get("queue", {}).get("prefetch")  # a watched DataLoader has no queue
-    return {
+    out = {
         "time": time.time(),
         "interval": interval,
         "samples_per_s": interval.get("samples", 0) / dt if dt else 0.0,
@@ -76,6 +76,14 @@ def delta(now: Snapshot, before: Optional[Snapshot]) -> Dict[str, Any]:
         "occupancy": (interval.get("queue.ready_batch_seconds", 0) / active / prefetch) if active and prefetch else None,
         "snapshot": now.to_dict(),
     }
+    tuning = now.to_dict().get("tuning")
+    if tuning:  # the auto controller: its settings now, and the decisions of this interval
+        seen = (before.to_dict().get("tuning") or {}).get("decisions", []) if before is not None else []
+        since = max((d["at_ns"] for d in seen), default=-1)
+        out["tuning"] = {"threads": tuning["threads"], "prefetch": tuning["prefetch"],
+                         "decoder_threads": tuning["decoder_threads"],
+                         "decisions": [d["text"] for d in tuning["decisions"] if d["at_ns"] > since]}
+    return out
 
 
 class Reporter:
@@ -99,7 +107,11 @@ class Reporter:
         if callable(to) and not isinstance(to, logging.Logger):
             return to
         if isinstance(to, logging.Logger):
-            return lambda r: to.info("loadscope telemetry %s", json.dumps(r["interval"]))
+            def log(r: Dict[str, Any]) -> None:
+                to.info("loadscope telemetry %s", json.dumps(r["interval"]))
+                for text in r.get("tuning", {}).get("decisions", []):
+                    to.info("loadscope tuning: %s", text)
+            return log
         path = os.fspath(to)
 
         def write(report: Dict[str, Any]) -> None:
