@@ -258,8 +258,11 @@ def markdown(r: Dict[str, Any]) -> str:
         within = (f"; its {1 - 2 * (1 - r['confidence']):.0%} interval [{eq[0]:+.1%}, {eq[1]:+.1%}] "
                   f"{'lies' if c['equivalent'] else 'does not lie'} within ±{r['tolerance']:.0%} (equivalence)"
                   if eq[0] is not None and eq[1] is not None else "")
+        meaning = {"adopt": "better by more than the tolerance", "equivalent": "as good, within the tolerance either way",
+                   "not worse": "no worse than the tolerance, perhaps better (non-inferior)"}.get(c["outcome"], "")
         lines += ["", f"Run against the declared settings ([report]({c['report']})): {m} {effect}{ci}; the harness "
-                      f"says **{c['verdict']}**{within}; outcome: **{c['outcome']}**."]
+                      f"says **{c['verdict']}**{within}; outcome: **{c['outcome']}**"
+                      + (f" ({meaning})." if meaning else ".")]
     for s in r["stages"]:
         lines += ["", f"## {s['knob']} (`{s['key']}`): chose {s['chosen']!r}, {s['why']}", "",
                   f"[report]({s['report']})", "", f"| value | {m} median [CI] | CPU ms/sample | peak PSS MiB | verdict |",

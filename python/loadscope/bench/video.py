@@ -8,16 +8,18 @@ or `root`, to compare the same videos re-encoded (another GOP, codec or size) in
 from __future__ import annotations
 
 import os
-from typing import Any, List
+from typing import Any, List, Union
 
 from .._errors import ConfigError
 
 
-def clips(root: str = "data/demo", threads: int = 2, decoder_threads: int = 1, frames: int = 16, stride: int = 2,
-          size: int = 224, batch_size: int = 8, seed: int = 0, train: bool = True) -> Any:
+def clips(root: str = "data/demo", threads: Union[int, str] = 2, decoder_threads: Union[int, str] = 1,
+          frames: int = 16, stride: int = 2, size: int = 224, batch_size: int = 8, seed: int = 0, train: bool = True,
+          prefetch: Union[int, str] = 2) -> Any:
     """A Loader of clips ({"video": uint8 [B, T, 3, size, size], "cls": int64 [B], ...}) from
     root/videos.jsonl, shuffled by (seed, epoch); train: a RandomResizedCrop and a flip per clip,
-    else a center crop (what the correctness check of a factor that changes pixels compares)."""
+    else a center crop (what the correctness check of a factor that changes pixels compares).
+    threads, prefetch and decoder_threads take "auto" too (`bench tune`, docs/tuning.md)."""
     from .. import FileList, Int, Loader, VideoClip, formats
 
     manifest = os.path.join(root, "videos.jsonl")
@@ -27,7 +29,7 @@ def clips(root: str = "data/demo", threads: int = 2, decoder_threads: int = 1, f
     clip = VideoClip(size, frames=frames, stride=stride, decoder_threads=decoder_threads, keys=list(formats()["video"]),
                      crop="random_resized" if train else "center", flip=0.5 if train else 0.0)
     return Loader(FileList(manifest), fields={"video": clip, "cls": Int()}, batch_size=batch_size, threads=threads,
-                  shuffle=True, seed=seed)
+                  prefetch=prefetch, shuffle=True, seed=seed)
 
 
 def sample_ids(batch: Any) -> List[str]:
