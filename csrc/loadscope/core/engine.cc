@@ -465,7 +465,8 @@ void EpochRun::tune(uint64_t wait_ns) {
   const uint64_t now = telemetry::now_ns();
   if (window_start_ns_ == 0) {  // the first batch: its wait is the pipeline's start
     window_start_ns_ = now;
-    idle_.idle_cores(s.cores);
+    const telemetry::ProcessStats p = telemetry::read_process_stats(false);
+    idle_.idle_cores(s.cores, p.cpu_user + p.cpu_system);
     std::lock_guard<std::mutex> lock(mutex_);
     full_ns_ = 0;
     return;
@@ -488,8 +489,10 @@ void EpochRun::tune(uint64_t wait_ns) {
     w.full_seconds = static_cast<double>(full_ns_) * 1e-9;
     full_ns_ = 0;
   }
-  w.idle_cores = idle_.idle_cores(s.cores);
-  if (s.memory_limit > 0) w.rss = telemetry::read_process_stats(false).rss;
+  // One read of /proc/self a window: the process's CPU (for idle cores) and its RSS.
+  const telemetry::ProcessStats p = telemetry::read_process_stats(false);
+  w.idle_cores = idle_.idle_cores(s.cores, p.cpu_user + p.cpu_system);
+  if (s.memory_limit > 0) w.rss = p.rss;
   window_start_ns_ = now;
   window_wait_ns_ = 0;
   window_batches_ = 0;

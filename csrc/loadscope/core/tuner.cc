@@ -1,6 +1,5 @@
 #include "loadscope/core/tuner.h"
 
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,34 +13,15 @@ namespace loadscope {
 
 namespace {
 
+// One number in a decision's text, e.g. text("%.0f%%", 100 * wait).
+std::string text(const char* format, double value) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, format, value);
+  return buf;
+}
+
 std::string percent(double fraction) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.0f%%", 100.0 * fraction);
-  return buf;
-}
-
-std::string cores_text(double cores) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", cores);
-  return buf;
-}
-
-std::string ratio_text(double r) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2fx", r);
-  return buf;
-}
-
-std::string ms_text(double seconds) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f ms", seconds * 1e3);
-  return buf;
-}
-
-std::string gib(int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  return buf;
+  return text("%.0f%%", 100.0 * fraction);
 }
 
 }  // namespace
@@ -111,7 +91,8 @@ bool Tuner::observe(const TunerWindow& w) {
   if (measured_rss && w.rss > s_.memory_limit) {
     trial_ = Trial{};
     const std::string why =
-        "resident memory " + gib(w.rss) + " over memory_limit " + gib(s_.memory_limit);
+        "resident memory " + text("%.2f GiB", static_cast<double>(w.rss) / (1 << 30)) +
+        " over memory_limit " + text("%.2f GiB", static_cast<double>(s_.memory_limit) / (1 << 30));
     if (s_.auto_prefetch && p > 1) {
       decide("prefetch", p - 1, w.batch, why);
     } else if (s_.auto_threads && t > 1) {
@@ -141,15 +122,16 @@ bool Tuner::observe(const TunerWindow& w) {
     // the next windows judge it afresh.
     if (trial.own > 0 && own > 0 && (own > 2 * trial.own || own < trial.own / 2)) {
       decide("threads", t, w.batch,
-             "trial void: the consumer's own time per batch went from " + ms_text(trial.own) +
-                 " to " + ms_text(own) + " (it changed, not the loader)");
+             "trial void: the consumer's own time per batch went from " +
+                 text("%.1f ms", trial.own * 1e3) + " to " + text("%.1f ms", own * 1e3) +
+                 " (it changed, not the loader)");
       return false;
     }
     if (trial.grow && ratio < 1.0 + kMinGain) {
       ceiling_ = trial.from;
       ceiling_until_ = windows_ + grow_hold_;
       decide("threads", trial.from, w.batch,
-             std::to_string(t) + " threads gave " + ratio_text(ratio) +
+             std::to_string(t) + " threads gave " + text("%.2fx", ratio) +
                  " the batches per second of " + std::to_string(trial.from) + ": back, held for " +
                  std::to_string(grow_hold_) + " windows");
       grow_hold_ *= 2;
@@ -159,7 +141,7 @@ bool Tuner::observe(const TunerWindow& w) {
       floor_ = trial.from;
       floor_until_ = windows_ + hold_;
       decide("threads", trial.from, w.batch,
-             "data wait " + percent(wait) + " (" + ratio_text(ratio) +
+             "data wait " + percent(wait) + " (" + text("%.2fx", ratio) +
                  " the batches per second) after the shrink: back, held for " +
                  std::to_string(hold_) + " windows");
       hold_ *= 2;
@@ -177,7 +159,7 @@ bool Tuner::observe(const TunerWindow& w) {
           std::clamp(want - t, 1, std::max(1, static_cast<int>(std::floor(w.idle_cores))));
       trial_ = Trial{true, true, t, rate, own};
       decide("threads", std::min(top, t + add), w.batch,
-             "data wait " + percent(wait) + " with " + cores_text(w.idle_cores) + " cores idle");
+             "data wait " + percent(wait) + " with " + text("%.1f", w.idle_cores) + " cores idle");
     } else if (s_.auto_prefetch && p < s_.max_prefetch && full > 0.05 && memory_room) {
       // Fast enough on average (the queue was full at times), yet the consumer waited: the
       // batches come in bursts, and a deeper queue evens them out.
@@ -216,7 +198,7 @@ bool ScriptedTuner::observe(const TunerWindow& w) {
   return changes() != before;
 }
 
-double IdleProbe::idle_cores(double cores) {
+double IdleProbe::idle_cores(double cores, double process_cpu_seconds) {
   std::ifstream in("/proc/stat");
   std::string cpu;
   uint64_t v[10] = {};
@@ -225,10 +207,6 @@ double IdleProbe::idle_cores(double cores) {
   const uint64_t idle = v[3] + v[4];  // idle + iowait
   uint64_t total = 0;
   for (int i = 0; i < 8; ++i) total += v[i];  // guest time is already in user
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  const double cpu_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-                       1e-6 * static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
   timespec ts{};
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const double wall = static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
@@ -238,12 +216,12 @@ double IdleProbe::idle_cores(double cores) {
     const double machine_idle = static_cast<double>(idle - last_idle_) /
                                 static_cast<double>(total - last_total_) *
                                 static_cast<double>(std::max(online, 1L));
-    const double mine = (cpu_s - last_cpu_) / (wall - last_wall_);
+    const double mine = (process_cpu_seconds - last_cpu_) / (wall - last_wall_);
     out = std::max(0.0, std::min(machine_idle, cores - mine));
   }
   last_idle_ = idle;
   last_total_ = total;
-  last_cpu_ = cpu_s;
+  last_cpu_ = process_cpu_seconds;
   last_wall_ = wall;
   return out;
 }

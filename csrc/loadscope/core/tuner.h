@@ -140,7 +140,8 @@ class ScriptedTuner : public Tuner {
 // may still use (cores minus its own CPU rate). First call: 0.
 class IdleProbe {
  public:
-  double idle_cores(double cores);
+  // process_cpu_seconds: the process's CPU time so far (telemetry::read_process_stats).
+  double idle_cores(double cores, double process_cpu_seconds);
 
  private:
   uint64_t last_idle_ = 0, last_total_ = 0;
