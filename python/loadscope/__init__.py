@@ -42,6 +42,7 @@ from ._sources import (
     IMAGE_EXTENSIONS,
     VIDEO_EXTENSIONS,
     FileList,
+    Files,
     Folder,
     Mix,
     Source,
@@ -53,7 +54,7 @@ from ._version import __version__ as __version__  # re-exported
 
 __all__ = [
     "Audio", "Bytes", "ColorJitter", "Op", "augmentations", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
-    "FileList", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
+    "FileList", "Files", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
     "ReadError", "Remote", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces", "formats", "from_dataloader", "mixup_cutmix",
 ]

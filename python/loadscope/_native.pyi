@@ -302,6 +302,14 @@ def storage_schemes() -> list[str]:
     """
     The schemes with a storage (io/storage.h).
     """
+def table_of_files(paths: bytes, labels: typing_extensions.Buffer, member: str) -> SampleTable:
+    """
+    A SampleTable of files named one by one ('\\0'-separated paths, the key of each), with an int64 label each (an empty buffer: none) as the member `member` (io/table.h).
+    """
+def tables_first_difference(a: SampleTable, b: SampleTable, member: str) -> int:
+    """
+    The first row where the tables' keys or `member` differ; the shorter's size when only the counts do; -1 when they list the same samples.
+    """
 def turbojpeg_decode_only(jpegs: list[str] | list[bytes], threads: int, repeat: int = 1) -> tuple:
     ...
 def video_field(name: str, keys: list[str], frames: int, stride: int, fps: float, position: str, clips: int, short: str, height: int, width: int, crop: str, scale: tuple[float, float], ratio: tuple[float, float], resize: int, flip: float, channels_last: bool, stream: int, decoder_threads: int, rotate: bool, color_tags: bool, optional: bool, max_pixels: int = 178956970, start: str = '') -> FieldSpec:

@@ -214,6 +214,61 @@ class Folder(_TableSource):
         return f"Folder({self.root!r}, samples={self._table.rows if self._table else '?'}, classes={len(self.classes)})"
 
 
+class Files(_TableSource):
+    """Files named one by one, each with an integer label: ``[(path, label), ...]`` in that order,
+    as torchvision's ``ImageFolder.samples`` (any ``DatasetFolder``'s) holds them — cut,
+    filtered, reordered or relabelled as the list may be. The file becomes the member named by
+    its extension and the label the int member ``label`` (``"cls"``, as a ``Folder`` names it);
+    a sample's key is its path as given. ``labels=False``: a list of paths, no labels.
+
+    What ``from_dataloader`` reads when a dataset's list is not exactly its folder's
+    (``ls.Folder``, which scans instead of holding the list, stands for it when it is). The list
+    is held as columns (io/table.h) plus its paths once more for pickling: a copy of the loader
+    in another process gets the same list, not a new scan."""
+
+    def __init__(self, samples: Sequence[Any], *, label: str = "cls", labels: bool = True) -> None:
+        from array import array
+
+        if not isinstance(label, str) or not label or label.startswith("__"):
+            raise ConfigError(f"Files(label={label!r}): a member name (a non-empty str, not starting with '__')")
+        paths: List[bytes] = []
+        ints = array("q")
+        for i, item in enumerate(samples):
+            if labels:
+                ok = isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], (str, bytes, os.PathLike))
+                ok = ok and isinstance(item[1], int) and not isinstance(item[1], bool)
+                if not ok:
+                    raise ConfigError(f"Files: sample {i} is {item!r}; each is a (path, int label) pair "
+                                      "(labels=False: a path)")
+                path, value = item
+                ints.append(value)
+            else:
+                if not isinstance(item, (str, bytes, os.PathLike)):
+                    raise ConfigError(f"Files(labels=False): sample {i} is {item!r}, not a path")
+                path = item
+            b = os.fsencode(path)
+            if not b or b"\0" in b:
+                raise ConfigError(f"Files: sample {i}'s path {path!r} is empty or holds a NUL byte")
+            paths.append(b)
+        if not paths:
+            raise ConfigError("Files: the list is empty")
+        self.label = label
+        self._paths = b"\0".join(paths)
+        self._labels = ints.tobytes()
+        self._load()
+
+    def _load(self) -> None:
+        from array import array
+
+        from . import _native
+        labels = array("q")
+        labels.frombytes(self._labels)
+        self._table = _native.table_of_files(self._paths, labels, self.label)
+
+    def __repr__(self) -> str:
+        return f"Files({self._table.rows if self._table else '?'} files)"
+
+
 class FileList(_TableSource):
     """Samples listed in a manifest: JSON lines (``.jsonl``, ``.ndjson``) or CSV (``.csv``)
     with a header.

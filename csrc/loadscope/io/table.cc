@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "loadscope/core/error.h"
 
@@ -132,6 +133,61 @@ std::shared_ptr<const SampleTable> TableBuilder::finish(TableBuilder&& b) {
   if (t->prefixes.empty()) t->prefixes.emplace_back();
   t->storage = held;
   return t;
+}
+
+std::shared_ptr<const SampleTable> table_of_files(std::string_view paths, const int64_t* labels,
+                                                  size_t n_labels, const std::string& member) {
+  TableBuilder b;
+  for (size_t start = 0; !paths.empty();) {
+    const size_t end = std::min(paths.find('\0', start), paths.size());
+    if (end == start) {
+      throw ConfigError("file " + std::to_string(b.path_ends.size()) +
+                        " of the list is an empty path");
+    }
+    b.add_path(paths.data() + start, end - start);
+    if (end == paths.size()) break;
+    start = end + 1;
+  }
+  if (b.path_ends.size() > UINT32_MAX) throw ConfigError("more than 2^32 files in one list");
+  if (n_labels) {
+    if (n_labels != b.path_ends.size()) {
+      throw ConfigError(std::to_string(n_labels) + " labels for " +
+                        std::to_string(b.path_ends.size()) + " files");
+    }
+    TableBuilder::Col col;
+    col.member = member;
+    col.is_int = true;
+    col.ints.assign(labels, labels + n_labels);
+    b.columns.push_back(std::move(col));
+  }
+  return TableBuilder::finish(std::move(b));
+}
+
+namespace {
+
+// Row `row`'s value of `member` as the sample gives it ("" with a flag when absent).
+std::pair<bool, std::string> member_value(const SampleTable& t, size_t row,
+                                          const std::string& member) {
+  for (const auto& c : t.columns) {
+    if (c.member != member) continue;
+    if (!c.present(row)) return {false, {}};
+    return {true, c.is_int ? std::to_string(c.ints[row]) : c.strings.at(row)};
+  }
+  return {false, {}};
+}
+
+}  // namespace
+
+int64_t first_difference(const SampleTable& a, const SampleTable& b, const std::string& member) {
+  const int64_t n = std::min(a.rows(), b.rows());
+  for (int64_t i = 0; i < n; ++i) {
+    const auto row = static_cast<size_t>(i);
+    if (a.path(row) != b.path(row) ||
+        member_value(a, row, member) != member_value(b, row, member)) {
+      return i;
+    }
+  }
+  return a.rows() == b.rows() ? -1 : n;
 }
 
 TableSource::TableSource(std::shared_ptr<const SampleTable> table) : table_(std::move(table)) {

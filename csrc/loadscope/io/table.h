@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -145,6 +146,20 @@ struct TableBuilder {
   }
   static std::shared_ptr<const SampleTable> finish(TableBuilder&& b);
 };
+
+// A table of files named one by one, in that order: a dataset's own list of (path, label),
+// cut, filtered or reordered as it may be. `paths` holds them separated by '\0' (no file name
+// contains one); `labels`, when `n_labels` is not 0, one integer per path, kept as the int member
+// `member`. A row's key is its path as given (relative paths are the process's to resolve, as
+// for the dataset itself). ConfigError for an empty path or a count that does not match.
+std::shared_ptr<const SampleTable> table_of_files(std::string_view paths, const int64_t* labels,
+                                                  size_t n_labels, const std::string& member);
+
+// The first row at which two tables give another key or another value of the member `member`
+// (absent counts as a value); the shorter one's row count when all of its rows agree but the
+// other lists more; -1 when they list the same samples. What says that a folder's scan is
+// exactly a dataset's list, so the cheaper source can stand for it.
+int64_t first_difference(const SampleTable& a, const SampleTable& b, const std::string& member);
 
 // A source over a table: a shuffled epoch is a Permutation, so starting one, skipping to a
 // resume position and handing out row k cost O(1) whatever the table's size.

@@ -63,6 +63,29 @@ void register_sources(py::module_& m) {
           },
           "Row `row` as (key, [(member, is_path, path or value), ...]), all bytes but the names.");
   m.def(
+      "table_of_files",
+      [](const py::bytes& paths, const py::buffer& labels, const std::string& member) {
+        const py::buffer_info l = labels.request();
+        if (l.size && (l.itemsize != 8 || l.format != py::format_descriptor<int64_t>::format()))
+          throw ConfigError("table_of_files: labels are an int64 buffer");
+        const std::string_view text(paths);
+        py::gil_scoped_release release;
+        return std::const_pointer_cast<io::SampleTable>(io::table_of_files(
+            text, static_cast<const int64_t*>(l.ptr), static_cast<size_t>(l.size), member));
+      },
+      py::arg("paths"), py::arg("labels"), py::arg("member"),
+      "A SampleTable of files named one by one ('\\0'-separated paths, the key of each), with "
+      "an int64 label each (an empty buffer: none) as the member `member` (io/table.h).");
+  m.def(
+      "tables_first_difference",
+      [](const io::SampleTable& a, const io::SampleTable& b, const std::string& member) {
+        py::gil_scoped_release release;
+        return io::first_difference(a, b, member);
+      },
+      py::arg("a"), py::arg("b"), py::arg("member"),
+      "The first row where the tables' keys or `member` differ; the shorter's size when only "
+      "the counts do; -1 when they list the same samples.");
+  m.def(
       "read_manifest",
       [](const std::string& manifest, const std::string& root, const std::string& path_key,
          bool skip_bad_rows, const std::string& cache_dir, const std::string& scheme_tag) {

@@ -277,7 +277,7 @@ def _translate(exp: Experiment, fn: Any, arms: Dict[str, Any], check: Optional[D
     "check": the same, "random": the random transforms of the arms' dataset}. The factory is
     called as the repetitions call it, in the training repository with its root on the path;
     the DataLoader is made, never iterated."""
-    from ..swap import random_transforms, translate
+    from ..swap import dataset_samples, random_transforms, translate
 
     here = os.getcwd()
     out: Dict[str, Any] = {"random": []}
@@ -290,7 +290,9 @@ def _translate(exp: Experiment, fn: Any, arms: Dict[str, Any], check: Optional[D
             with user.on_path(exp.training_repo):
                 dl = fn(**args)
                 if what == "arms":
-                    out["random"] = random_transforms(getattr(getattr(dl, "dataset", None), "transform", None))
+                    found = dataset_samples(getattr(dl, "dataset", None))
+                    ds = found[0] if found else getattr(dl, "dataset", None)
+                    out["random"] = random_transforms(getattr(ds, "transform", None))
                 t = translate(dl)
             out[what] = {"ok": True, "lines": t.lines, "image": t.image}
         except Exception as e:  # the user's factory or the translation: either way, its reason

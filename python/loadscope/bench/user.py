@@ -223,7 +223,10 @@ def positional_ids(obj: Any) -> Optional[Callable[[int], str]]:
     import torch
 
     if isinstance(obj, torch.utils.data.DataLoader):
-        samples = getattr(obj.dataset, "samples", None)
+        from ..swap import dataset_samples
+
+        found = dataset_samples(obj.dataset)  # an ImageFolder's samples, or a Subset's of them
+        samples = found[1] if found else getattr(obj.dataset, "samples", None)
         if (isinstance(obj.sampler, torch.utils.data.SequentialSampler) and isinstance(samples, list)
                 and samples and isinstance(samples[0], tuple) and isinstance(samples[0][0], str)):
             return lambda i: _norm_id(samples[i][0])
