@@ -579,7 +579,7 @@ def _check_samples(dataloader: Any, t: Translation, count: int = 4) -> None:
     positions = sorted({n * k // count for k in range(count)} | {n - 1})
     pairs = [samples[i] for i in positions]
     small = Loader(Files(pairs), fields={"jpg": Image(**image), "cls": Int()}, output=("jpg", "cls"),
-                   batch_size=len(pairs), threads=1, telemetry=False)
+                   batch_size=len(pairs), threads=1, telemetry=False, rank=0, world_size=1)  # not the job's ranks
     images, labels = next(iter(small))
     level = 1.0 if image["dtype"] == "uint8" else 1.0 / 255 / min(image.get("std") or (1.0,))
     for j, (path, label) in enumerate(pairs):

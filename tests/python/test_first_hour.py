@@ -125,7 +125,10 @@ def test_the_baselines_suggestion_runs_as_written_and_its_verdict_is_the_one_it_
     raw = tomllib.loads(toml)
     assert raw["pipeline"]["shuffle"] is False  # through the factory's own argument, for both arms
     assert raw["correctness"]["overrides"] == {"train": False} and raw["correctness"]["mode"] == "tolerance"
-    assert raw["factor"]["values"] == ["trainer.data:make_loader", f"{out}/loadscope_factory.py:make_loadscope_loader"]
+    # Named beside the experiment (the two move together); no repository marker here, so the
+    # training repository is named relative to the file's folder.
+    assert raw["factor"]["values"] == ["trainer.data:make_loader", "loadscope_factory.py:make_loadscope_loader"]
+    assert raw["training_repo"] == "../../.." and raw["dataset"]["path"] == "data/folder" and raw["gate"] is True
     # The loadscope factory the user has not written yet, translated option for option.
     factory = (out / "loadscope_factory.py").read_text()
     assert "return ls.from_dataloader(make_loader(root=root, batch_size=batch_size" in factory
@@ -139,9 +142,10 @@ def test_the_baselines_suggestion_runs_as_written_and_its_verdict_is_the_one_it_
     cores = res["observed"]["cores_used"]["median"]
     assert cores <= usable + res["observed"]["cores_used_uncertainty"]
 
-    # As written: no edit, no override.
+    # As written: no edit (fewer repetitions than it asks for, from the command line: a quick first look).
     r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "run", str(out / "next-experiment.toml"), "--out",
-                        "results/next", "--quiet"], cwd=repo, capture_output=True, text=True, timeout=900)
+                        "results/next", "--repetitions", "3", "--quiet"], cwd=repo, capture_output=True, text=True,
+                       timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((repo / "results" / "next" / "summary.json").read_text())
     arm = summary["arms"][1]

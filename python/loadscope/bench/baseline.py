@@ -17,7 +17,7 @@ import inspect
 import json
 import os
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .._errors import ConfigError
 from . import env as envmod
@@ -144,8 +144,11 @@ def bottleneck(o: Dict[str, Any], has_step: bool) -> Dict[str, Any]:
         if alone and cpu_ms is not None:
             lines.append(f"the pipeline alone delivers {alone:.0f} samples/s at {cpu_ms:.2f} ms of CPU per sample")
     if flat is not None:
-        lines.append(f"flat out (the pipeline alone, no step), it kept {flat:.2f} ± {o.get('cores_used_uncertainty', 0):.2f} "
-                     f"of {usable} usable cores busy"
+        # As the Observed table gives it (median [95% interval]): one figure, one way.
+        lo, hi = o["cores_used"].get("ci_low"), o["cores_used"].get("ci_high")
+        ci = f" [{_fmt(lo, 'cores')}, {_fmt(hi, 'cores')}]" if lo is not None and hi is not None else ""
+        lines.append(f"flat out (the pipeline alone, no step), it kept {_fmt(flat, 'cores')}{ci} of {usable} usable "
+                     "cores busy"
                      + (" — what the pipeline does alone, not what training leaves it" if kind != "pipeline" else ""))
     return {"kind": kind, "lines": lines}
 
@@ -464,7 +467,26 @@ def _swap_source(exp: Experiment, kwargs: Dict[str, Any], swap: Dict[str, Any]) 
             f"    return ls.from_dataloader({fn_name}({call}))\n")
 
 
-def next_experiment_text(exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any]) -> str:
+def _where(exp: Experiment, folder: str) -> Tuple[Optional[str], Optional[str]]:
+    """training_repo and [dataset] path as the experiment in `folder` writes them: "auto" when
+    the repository is the one that folder lies in (the file then works wherever in the
+    repository it is copied, experiments/ included), else a path relative to the folder; the
+    data relative to the repository (what [dataset] path is relative to) where it lies in it."""
+    from .experiment import repository_root
+
+    repo = exp.training_repo
+    data = exp.dataset.get("path")
+    if repo is None:
+        return None, data
+    if data and os.path.commonpath([repo, os.path.abspath(data)]) == repo:
+        data = os.path.relpath(data, repo)
+    if repository_root(folder) == repo:
+        return "auto", data
+    return os.path.relpath(repo, folder), data
+
+
+def next_experiment_text(exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any],
+                         folder: Optional[str] = None) -> str:
     arm = exp.arms[0].config
     L = [f"# Suggested by `loadscope bench baseline` on {time.strftime('%Y-%m-%d %H:%M')}: {s['why']}.",
          f"# Hypothesis: {s['hypothesis']} (expected verdict: {s['expect']}).",
@@ -472,10 +494,16 @@ def next_experiment_text(exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, A
     if s["needs"]:
         L.append(f"# First {s['needs']}.")
     L += [f'name = "next-{s["factor"]}"', f"description = {_toml_value(s['why'] + '. Hypothesis: ' + s['hypothesis'])}"]
-    if exp.training_repo:
-        L.append(f"training_repo = {_toml_value(exp.training_repo)}")
-    if exp.dataset.get("path"):
-        L += ["", "[dataset]", f"path = {_toml_value(exp.dataset['path'])}"]
+    repo, data = _where(exp, folder or os.getcwd())
+    if repo == "auto":
+        L.append('training_repo = "auto"   # the repository this file lies in: it works from experiments/ as it is')
+    elif repo:
+        L.append(f"training_repo = {_toml_value(repo)}   # relative to this file's folder")
+    # Copied into experiments/ (with the factory beside it, if any), pytest fails CI on a
+    # confident roll back of the second arm (docs/ab-testing.md#experiments-as-tests).
+    L.append("gate = true")
+    if data:
+        L += ["", "[dataset]", f"path = {_toml_value(data)}"]
     L += ["", "[pipeline]"]
     if s["factor"] != "factory":
         L.append(f"factory = {_toml_value(arm['factory'])}")
@@ -518,25 +546,69 @@ def next_experiment_text(exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, A
     return "\n".join(L) + "\n"
 
 
-def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any]) -> None:
+def rehearse(path: str, text: str) -> Optional[Tuple[str, str]]:
+    """Each arm of the experiment `text` (to be written at `path`) built as `bench run` will
+    build it — the factory called with the arm's arguments in the training repository, with its
+    root on the path — and one batch drawn; the check pass's too, with its overrides. None when
+    all draw a batch, else (the factory that did not, why: the arm and the reason)."""
+    from . import pipelines
+    from .experiment import from_dict
+
+    exp = from_dict(toml_module().loads(text), source=os.path.abspath(path))
+    here = os.getcwd()
+    passes = [(a, None) for a in exp.arms]
+    if exp.correctness["overrides"]:
+        passes += [(a, exp.correctness["overrides"]) for a in exp.arms]
+    for arm, overrides in passes:
+        what = f"arm {arm.name}" + (f" with the check's arguments {overrides}" if overrides else "")
+        pipe = None
+        try:
+            os.chdir(exp.training_repo or here)
+            with user.on_path(exp.training_repo):
+                pipe = pipelines.UserPipeline(arm.config, dict(exp.factory_kwargs(arm.config), **(overrides or {})))
+                if next(iter(pipe.epoch(0)), None) is None:
+                    return arm.config["factory"], f"{what}: its first epoch has no batch"
+        except Exception as e:  # the user's code or ours: either way the experiment would fail there
+            why = str(e).splitlines()[0] if isinstance(e, ConfigError) else f"{type(e).__name__}: {e}"
+            return arm.config["factory"], f"{what}: {why}"
+        finally:
+            if pipe is not None:
+                pipe.close()
+            os.chdir(here)
+    return None
+
+
+def write_next(path: str, exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, Any], o: Dict[str, Any],
+               rehearsed: bool = False) -> None:
     """Writes next-experiment.toml (and the swap's factory beside it, when the swap needs one),
     after checking them as `bench run` will: the experiment's schema, and every callable it
     names imported and its signature bound to the arguments it will get (the swap's factory
-    was translated for those arguments by suggest)."""
+    was translated for those arguments by suggest). `rehearsed`: and each arm drawing a batch
+    (``rehearse``); where one does not, the experiment is withheld (``s["withheld"]``: why, and
+    its text for diagnosis.md) and a generated factory that failed becomes a stub raising why."""
     from .experiment import from_dict
 
     tomllib = toml_module()
 
     if s.get("swap"):
         s["swap"]["path"] = os.path.join(os.path.dirname(os.path.abspath(path)), SWAP_FILE)
-        s["values"][1] = f"{s['swap']['path']}:{SWAP_NAME}"
+        s["values"][1] = f"{SWAP_FILE}:{SWAP_NAME}"  # beside the experiment: the two move together
         with open(s["swap"]["path"], "w") as f:
             f.write(_swap_source(exp, dict(kwargs, **(s.get("pipeline") or {})), s["swap"]))
-    text = next_experiment_text(exp, kwargs, s, o)
+    text = next_experiment_text(exp, kwargs, s, o, os.path.dirname(os.path.abspath(path)))
     try:
         user.validate(from_dict(tomllib.loads(text), source=os.path.abspath(path)))
     except ConfigError as e:  # the suggestion is ours: a bug here, not the user's
         raise RuntimeError(f"loadscope bench baseline wrote an experiment that does not validate ({e}):\n{text}") from None
+    failed = rehearse(path, text) if rehearsed else None
+    if failed is not None:
+        factory, why = failed
+        s["withheld"] = {"why": why, "text": text}
+        if s.get("swap") and s["swap"]["why"] is None and factory.endswith(f"{SWAP_FILE}:{SWAP_NAME}"):
+            s["swap"]["why"] = why
+            with open(s["swap"]["path"], "w") as f:
+                f.write(_swap_source(exp, dict(kwargs, **(s.get("pipeline") or {})), s["swap"]))
+        return
     with open(path, "w") as f:
         f.write(text)
 
@@ -646,14 +718,19 @@ def diagnosis(out_dir: str, exp: Experiment, kwargs: Dict[str, Any], o: Dict[str
           f"`{c['metric']}` (adopt when its gain's interval is above {c['min_gain']:+.1%}"
           + (", guarding " + ", ".join(f"`{k}` within {v:.0%}" for k, v in c["max_regression"].items())
              if c.get("max_regression") else "") + f"); if the hypothesis holds, the verdict is **{s['expect']}**. "
-          "Written to `next-experiment.toml`:", "", "```",
-          f"loadscope bench run {os.path.join(out_dir, 'next-experiment.toml')}", "```"]
+          + ("Written to `next-experiment.toml`:" if not s.get("withheld") else
+             "**Not written**: before writing it, each of its arms was built as `bench run` builds it and asked for "
+             f"a batch, and {s['withheld']['why']}. It would fail when run; once that is fixed, this is the "
+             "experiment (save it as `next-experiment.toml`):"), "", "```",
+          f"loadscope bench run {os.path.join(out_dir, 'next-experiment.toml')}" if not s.get("withheld") else
+          s["withheld"]["text"].rstrip("\n"), "```"]
     L += [f"- {n}" for n in s.get("notes", [])]
-    if s.get("swap") and not s["needs"]:
+    if s.get("swap") and not s["needs"] and not s.get("withheld"):
         L += [f"- the loadscope arm is `{SWAP_FILE}` beside it: your DataLoader translated option for option "
               "(`loadscope.from_dataloader`), with the translation in its docstring — yours to keep"]
-    if s["needs"]:
-        L += ["", f"**Before it can run**: {s['needs']}. `{SWAP_FILE}` beside it is a stub that fails with that message."]
+    if s["needs"] or (s.get("withheld") and s.get("swap") and s["swap"]["why"]):
+        L += ["", f"**Before it can run**: {s['needs'] or 'write ' + SWAP_NAME + ': ' + s['swap']['why']}. "
+                  f"`{SWAP_FILE}` beside it is a stub that fails with that message."]
     return "\n".join(L) + "\n"
 
 
@@ -689,9 +766,13 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
         json.dump(environment, f, indent=1)
     config = exp.arms[0].config
     rows: List[Dict[str, Any]] = []
+    say(f"baseline: {repetitions} repetitions, each a fresh process: {warmup_samples} warm-up samples, then {samples} "
+        "measured with the pipeline alone" + (", then with the step" if exp.step["compute"] != "none" else "")
+        + "; the first one tells how long the rest will take")
     with open(os.path.join(out_dir, "raw.jsonl"), "w") as raw:
         for i in range(repetitions):
             tag = f"{i:03d}"
+            started = time.monotonic()
             spec = {"config": config, "step": exp.step, "run": exp.run, "root": None, "stage_dir": None, "cuda": False,
                     "repo": exp.training_repo, "harness_keys": sorted(USER_PIPELINE), "check_overrides": {},
                     "restart": "baseline"}
@@ -711,10 +792,13 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
             say(f"  {tag} {merged['throughput']:8.1f} samples/s"
                 + (f"  end to end {merged['e2e_throughput']:8.1f}" if exp.step["compute"] != "none" else "")
                 + f"  peak PSS {merged['peak_pss']:6.0f} MiB")
+            if i == 0 and repetitions > 1:
+                say(_time_left(time.monotonic() - started, repetitions, samples, warmup_samples))
     o = observe(rows, environment["cpu"]["usable_cpus"])
     o["step_parts"] = scaling.mean_decomposition([r["decomposition"] for r in rows if r.get("decomposition")])
     s = suggest(exp, o, kwargs, out_dir)
-    write_next(os.path.join(out_dir, "next-experiment.toml"), exp, kwargs, s, o)
+    say("baseline: building each arm of the next experiment and drawing a batch from it ...")
+    write_next(os.path.join(out_dir, "next-experiment.toml"), exp, kwargs, s, o, rehearsed=True)
     text = diagnosis(out_dir, exp, kwargs, o, s, repetitions)
     with open(os.path.join(out_dir, "diagnosis.md"), "w") as f:
         f.write(text)
@@ -724,6 +808,21 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
     with open(os.path.join(out_dir, "baseline.json"), "w") as f:
         json.dump(result, f, indent=1, default=str)
     return result
+
+
+def _time_left(first: float, repetitions: int, samples: int, warmup: int, budget: float = 300.0) -> str:
+    """What the first repetition's time says about the rest, and, when the whole would take
+    longer than `budget` seconds, sizes that fit it (a repetition's time is roughly linear in
+    its samples; the process start is part of it, so this errs on the short side)."""
+    total = first * repetitions
+    line = (f"  the first repetition took {first:.0f} s: the other {repetitions - 1} take about "
+            f"{first * (repetitions - 1) / 60:.1f} min")
+    if total > budget:
+        scale = budget / total
+        fewer = max(64, int(samples * scale) // 64 * 64)
+        line += (f"; for about {budget / 60:.0f} min in all, stop (Ctrl-C) and run again with --samples {fewer} "
+                 f"--warmup-samples {max(32, int(warmup * scale) // 32 * 32)} (fewer samples widen the intervals)")
+    return line
 
 
 def parse_arg(text: str) -> tuple:

@@ -395,10 +395,50 @@ def _resolve_path(path: str, base: Optional[str]) -> str:
     return os.path.abspath(path if os.path.isabs(path) or not base else os.path.join(base, path))
 
 
+# What marks a repository's root for training_repo = "auto".
+REPO_MARKERS = (".git", "pyproject.toml", "setup.py", "setup.cfg")
+
+
+def repository_root(start: str) -> Optional[str]:
+    """The nearest folder from `start` upwards that holds a repository's marker, or None."""
+    here = os.path.abspath(start)
+    while True:
+        if any(os.path.exists(os.path.join(here, m)) for m in REPO_MARKERS):
+            return here
+        up = os.path.dirname(here)
+        if up == here:
+            return None
+        here = up
+
+
+def _factory_files(raw: Dict[str, Any], base: Optional[str]) -> None:
+    """A factory named by a file relative to the experiment's folder ("loadscope_factory.py:f",
+    as `bench baseline` writes one beside its experiment) is made absolute, in `raw` too: the
+    two files move together. A name not found there keeps its meaning (the working directory,
+    then the training repository)."""
+    def fix(spec: Any) -> Any:
+        if isinstance(spec, str) and spec.count(":") == 1 and base:
+            module, attr = spec.split(":")
+            if module.endswith(".py") and not os.path.isabs(module) and os.path.isfile(os.path.join(base, module)):
+                return os.path.abspath(os.path.join(base, module)) + ":" + attr
+        return spec
+
+    pipe, factor = raw.get("pipeline"), raw.get("factor")
+    if isinstance(pipe, dict) and "factory" in pipe:
+        pipe["factory"] = fix(pipe["factory"])
+    if isinstance(factor, dict) and factor.get("name") == "factory" and isinstance(factor.get("values"), list):
+        factor["values"] = [fix(v) for v in factor["values"]]
+    for arm in raw.get("arms") or []:
+        if isinstance(arm, dict) and "factory" in arm:
+            arm["factory"] = fix(arm["factory"])
+
+
 def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     """Validates `raw` into an Experiment. A relative `training_repo` is relative to the file's
-    folder (`source`), else to the current directory; it is stored absolute (in `raw` too, so
-    the experiment.effective.json a run writes reruns from anywhere)."""
+    folder (`source`), else to the current directory; "auto" is the nearest folder above that
+    holds .git, pyproject.toml, setup.py or setup.cfg. It is stored absolute (in `raw` too, so
+    the experiment.effective.json a run writes reruns from anywhere), as is a factory named by a
+    file beside the experiment."""
     unknown = sorted(set(raw) - set(TOP))
     if unknown:
         raise ConfigError(f"experiment: unknown key(s) {', '.join(unknown)}; allowed are {', '.join(TOP)}")
@@ -407,6 +447,8 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     if not isinstance(name, str) or not name or not all(c.isalnum() or c in "-_." for c in name):
         raise ConfigError(f"experiment: name = {name!r}: a non-empty name of letters, digits, '-', '_', '.'")
     user = _is_user(raw)
+    base_dir = os.path.dirname(source) if source else None
+    _factory_files(raw, base_dir)
     factor_t = raw.get("factor")
     if not isinstance(factor_t, dict) or "name" not in factor_t:
         raise ConfigError("experiment: [factor] with name = one of " + ", ".join(PIPELINE)
@@ -491,8 +533,13 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
     for k in correctness["overrides"]:
         if k in USER_PIPELINE:
             raise ConfigError(f"[correctness] overrides: {k} is the harness's, not a factory argument")
-    base_dir = os.path.dirname(source) if source else None
     repo = raw.get("training_repo")
+    if repo == "auto":
+        found = repository_root(base_dir or os.getcwd())
+        if found is None:
+            raise ConfigError(f"experiment: training_repo = 'auto': no folder above {base_dir or os.getcwd()} holds "
+                              f"{', '.join(REPO_MARKERS)}; name the repository's folder (relative to this file's)")
+        repo = found
     if repo is not None:
         if not isinstance(repo, str) or not os.path.isdir(_resolve_path(repo, base_dir)):
             raise ConfigError(f"experiment: training_repo = {repo!r}: the path of an existing directory (relative to the "

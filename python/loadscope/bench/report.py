@@ -260,7 +260,10 @@ def _verdict(exp: Experiment, arm: str, s: Dict[str, Any]) -> Dict[str, Any]:
     # Honesty: can this run answer the question it was asked? (Note [what a run can resolve])
     warnings = []
     res = s["resolution"][arm]
-    if res.get(m) is not None and res[m] > c["min_gain"]:
+    # Where the interval already decides, what the spread could hide is no longer the question:
+    # the warning would only contradict the confident line above it.
+    decided = g["low"] is not None and (g["low"] > c["min_gain"] or (g["high"] is not None and g["high"] < c["min_gain"]))
+    if res.get(m) is not None and res[m] > c["min_gain"] and not decided:
         warnings.append(f"{m}: this run cannot resolve a gain of {pct(c['min_gain'])}: with {n} repetitions and the spread "
                         f"observed, effects within ±{res[m] * 100:.1f}% are indistinguishable from none; about "
                         f"{_repetitions_for(res[m], c['min_gain'], n)} repetitions (or longer ones) would resolve it")
