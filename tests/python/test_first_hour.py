@@ -318,3 +318,35 @@ def test_one_version_everywhere_and_the_install_registers_the_entry_points():
            if e.name == "loadscope"}
     assert eps == {("console_scripts", "loadscope"): "loadscope.__main__:main",
                    ("pytest11", "loadscope"): "loadscope.pytest_plugin"}
+
+
+def test_an_experiment_whose_arm_cannot_draw_a_batch_is_withheld_with_the_reason(repo, tmp_path, monkeypatch):
+    """Before writing next-experiment.toml each arm is built as `bench run` builds it and asked
+    for a batch: here the dataset lists a file that is gone, past the DataLoader's first batch,
+    and the translated Loader's check reads it. The experiment is withheld (its text and the
+    reason go to diagnosis.md) and the generated factory is a stub that raises the reason."""
+    from loadscope.bench import baseline, user
+
+    (repo / "trainer" / "gone.py").write_text(DATA.replace(
+        "    dataset = ImageFolder(root, transform=transform(train, size))\n",
+        "    dataset = ImageFolder(root, transform=transform(train, size))\n"
+        "    dataset.samples.append(('data/folder/gone/missing.jpg', 0))\n"))
+    exp = baseline._experiment("trainer.gone:make_loader", {}, setup=None, step=None, repo=str(repo), sample_ids=None,
+                               batch_size_of=None, grad_accum=1, world_size=1, run={}, data=None)
+    o = {k: {"median": None} for k, _, _ in baseline.ROWS}
+    o.update({"cores_used": {"median": 1.9, "ci_low": 1.8, "ci_high": 2.0}, "cpu_per_sample": {"median": 2.0}})
+    o.update(usable_cpus=2, persistent_workers=False, has_ids=False, cores_used_uncertainty=0.0,
+             pipeline={"dataloader": True, "num_workers": 2, "sampler": "RandomSampler", "ids_by_position": True})
+    s = baseline.suggest(exp, o, {}, str(tmp_path))
+    assert s["factor"] == "factory" and s["needs"] is None  # it translates: the failure comes when it draws
+    path = tmp_path / "next-experiment.toml"
+    baseline.write_next(str(path), exp, {}, s, o, rehearsed=True)
+    assert not path.exists()
+    why = s["withheld"]["why"]
+    assert why.startswith("arm factory=make_loadscope_loader: ") and "missing.jpg" in why, why
+    assert 'name = "next-factory"' in s["withheld"]["text"]
+    monkeypatch.chdir(repo)
+    with user.on_path(str(repo)):
+        stub = user.resolve(f"{tmp_path}/loadscope_factory.py:make_loadscope_loader", "f")
+        with pytest.raises(NotImplementedError, match="missing.jpg"):
+            stub()
