@@ -100,7 +100,8 @@ bench: build
 
 # The self-contained wheel in dist/ (scripts/build-wheel.sh): the extension with the libraries it
 # needs, an LGPL decoders-only FFmpeg among them, and the THIRD-PARTY notice; plus the sdist.
-wheel: build
+# Only that: no development venv, no tests, no apt (it names the Debian packages it lacks).
+wheel:
 	@scripts/build-wheel.sh
 
 # The sdist, built and installed by pip (isolated build) into a throwaway venv, then used.

