@@ -36,7 +36,7 @@ class Loader:
     """Loads batches with native threads. Iterate it like a ``torch.utils.data.DataLoader``.
 
     Args:
-        source: ``Folder``, ``FileList`` or ``WebDataset``.
+        source: ``Folder``, ``Files``, ``FileList``, ``WebDataset`` or ``Mix``.
         fields: output name -> field (``Image``, ``VideoClip``, ``Audio``, ``Int``, ``Text``,
             ``Json``, ``Bytes``). Each field reads the sample member of the same name unless it
             says ``keys=``.

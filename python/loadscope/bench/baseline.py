@@ -500,7 +500,7 @@ def next_experiment_text(exp: Experiment, kwargs: Dict[str, Any], s: Dict[str, A
     elif repo:
         L.append(f"training_repo = {_toml_value(repo)}   # relative to this file's folder")
     # Copied into experiments/ (with the factory beside it, if any), pytest fails CI on a
-    # confident roll back of the second arm (docs/ab-testing.md#experiments-as-tests).
+    # confident roll back of the second arm (docs/ab-testing.md#in-your-test-suite).
     L.append("gate = true")
     if data:
         L += ["", "[dataset]", f"path = {_toml_value(data)}"]
