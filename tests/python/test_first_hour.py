@@ -350,3 +350,21 @@ def test_an_experiment_whose_arm_cannot_draw_a_batch_is_withheld_with_the_reason
         stub = user.resolve(f"{tmp_path}/loadscope_factory.py:make_loadscope_loader", "f")
         with pytest.raises(NotImplementedError, match="missing.jpg"):
             stub()
+
+
+def test_a_figure_given_twice_is_given_one_way_and_the_time_left_is_said():
+    """The bottleneck section quotes the Observed table's figures as the table gives them (cores
+    busy with the same interval, not a second kind of uncertainty); the first repetition's time
+    says how long the rest take, and sizes that fit five minutes when that is longer."""
+    from loadscope.bench import baseline
+
+    o = {k: {"median": None} for k, _, _ in baseline.ROWS}
+    o.update(cores_used={"median": 1.1634, "ci_low": 0.8531, "ci_high": 1.7024}, cpu_per_sample={"median": 0.6449},
+             throughput={"median": 1234.5}, usable_cpus=2, cores_used_uncertainty=0.05)
+    lines = " ".join(baseline.bottleneck(o, False)["lines"])
+    table = {k: baseline._fmt(o[k]["median"], unit) for k, _, unit in baseline.ROWS if o[k]["median"] is not None}
+    assert f"kept {table['cores_used']} [0.853, 1.7] of 2 usable cores" in lines and "±" not in lines, lines
+    assert f"{table['cpu_per_sample']} ms of CPU per sample" in lines and f"{table['throughput']} samples/s" in lines
+    assert baseline._time_left(30.0, 3, 1024, 256) == "  the first repetition took 30 s: the other 2 take about 1.0 min"
+    slow = baseline._time_left(200.0, 3, 1024, 256)
+    assert "the other 2 take about 6.7 min" in slow and "--samples 512 --warmup-samples 128" in slow, slow

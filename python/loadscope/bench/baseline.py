@@ -131,18 +131,18 @@ def bottleneck(o: Dict[str, Any], has_step: bool) -> Dict[str, Any]:
                         f"{1 / (1 - wait) - 1:.0%} faster" if kind == "input" else
                         "**compute-bound** — the step decides the speed; a faster pipeline would not speed training up"))
         if e2e and alone:
-            lines.append(f"training took {e2e:.0f} samples/s; the pipeline alone delivers {alone:.0f} samples/s "
+            lines.append(f"training took {_fmt(e2e, 'samples/s')} samples/s; the pipeline alone delivers {_fmt(alone, 'samples/s')} samples/s "
                          f"({alone / e2e:.2g}x what training takes)")
         if at_rate is not None and cpu_ms is not None:
-            lines.append(f"at the rate training takes samples, feeding it costs **{at_rate:.2f} of {usable} usable cores** "
-                         f"({cpu_ms:.2f} ms of CPU per sample, all the pipeline's processes, x {e2e:.0f} samples/s): "
+            lines.append(f"at the rate training takes samples, feeding it costs **{_fmt(at_rate, 'cores')} of {usable} usable cores** "
+                         f"({_fmt(cpu_ms, 'ms')} ms of CPU per sample, all the pipeline's processes, x {_fmt(e2e, 'samples/s')} samples/s): "
                          "cores the step and the rest of the job do not get")
     else:
         kind = "pipeline"
         lines.append("no step was given: only the pipeline was measured (give --step to measure training end to end "
                      "and the data wait)")
         if alone and cpu_ms is not None:
-            lines.append(f"the pipeline alone delivers {alone:.0f} samples/s at {cpu_ms:.2f} ms of CPU per sample")
+            lines.append(f"the pipeline alone delivers {_fmt(alone, 'samples/s')} samples/s at {_fmt(cpu_ms, 'ms')} ms of CPU per sample")
     if flat is not None:
         # As the Observed table gives it (median [95% interval]): one figure, one way.
         lo, hi = o["cores_used"].get("ci_low"), o["cores_used"].get("ci_high")
@@ -166,19 +166,19 @@ def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
                    "cores are idle) or needs less CPU per sample (the swap) would raise end-to-end throughput — unless "
                    "the step competes with the pipeline for the same cores, which the end-to-end figure shows too.")
     elif kind == "compute" and at_rate is not None and usable:
-        out.append(f"training is compute-bound: the pipeline's speed does not matter now, its cost does — {at_rate:.2f} "
+        out.append(f"training is compute-bound: the pipeline's speed does not matter now, its cost does — {_fmt(at_rate, 'cores')} "
                    f"of {usable} cores at the rate training takes samples; less CPU per sample would free them "
                    "(and a pipeline with headroom keeps up when the step gets faster).")
     if cores is not None and usable and kind in ("input", "pipeline"):
         if cores > 0.85 * usable:
-            out.append(f"the pipeline alone kept {cores:.1f} of {usable} usable cores busy: CPU-bound here; more "
+            out.append(f"the pipeline alone kept {_fmt(cores, 'cores')} of {usable} usable cores busy: CPU-bound here; more "
                        "workers cannot help, less CPU work per sample can (decoding and augmenting in native threads, "
                        "a smaller decode via DCT scaling, fewer copies).")
         elif p.get("dataloader") and (p.get("num_workers") or 0) < usable:
-            out.append(f"the pipeline alone used {cores:.1f} of {usable} usable cores with {p.get('num_workers')} "
+            out.append(f"the pipeline alone used {_fmt(cores, 'cores')} of {usable} usable cores with {p.get('num_workers')} "
                        "DataLoader workers: more workers may turn idle cores into throughput.")
         elif cores < 0.5 * usable:
-            out.append(f"the pipeline used only {cores:.1f} of {usable} usable cores: it waits on something other than "
+            out.append(f"the pipeline used only {_fmt(cores, 'cores')} of {usable} usable cores: it waits on something other than "
                        "the CPU (storage, a lock, the main process's collation or pinning).")
     new, flip = med.get("new_epoch_first_batch"), med.get("flipped_new_epoch_first_batch")
     if new is not None and flip is not None and o["persistent_workers"] is False and flip < 0.5 * new:
@@ -377,14 +377,14 @@ def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted
                     "criteria": {"metric": "new_epoch_first_batch", "min_gain": 0.05, "max_regression": {"peak_pss": 0.10}}}
         if idle:
             more = min(usable, max(1, 2 * nw))
-            return {"why": f"training waits for data {wait:.0%} of the time while the pipeline uses {cores:.1f} of "
+            return {"why": f"training waits for data {wait:.1%} of the time while the pipeline uses {_fmt(cores, 'cores')} of "
                            f"{usable} cores", "factor": "num_workers", "values": [nw, more], "needs": None,
                     "hypothesis": f"{more - nw} more worker(s) turn idle cores into input, and the wait into training",
                     "expect": "adopt",
                     "criteria": {"metric": "e2e_throughput", "min_gain": min_gain, "max_regression": {"peak_pss": 0.5}}}
-        return swap("e2e_throughput", f"training waits for data {wait:.0%} of the time and the pipeline needs "
-                                      f"{cpu_ms:.2f} ms of CPU per sample" if cpu_ms is not None else
-                    f"training waits for data {wait:.0%} of the time",
+        return swap("e2e_throughput", f"training waits for data {wait:.1%} of the time and the pipeline needs "
+                                      f"{_fmt(cpu_ms, 'ms')} ms of CPU per sample" if cpu_ms is not None else
+                    f"training waits for data {wait:.1%} of the time",
                     "loadscope decodes and augments the same samples with less CPU per sample, in threads: the loop "
                     "waits less and training gets faster end to end",
                     {"min_gain": min_gain, "max_regression": {"peak_pss": 0.25}})
@@ -392,13 +392,13 @@ def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted
         # What feeding training costs is the question: the swap answers it where it can be
         # written (a loadscope factory exists, or the DataLoader translates); else fewer workers.
         if target["translated"] or not (workers_arg and nw > 1):
-            return swap("cpu_per_sample", f"training is compute-bound (data wait {wait:.0%}), and feeding it costs "
-                                          f"{at_rate:.2f} of {usable} cores" if at_rate is not None else
-                        f"training is compute-bound (data wait {wait:.0%})",
+            return swap("cpu_per_sample", f"training is compute-bound (data wait {wait:.1%}), and feeding it costs "
+                                          f"{_fmt(at_rate, 'cores')} of {usable} cores" if at_rate is not None else
+                        f"training is compute-bound (data wait {wait:.1%})",
                         "loadscope delivers the same samples for less CPU per sample, freeing cores without slowing "
                         "training (end-to-end throughput is guarded, not asked to rise: the step decides it)",
                         {"min_gain": 0.05, "max_regression": {"e2e_throughput": 0.10, "peak_pss": 0.25}})
-        return {"why": f"training is compute-bound (data wait {wait:.0%}): fewer workers may keep the speed and save "
+        return {"why": f"training is compute-bound (data wait {wait:.1%}): fewer workers may keep the speed and save "
                        "memory and cores", "factor": "num_workers", "values": [nw, max(1, nw // 2)], "needs": None,
                 "hypothesis": "half the workers still keep the step fed, with less memory",
                 "expect": "adopt",
@@ -406,12 +406,12 @@ def _choose(exp: Experiment, o: Dict[str, Any], kwargs: Dict[str, Any], accepted
     # The pipeline alone.
     if idle:
         more = min(usable, max(1, 2 * nw))
-        return {"why": f"the pipeline used {cores:.1f} of {usable} cores: another worker may use the idle ones",
+        return {"why": f"the pipeline used {_fmt(cores, 'cores')} of {usable} cores: another worker may use the idle ones",
                 "hypothesis": "more workers turn idle cores into throughput", "expect": "adopt",
                 "factor": "num_workers", "values": [nw, more], "needs": None,
                 "criteria": {"metric": "throughput", "min_gain": 0.05, "max_regression": {"peak_pss": 0.5}}}
-    return swap("throughput", f"the pipeline is CPU-bound ({cores:.1f} of {usable} cores)" if cores > 0.85 * usable
-                else f"the pipeline uses {cores:.1f} of {usable} cores and a worker more is not an option here",
+    return swap("throughput", f"the pipeline is CPU-bound ({_fmt(cores, 'cores')} of {usable} cores)" if cores > 0.85 * usable
+                else f"the pipeline uses {_fmt(cores, 'cores')} of {usable} cores and a worker more is not an option here",
                 "loadscope does the same work with less CPU per sample: more samples per second on the same cores",
                 {"min_gain": 0.05, "max_regression": {"peak_pss": 0.25}})
 
