@@ -196,8 +196,11 @@ def expected(repo: Path, variant: str, train: bool = False):
 @pytest.mark.parametrize("variant", ["cut", "subset", "ops"])
 def test_the_baselines_experiment_runs_as_written_and_moves_into_experiments(repo, variant):
     out = repo / "results" / "baseline" / variant
+    # --workers 0 (as `main.py -j 0` runs): the DataLoader in the main process, so that no
+    # repetition waits for worker processes to start; the DDP run below has its workers.
     r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "baseline", "main:make_loader", "--arg",
-                        f'variant="{variant}"', "--setup", "main:build", "--step", "main:step", "--repo", ".",
+                        f'variant="{variant}"', "--arg", "workers=0", "--setup", "main:build", "--step", "main:step",
+                        "--repo", ".",
                         "--data", "data/folder", "--samples", "48", "--warmup-samples", "16", "--repetitions", "1",
                         "--out", str(out), "--quiet"], cwd=repo, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -144,7 +144,7 @@ def test_the_baselines_suggestion_runs_as_written_and_its_verdict_is_the_one_it_
 
     # As written: no edit (fewer repetitions than it asks for, from the command line: a quick first look).
     r = subprocess.run([sys.executable, "-m", "loadscope", "bench", "run", str(out / "next-experiment.toml"), "--out",
-                        "results/next", "--repetitions", "3", "--quiet"], cwd=repo, capture_output=True, text=True,
+                        "results/next", "--repetitions", "2", "--quiet"], cwd=repo, capture_output=True, text=True,
                        timeout=900)
     assert r.returncode == 0, r.stdout + r.stderr
     summary = json.loads((repo / "results" / "next" / "summary.json").read_text())
