@@ -491,7 +491,7 @@ class Audio(Field):
 
     def __post_init__(self) -> None:
         n = "Audio"
-        int_arg("Audio.sample_rate", self.sample_rate, 1, 768000)
+        _int(n, "sample_rate", self.sample_rate)  # up to the highest rate decoded (decode/limits.h)
         int_arg("Audio.channels", self.channels, 1, 8)
         if (self.seconds is None) == (self.max_seconds is None):
             raise ConfigError("Audio: give seconds= (a window) or max_seconds= (the stream from its start), one of them")

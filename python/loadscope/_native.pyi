@@ -200,6 +200,10 @@ def batch_of_slot(n: int, batch: int, row: int, drop_last: str, slot: int, parti
     """
 def decode_image(data: bytes, field: FieldSpec, seed: int = 0, epoch: int = 0, position: int = 0) -> tuple:
     ...
+def decode_limits() -> dict:
+    """
+    What a header may claim before anything is decoded (decode/limits.h): audio sample rate and channels, the resampling ratio either way, video frame pixels and side.
+    """
 def decode_video_frames(source: typing.Any, pts: list[int], height: int, width: int, channels_last: bool = True, stream: int = -1, rotate: bool = True, color_tags: bool = True, threads: int = 1) -> bytes:
     ...
 def epoch_geometry(n: int, batch: int, row: int, drop_last: str, rank: int = 0) -> tuple:

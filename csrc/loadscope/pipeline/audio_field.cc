@@ -24,7 +24,7 @@ std::vector<Output> AudioField::outputs() const {
 void AudioField::validate(const std::string& field) const {
   const AudioSpec& s = spec_;
   auto fail = [&](const std::string& what) { throw ConfigError("field '" + field + "': " + what); };
-  if (s.sample_rate < 1 || s.sample_rate > 768000) fail("sample_rate must be 1..768000");
+  check_bound(field, "sample_rate", s.sample_rate);
   if (s.channels < 1 || s.channels > 8) fail("channels must be 1..8");
   if ((s.seconds > 0) == (s.max_seconds > 0)) {
     fail("give one of seconds (a window) and max_seconds (the stream from its start), > 0");

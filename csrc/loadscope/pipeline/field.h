@@ -14,6 +14,7 @@
 #include "loadscope/core/engine.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/core/sample.h"
+#include "loadscope/decode/limits.h"
 #include "loadscope/pipeline/outputs.h"
 #include "loadscope/telemetry/telemetry.h"
 
@@ -83,11 +84,12 @@ struct IntBound {
   int64_t min, max;
 };
 inline constexpr IntBound kIntBounds[] = {
-    {"size", 1, 16384},            // each side of an output image or frame
-    {"frames", 1, 100000},         // frames per clip
-    {"clips", 1, 1000},            // clips per video
-    {"decoder_threads", 0, 64},    // FFmpeg threads per video (0: FFmpeg's choice)
-    {"max_pixels", 1, INT64_MAX},  // decoded pixels an image or frame may have
+    {"size", 1, 16384},                          // each side of an output image or frame
+    {"frames", 1, 100000},                       // frames per clip
+    {"clips", 1, 1000},                          // clips per video
+    {"decoder_threads", 0, 64},                  // FFmpeg threads per video (0: FFmpeg's choice)
+    {"max_pixels", 1, INT64_MAX},                // decoded pixels an image or frame may have
+    {"sample_rate", 1, decode::kMaxSampleRate},  // an audio output's rate (decode/limits.h)
 };
 const IntBound& int_bound(const char* name);
 // "field 'x': frames must be 1..100000" when `value` is outside its bound.

@@ -8,6 +8,7 @@
 #include "loadscope/augment/randaugment.h"
 #include "loadscope/core/rng.h"
 #include "loadscope/decode/formats.h"
+#include "loadscope/decode/limits.h"
 #include "loadscope/pipeline/audio_field.h"
 #include "loadscope/pipeline/fields.h"
 #include "loadscope/pipeline/image_field.h"
@@ -72,6 +73,19 @@ void register_fields(py::module_& m) {
       },
       "{option: (min, max)}: the integer options' ranges the field kinds enforce "
       "(pipeline/field.h).");
+  m.def(
+      "decode_limits",
+      [] {
+        py::dict d;
+        d["sample_rate"] = decode::kMaxSampleRate;
+        d["channels"] = decode::kMaxChannels;
+        d["resample_ratio"] = decode::kMaxResampleRatio;
+        d["video_pixels"] = decode::kMaxVideoPixels;
+        d["video_side"] = decode::kMaxVideoSide;
+        return d;
+      },
+      "What a header may claim before anything is decoded (decode/limits.h): audio sample rate "
+      "and channels, the resampling ratio either way, video frame pixels and side.");
   m.def(
       "formats",
       [] {

@@ -17,6 +17,7 @@ extern "C" {
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 #include "loadscope/decode/ffmpeg/input.h"
 #include "loadscope/decode/formats.h"
+#include "loadscope/decode/limits.h"
 
 namespace loadscope::decode {
 
@@ -76,6 +77,22 @@ bool header_is_enough(AVFormatContext* fmt, int stream) {
     if (static_cast<int>(i) != audio) fmt->streams[i]->discard = AVDISCARD_ALL;
   }
   return true;
+}
+
+// A stream's rate and channels as its header (or its first frame) claims them, refused before
+// any work where they are outside decode/limits.h. 0 where the header does not say (the first
+// frame then does).
+void check_claims(int rate, int channels, const char* who) {
+  if (rate < 0 || rate > kMaxSampleRate) {
+    throw DecodeFailure("audio: " + std::string(who) + " a sample rate of " + std::to_string(rate) +
+                        " Hz, outside the 1.." + std::to_string(kMaxSampleRate) +
+                        " Hz loadscope decodes");
+  }
+  if (channels < 0 || channels > kMaxChannels) {
+    throw DecodeFailure("audio: " + std::string(who) + " " + std::to_string(channels) +
+                        " channels, outside the 1.." + std::to_string(kMaxChannels) +
+                        " loadscope decodes");
+  }
 }
 
 }  // namespace
@@ -231,6 +248,8 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
     throw DecodeFailure("audio: no decodable audio stream (" + error_string(rc) + ")");
   }
   s.stream = s.fmt->streams[rc];
+  check_claims(s.stream->codecpar->sample_rate, s.stream->codecpar->ch_layout.nb_channels,
+               "the header claims");
   for (unsigned i = 0; i < s.fmt->nb_streams; ++i) {
     if (static_cast<int>(i) != rc) s.fmt->streams[i]->discard = AVDISCARD_ALL;
   }
@@ -246,13 +265,11 @@ const AudioInfo& AudioDecoder::open_custom(const char* url, int stream, bool mis
   if (f->sample_rate <= 0 || f->ch_layout.nb_channels <= 0) {
     throw DecodeFailure("audio: the first frame has no sample rate or channels");
   }
+  check_claims(f->sample_rate, f->ch_layout.nb_channels, "the first frame has");
   const double tb = av_q2d(s.stream->time_base);
   info_.stream = s.stream->index;
   info_.sample_rate = f->sample_rate;
   info_.channels = f->ch_layout.nb_channels;
-  if (info_.channels > 64) {
-    throw DecodeFailure("audio: " + std::to_string(info_.channels) + " channels (at most 64)");
-  }
   info_.codec = avcodec_get_name(s.stream->codecpar->codec_id);
   info_.start = f->best_effort_timestamp != AV_NOPTS_VALUE ? f->best_effort_timestamp * tb : 0.0;
   const int first_samples = f->nb_samples;
@@ -295,9 +312,12 @@ int64_t AudioDecoder::read_window(int64_t first, int64_t n, int rate, int channe
   const double tb = av_q2d(s.stream->time_base);
   const double target = info_.start + static_cast<double>(first) / rate;  // the window's start
   const int in_rate = info_.sample_rate;
-  if (rate > 256.0 * in_rate) {  // the resampler's buffer grows with the ratio
+  // The resampler's filter grows with the ratio downwards, its buffers with the ratio upwards.
+  if (static_cast<double>(rate) > double{kMaxResampleRatio} * in_rate ||
+      static_cast<double>(in_rate) > double{kMaxResampleRatio} * rate) {
     throw DecodeFailure("audio: resampling " + std::to_string(in_rate) + " Hz to " +
-                        std::to_string(rate) + " Hz: more than 256x");
+                        std::to_string(rate) + " Hz: a ratio over " +
+                        std::to_string(kMaxResampleRatio) + "x");
   }
   const int64_t g = std::gcd<int64_t>(rate, in_rate);
   const int64_t step = in_rate / g;  // input samples per grid cell

@@ -19,6 +19,7 @@ extern "C" {
 #include "loadscope/decode/ffmpeg/ffmpeg_common.h"
 #include "loadscope/decode/ffmpeg/input.h"
 #include "loadscope/decode/formats.h"
+#include "loadscope/decode/limits.h"
 
 namespace loadscope::decode {
 
@@ -26,6 +27,18 @@ using ffmpeg::error_string;
 using ffmpeg::with_log;
 
 namespace {
+
+// Frames of w x h, as a header claims them or a decoder made one, refused where they are over
+// decode/limits.h: the decoder would hold up to 16 such frames. 0: not stated (yet).
+void check_frame_size(int w, int h, const char* who) {
+  if (w > kMaxVideoSide || h > kMaxVideoSide || int64_t{w} * h > kMaxVideoPixels) {
+    throw DecodeFailure("video: " + std::string(who) + " frames of " + std::to_string(w) + "x" +
+                        std::to_string(h) + " (" + std::to_string(int64_t{w} * h) +
+                        " pixels), over the " + std::to_string(kMaxVideoPixels) + " pixels (and " +
+                        std::to_string(kMaxVideoSide) +
+                        " a side) loadscope decodes: 8192x4352, H.264's and HEVC's largest level");
+  }
+}
 
 // Clockwise rotation (0/90/180/270) that shows the stream's frames upright.
 int stream_rotation(const AVStream* st) {
@@ -209,6 +222,7 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
                     : "video: no decodable video stream (" + error_string(rc) + ")");
   }
   s.stream = s.fmt->streams[rc];
+  check_frame_size(s.stream->codecpar->width, s.stream->codecpar->height, "the header claims");
   for (unsigned i = 0; i < s.fmt->nb_streams; ++i) {
     if (static_cast<int>(i) != rc) s.fmt->streams[i]->discard = AVDISCARD_ALL;  // audio, subtitles
   }
@@ -520,7 +534,8 @@ void convert(ffmpeg::SwsPtr& sws, std::vector<uint8_t>& scratch, const AVFrame* 
   if (desc == nullptr || (desc->flags & AV_PIX_FMT_FLAG_HWACCEL)) {
     throw DecodeFailure("video: unsupported pixel format");
   }
-  const int W = f->width, H = f->height;  // stored
+  const int W = f->width, H = f->height;          // stored
+  check_frame_size(W, H, "a decoded frame has");  // a stream may change size after its header
   // The crop box in stored coordinates.
   double x0 = out.x0, y0 = out.y0, x1 = out.x1, y1 = out.y1;
   if (rotation == 90) {
