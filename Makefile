@@ -7,6 +7,20 @@ BUILD  := build/dev
 JOBS   ?= $(shell nproc)
 CXX_SOURCES = $(shell git ls-files 'csrc/*.cc' 'csrc/*.h' 'tests/cpp/*.cc' 'tests/cpp/*.h' 'tests/fuzz/*.cc')
 
+# A compiler cache (ccache, which scripts/bootstrap.sh installs): every CMake build `make` starts —
+# the development build, the sdist's and the wheel's, the sanitizer and fuzzer builds — reuses
+# what an earlier build compiled with the same flags, in this clone or another one on the machine
+# (absolute paths are hashed relative to the build's directory, so a fresh clone hits). Off where
+# ccache is missing (the first `make` on a new machine), or with LOADSCOPE_CCACHE=0.
+ifneq ($(LOADSCOPE_CCACHE),0)
+ifneq ($(shell command -v ccache 2>/dev/null),)
+export CMAKE_C_COMPILER_LAUNCHER := ccache
+export CMAKE_CXX_COMPILER_LAUNCHER := ccache
+export CCACHE_BASEDIR := /
+export CCACHE_NOHASHDIR := 1
+endif
+endif
+
 .PHONY: all deps build stub lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers wheel check-wheel
 
 all: build

@@ -14,7 +14,7 @@ cd "$(dirname "$0")/.."
 # ffmpeg and djpeg CLIs as independent references; clang-format for `make lint`;
 # scikit-image for the real photographs the demo data is cut from.
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config
+  build-essential cmake ninja-build pkg-config ccache
   python3-dev python3-venv python3-pip python3-setuptools python3-wheel
   pybind11-dev python3-pybind11
   libavcodec-dev libavformat-dev libavutil-dev libswscale-dev libswresample-dev
