@@ -1,6 +1,6 @@
 /* swscale's cost per video frame converted to 224x224 by output format and filter: the
- * measurement behind Note [planar output when resizing] (video_decoder.cc). A benchmark, not
- * a test: it asserts nothing. Synthetic 1280x720 yuv420p input, crops of the sizes given.
+ * measurement behind Note [planar output when resizing] (decode/video/video_convert.cc). A
+ * benchmark, not a test: it asserts nothing. Synthetic 1280x720 yuv420p input, crops of the sizes given.
  *
  *   cc -O2 benchmarks/swscale_formats.c -o /tmp/swscale_formats $(pkg-config --cflags --libs libswscale libavutil)
  *   /tmp/swscale_formats 720 720     # crop width, height

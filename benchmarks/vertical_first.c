@@ -1,7 +1,7 @@
 /* Issue 14's next lever, measured (a benchmark, not a test: it asserts nothing). Converting a
- * yuv420p crop to 224x224 planar RGB: swscale scaling both ways (what video_decoder.cc does),
- * against filtering vertically first in plain C (a triangle filter as wide as the downscale, to
- * 4:2:2 at the output's height) and letting swscale scale horizontally only, so that only the
+ * yuv420p crop to 224x224 planar RGB: swscale scaling both ways (what decode/video/video_convert.cc
+ * does), against filtering vertically first in plain C (a triangle filter as wide as the downscale,
+ * to 4:2:2 at the output's height) and letting swscale scale horizontally only, so that only the
  * output's rows are filtered horizontally. Prints ms per frame for both and how far apart their
  * pixels are. Synthetic 1280x720 input (smooth pattern plus noise), crops of the size given.
  *

@@ -8,6 +8,7 @@ graph must have no cycle. The binding (csrc/loadscope/python) sits on top and ma
 layer. Project headers are included by their path from csrc/ ("loadscope/..."), so that every
 one is checked; every file under csrc/loadscope is a .h or a .cc. Third-party headers have
 owners too: codecs only in decode/ and bench/, curl only in io/, pybind11 only in python/.
+No file is longer than MAX_LINES.
 """
 
 import re
@@ -17,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CSRC = ROOT / "csrc" / "loadscope"
 TOP = "python"  # the binding: may include every layer
+MAX_LINES = 900  # a file longer than this holds several steps (part 19)
 
 # third-party header prefix -> the layers that may include it
 OWNED = {
@@ -68,7 +70,11 @@ def main() -> int:
         if layer != TOP and layer not in graph:
             wrong.append(f"{path.relative_to(ROOT)}: folder {layer!r} is no loadscope_layer in CMakeLists.txt")
             continue
-        for n, line in enumerate(path.read_text().splitlines(), 1):
+        lines = path.read_text().splitlines()
+        if len(lines) > MAX_LINES:
+            wrong.append(f"{path.relative_to(ROOT)}: {len(lines)} lines; a file over {MAX_LINES} holds several steps: "
+                         "split it into named parts (as decode/video/ is)")
+        for n, line in enumerate(lines, 1):
             m = re.match(r'\s*#\s*include\s*([<"])([^>"]+)', line)
             if not m:
                 continue
@@ -88,7 +94,7 @@ def main() -> int:
     for w in wrong:
         print(w, file=sys.stderr)
     if wrong:
-        print("check-layers: the includes above go against the layers (CMakeLists.txt, docs/architecture.md)",
+        print("check-layers: the above goes against the layers (CMakeLists.txt, docs/architecture.md)",
               file=sys.stderr)
     return 1 if wrong else 0
 

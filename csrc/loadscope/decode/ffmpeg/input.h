@@ -29,7 +29,7 @@ struct Input {
   uint64_t pos = 0;
   uint64_t memory_read = 0;
   // Answer reads without fetching anything: the demuxer then walks the packets the container's
-  // tables list, at no I/O cost (Note [index from the container's tables] in video_decoder.cc).
+  // tables list, at no I/O cost (Note [index from the container's tables] in video/video_open.cc).
   bool skip = false;
   std::string error;
 
