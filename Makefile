@@ -21,7 +21,7 @@ export CCACHE_NOHASHDIR := 1
 endif
 endif
 
-.PHONY: all deps build stub lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers wheel check-wheel
+.PHONY: all deps build stub options-doc lint check-data test test-cpp test-python test-bench test-example test-compat demo data bench check-install format clean fuzz asan tsan test-sanitizers wheel check-wheel
 
 all: build
 
@@ -71,10 +71,15 @@ lint: build
 	@$(abspath $(VENV))/bin/mypy
 	@$(PY) scripts/check-py-layers.py
 	@$(PY) scripts/gen-native-stub.py --check
+	@$(PY) scripts/gen-options-doc.py --check
 	@clang-format --dry-run -Werror $(CXX_SOURCES)
 
 stub: build
 	@$(PY) scripts/gen-native-stub.py
+
+# docs/options.md's table of the Loader's options, from their declaration (_options.py).
+options-doc: build
+	@$(PY) scripts/gen-options-doc.py
 
 test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -10,6 +10,7 @@
 import torch  # noqa: F401  (loaded before the native module; tensors are made with torch)
 
 from ._errors import (
+    BatchTimeout,
     ConfigError,
     DecodeError,
     ErrorBudgetExceeded,
@@ -34,7 +35,8 @@ from ._fields import (
     normalize,
 )
 from ._loader import Dataset, Loader
-from ._loader_args import default_threads
+from ._options import default_threads
+from ._spec import Spec
 from ._remote import Remote
 from .mix import mixup_cutmix
 from .swap import from_dataloader
@@ -53,8 +55,8 @@ from ._sources import (
 from ._version import __version__ as __version__  # re-exported
 
 __all__ = [
-    "Audio", "Bytes", "ColorJitter", "Op", "augmentations", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
+    "Audio", "BatchTimeout", "Bytes", "ColorJitter", "Op", "augmentations", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Files", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
-    "ReadError", "Remote", "SampleError", "Source", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
+    "ReadError", "Remote", "SampleError", "Source", "Spec", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces", "formats", "from_dataloader", "mixup_cutmix",
 ]

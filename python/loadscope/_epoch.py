@@ -10,13 +10,15 @@ import queue
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from . import _native
-from ._errors import LoadscopeError
+from ._errors import BatchTimeout, LoadscopeError
 
 if TYPE_CHECKING:
+    from ._batches import BatchMaker
     from ._loader import Batch, Loader
+    from ._position import Position
 
 log = logging.getLogger("loadscope")
 
@@ -32,8 +34,15 @@ class _EpochIterator:
     """One pass over the data. Closing it (end of data, ``break`` + garbage collection, ``del``,
     an exception, interpreter exit) stops and joins every native thread."""
 
-    def __init__(self, loader: Loader, run, epoch: int, delivered: int = 0) -> None:
-        self._loader = loader
+    def __init__(self, owner: Loader, run, epoch: int, delivered: int, *, position: Position, batches: BatchMaker,
+                 timeout: float, map_depth: Optional[int], loop: Any) -> None:
+        # The loader, kept alive while its epoch runs (its reports end with it); asked only len().
+        self._owner = owner
+        self._position = position    # where the loader stands: told what was delivered, and the end
+        self._batches = batches      # native batches into the user's form
+        self._timeout = timeout      # seconds next() waits for a batch (0: as long as it takes)
+        self._map_depth = map_depth  # map= in a thread of its own, this many ahead; None: no thread
+        self._loop = loop            # the telemetry's training-loop clock; None when it is off
         self._run = run
         self.epoch = epoch
         self.delivered = delivered  # batches handed out in this epoch, resumed ones included
@@ -50,7 +59,7 @@ class _EpochIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return len(self._owner)
 
     def __next__(self) -> Batch:
         enter = time.monotonic_ns()
@@ -59,13 +68,17 @@ class _EpochIterator:
             if self._ended_because:
                 raise LoadscopeError(f"epoch {self.epoch} {self._ended_because}")
             raise StopIteration
-        if self._loader.map is not None and self._loader._transfer is None:
+        if self._map_depth is not None:
             return self._next_mapped(enter)
         try:
             while True:
                 b = run.next(_WAIT_MS)  # waits with the GIL released
                 if not isinstance(b, str):
                     break
+                self._check_timeout(enter)
+        except BatchTimeout:
+            self._failed = True  # dropped now, the iteration does not hand its epoch back
+            raise  # the epoch goes on: the next call waits again
         except BaseException:
             self._failed = True
             self.close()
@@ -79,20 +92,24 @@ class _EpochIterator:
         if b.skipped:
             self._log_skips(b.skipped)
         self.delivered += 1
-        if self._loader._progress is not None and self._loader._progress["epoch"] == self.epoch:
-            self._loader._progress["batches"] = self.delivered
-        return self._loader._batches.deliver(b, enter, self.epoch)
+        self._position.delivered(self.epoch, self.delivered)
+        return self._batches.deliver(b, enter, self.epoch)
 
     # --- map= on CPU batches: a background thread makes and maps batches ahead -------------
 
     def _next_mapped(self, enter: int) -> Batch:
         if self._mapper is None:
-            self._mapper = _Mapper(self, self._run, self._loader._start_prefetch)
+            assert self._map_depth is not None
+            self._mapper = _Mapper(self, self._run, self._map_depth)
         try:
             while True:
                 item = self._mapper.get(_WAIT_MS / 1000)  # waits in short steps: Ctrl-C gets through
                 if item is not None:
                     break
+                self._check_timeout(enter)
+        except BatchTimeout:
+            self._failed = True
+            raise
         except BaseException:
             self._failed = True
             self.close()
@@ -107,13 +124,18 @@ class _EpochIterator:
             self.close()
             raise value
         self.delivered += 1
-        progress = self._loader._progress
-        if progress is not None and progress["epoch"] == self.epoch:
-            progress["batches"] = self.delivered
-        if self._loader._telemetry_on:
+        self._position.delivered(self.epoch, self.delivered)
+        if self._loop is not None:
             now = time.monotonic_ns()
-            self._loader._loop.delivered(enter, now, now, index)
+            self._loop.delivered(enter, now, now, index)
         return value
+
+    def _check_timeout(self, enter: int) -> None:
+        timeout = self._timeout
+        if timeout and time.monotonic_ns() - enter > timeout * 1e9:
+            raise BatchTimeout(f"no batch within timeout={timeout:g} s: batch {self.delivered} of this rank's "
+                               f"epoch {self.epoch} is still being made (a stalled read or decode? loader.stats() "
+                               "and a trace show where the time goes); next() waits again")
 
     def _run_skips_after(self, run) -> list:
         """The skips of this run not yet logged (the run lists its first 1000, in order)."""
@@ -142,22 +164,21 @@ class _EpochIterator:
             return
         if self._mapper is not None:
             self._mapper.stop()  # before the run: the thread may be waiting in it
-        loader = self._loader
-        progress = loader._progress
-        if progress is not None and progress["epoch"] == self.epoch:
-            progress["closed"] = True  # Note [state after a loop]
-        if (self.delivered == self._start_delivered and not self.finished and not self._failed
-                and loader._epoch == self.epoch + 1):
-            # Note [an iteration that gave nothing]: it did not use its epoch up.
-            loader._epoch = self.epoch
-            loader._resume_batches = self._start_delivered
-            loader._progress = None
+        gave_nothing = self.delivered == self._start_delivered and not self.finished and not self._failed
+        stats: dict = {}
         try:
-            self._loader._last_stats = run.stats()
+            stats = run.stats()
         finally:
+            # Note [state after a loop]; Note [an iteration that gave nothing]
+            self._position.closed(self.epoch, self._start_delivered, gave_nothing, stats)
             run.stop()
             with _live_lock:
                 _live.discard(self)
+
+    def stats(self) -> Optional[dict]:
+        """The running epoch's counters; None once it ended."""
+        run = self._run
+        return run.stats() if run is not None else None
 
     def __del__(self) -> None:
         try:
@@ -178,7 +199,7 @@ class _Mapper:
         # loop dropped it (`break`, `next(iter(loader))`), so it would never close and the thread
         # would wait on a full queue forever, holding the native run.
         self._it = weakref.ref(it)
-        self._loader = it._loader
+        self._batches = it._batches
         self._epoch = it.epoch
         self._run = run
         self._queue: "queue.Queue" = queue.Queue(maxsize=depth)
@@ -214,7 +235,7 @@ class _Mapper:
             del it
 
     def _work(self) -> None:
-        loader = self._loader
+        batches = self._batches
         try:
             while not self._stop.is_set():
                 b = self._run.next(_WAIT_MS)
@@ -230,7 +251,7 @@ class _Mapper:
                 if b.skipped:
                     self._log_skips(b.skipped)
                 try:
-                    out = loader._batches.apply_map(loader._batches.make(b), self._epoch, b.index)
+                    out = batches.apply_map(batches.make(b), self._epoch, b.index)
                 except Exception as e:
                     error = LoadscopeError(f"map= raised on batch {b.index} of epoch {self._epoch} "
                                            f"(first key {b.keys[0] if b.keys else '?'}): {type(e).__name__}: {e}")
@@ -274,7 +295,3 @@ atexit.register(_close_all)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-
-atexit.register(_close_all)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -6,7 +6,8 @@
     │   ├── ReadError                     missing/unreadable file, truncated or corrupt shard
     │   ├── DecodeError                   corrupt, truncated or unsupported image
     │   └── FieldError                    a member is missing or not of the declared type
-    └── ErrorBudgetExceeded               on_error="skip" met more failures than the budget
+    ├── ErrorBudgetExceeded               on_error="skip" met more failures than the budget
+    └── BatchTimeout (also a TimeoutError) no batch within the loader's timeout=
 """
 
 from __future__ import annotations
@@ -67,3 +68,8 @@ class FieldError(SampleError):
 
 class ErrorBudgetExceeded(LoadscopeError):
     """Under ``on_error="skip"``, more samples failed than ``error_budget`` allows."""
+
+
+class BatchTimeout(LoadscopeError, TimeoutError):
+    """``next()`` waited longer than the loader's ``timeout`` for a batch. The epoch is not
+    ended: the batch is still being made, and calling ``next()`` again waits for it again."""

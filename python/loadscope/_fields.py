@@ -103,7 +103,9 @@ class Field:
     keys: Optional[Union[str, Sequence[str]]] = None
     optional: bool = False
 
-    def _native(self, name: str, native):  # pragma: no cover - overridden
+    def _native(self, name: str, native, on_device: bool = False):  # pragma: no cover - overridden
+        """The native field. on_device: batches go to a CUDA device, where float outputs are made
+        after the copy (only images have such work to move)."""
         raise NotImplementedError
 
 
@@ -157,7 +159,7 @@ class Image(Field):
     channels_last: bool = False
     exif: bool = True
     dct_scaling: Optional[bool] = None
-    max_pixels: int = 178956970
+    max_pixels: int = _native.DEFAULT_MAX_PIXELS
     keys: Optional[Union[str, Sequence[str]]] = None
     optional: bool = False
     dtype: Any = "uint8"
@@ -280,7 +282,7 @@ class Int(Field):
     keys: Optional[Union[str, Sequence[str]]] = None
     optional: bool = False
 
-    def _native(self, name, native):
+    def _native(self, name, native, on_device: bool = False):
         _bool("Int", "optional", self.optional)
         return native.plain_field(name=name, keys=_keys(self.keys, name), kind="int", optional=self.optional)
 
@@ -292,7 +294,7 @@ class Text(Field):
     keys: Optional[Union[str, Sequence[str]]] = None
     optional: bool = False
 
-    def _native(self, name, native):
+    def _native(self, name, native, on_device: bool = False):
         _bool("Text", "optional", self.optional)
         return native.plain_field(name=name, keys=_keys(self.keys, name), kind="text", optional=self.optional)
 
@@ -304,7 +306,7 @@ class Json(Field):
     keys: Optional[Union[str, Sequence[str]]] = None
     optional: bool = False
 
-    def _native(self, name, native):
+    def _native(self, name, native, on_device: bool = False):
         _bool("Json", "optional", self.optional)
         return native.plain_field(name=name, keys=_keys(self.keys, name), kind="json", optional=self.optional)
 
@@ -316,7 +318,7 @@ class Bytes(Field):
     keys: Optional[Union[str, Sequence[str]]] = None
     optional: bool = False
 
-    def _native(self, name, native):
+    def _native(self, name, native, on_device: bool = False):
         _bool("Bytes", "optional", self.optional)
         return native.plain_field(name=name, keys=_keys(self.keys, name), kind="bytes", optional=self.optional)
 
@@ -509,7 +511,7 @@ class Audio(Field):
             int_arg("Audio.stream", self.stream, 0)
         _bool(n, "optional", self.optional)
 
-    def _native(self, name: str, native):
+    def _native(self, name: str, native, on_device: bool = False):
         keys = _keys(self.keys, name)
         if self.keys is None and name.lower() in AUDIO_MEMBERS + VIDEO_MEMBERS + ("audio",):
             keys = [name.lower()] + [k for k in AUDIO_MEMBERS + VIDEO_MEMBERS if k != name.lower()]

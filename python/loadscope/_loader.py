@@ -3,27 +3,30 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
+import textwrap
 import sys
 import time
 import warnings
-import weakref
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import torch
 
 from . import _native, _transfer, telemetry
 from ._errors import ConfigError
-from ._fields import Field, Image, int_arg
+from ._fields import Field, int_arg
 from ._sources import Source
 from .telemetry import Sink
 
 from ._batches import BatchMaker
 from ._epoch import _EpochIterator
+from ._position import Position
 from ._loader_telemetry import LoaderTelemetry
-from ._loader_args import (ON_ERROR, _bool_arg, _cache_args, _drop_last_arg, _map_arg, _native_drop_last, _output_arg,
-                           _partition_arg, resolve_rank, resolve_tuning)
+from ._loader_args import node_cache, resolve_rank, resolve_tuning
+from ._options import ALWAYS, MID_EPOCH, OPTIONS, REQUIRED
+from ._spec import Spec
 from ._views import _DatasetView, _Sampler
 
 log = logging.getLogger("loadscope")
@@ -36,63 +39,12 @@ class Loader:
     """Loads batches with native threads. Iterate it like a ``torch.utils.data.DataLoader``.
 
     Args:
-        source: ``Folder``, ``Files``, ``FileList``, ``WebDataset`` or ``Mix``.
+        source: ``Folder``, ``Files``, ``FileList``, ``WebDataset`` or ``Mix``; or a ``Spec``
+            (``loader.spec`` of another loader), whose options the keywords given here change.
         fields: output name -> field (``Image``, ``VideoClip``, ``Audio``, ``Int``, ``Text``,
             ``Json``, ``Bytes``). Each field reads the sample member of the same name unless it
             says ``keys=``.
-        batch_size: samples per batch.
-        threads: decoding threads (default: the cores this process may use), or ``"auto"``:
-            the least that keep the training loop's data wait near zero, found while it runs
-            and changed without stopping the epoch (docs/tuning.md). Batches are the same.
-        shuffle: a new order every epoch, drawn from ``(seed, epoch)``.
-        seed: seeds the order and every random augmentation.
-        drop_last: ``False`` (default): keep every sample (a short last batch; with several
-            ranks the last step is padded, see ``rank``); ``True``: drop the last, partial
-            batch (several ranks: whole steps only); ``"uneven"``: with several ranks, drop only
-            the at most W-1 samples that do not split evenly, as
-            ``DistributedSampler(drop_last=True)`` does (each rank's last batch may be short).
-        prefetch: batches decoded ahead (memory: prefetch x batch bytes), or ``"auto"``:
-            deeper when batches come in bursts, shallower over ``memory_limit``.
-        memory_limit: the resident memory (bytes, or "16GiB") that ``"auto"`` settings may grow
-            into; default half of what the process's cgroup (else the machine) allows.
-        on_error: ``"raise"``: a bad sample raises a ``SampleError`` naming it when its batch is
-            reached; ``"skip"``: it is left out of its batch, counted and listed in ``stats()``.
-        error_budget: under ``"skip"``, raise ``ErrorBudgetExceeded`` when more samples fail than
-            this: an int is a count per epoch, a float a fraction of the samples seen (at least
-            100 are assumed seen, so one early failure does not trip it); ``None``: no limit.
-        device: ``"cpu"`` (default) or ``"cuda"``/``"cuda:N"``: batches are built in page-locked
-            memory and copied to the GPU on a side stream, timed with CUDA events (see
-            loadscope._transfer; a ConfigError where CUDA is not available).
-        telemetry: measure everything (``telemetry()``, ``report_every``, traces); ``False``
-            turns every clock read off.
-        cache_dir, cache_limit: keep remote objects (s3://, http(s)://) whole in this local
-            directory, at most ``cache_limit`` bytes (an int, or "500GB", "1TiB"; None: no
-            limit), shared by every process of the node, so that later epochs read nothing from
-            the network (docs/remote.md#a-node-local-cache). Process-wide; the environment's
-            LOADSCOPE_CACHE_DIR / LOADSCOPE_CACHE_LIMIT when not given.
-        rank, world_size: this process's share of each epoch under data-parallel training.
-            Default (None): from ``torch.distributed`` when it is initialised, else from the
-            ``RANK`` and ``WORLD_SIZE`` that torchrun sets, else 0 of 1. Rank r takes batches
-            r, r+W, r+2W, ... of the epoch; every rank gets the same number of batches (the
-            epoch is padded with its first samples, at most W-1 of them, or cut to whole
-            steps with ``drop_last``): docs/distributed.md.
-        partition: how the epoch's batches are dealt to the ranks. ``"interleave"`` (default):
-            rank r takes batches r, r+W, r+2W, ...; ``"contiguous"``: rank r takes the r-th
-            contiguous block of them, so that with tar shards each rank (and each node) reads
-            its own shards, and reading ahead fetches nothing another rank needs. The same
-            samples with the same random draws either way, the same counts per rank
-            (docs/distributed.md#which-batches-a-rank-takes).
-
-        map: a callable applied to every batch (in the form ``output`` gives) before the
-            training loop sees it, for what has no native op (``torchvision.transforms.v2``'s
-            MixUp/CutMix, a tokenizer, ...). On CPU batches it runs in a background thread, up
-            to ``prefetch`` batches ahead, so it is input work, not the loop's; with a CUDA
-            ``device`` it runs right after the copy (GPU work is asynchronous). Its time is
-            the telemetry's ``map`` stage. An exception in it is raised from ``next()``.
-        output: ``"dict"`` (default): each batch is a dict; or a tuple of entry names, e.g.
-            ``("jpg", "cls")``: each batch is a tuple of those entries in that order, so that
-            ``for images, labels in loader:`` works as with an ImageFolder DataLoader.
-
+{options}
     Every batch is a dict (unless ``output`` says a tuple): images ``uint8 [B, 3, H, W]``, ints ``int64 [B]``, text a list of
     ``str``, JSON a list of objects, bytes a list of ``bytes``; plus ``"__key__"`` (list of
     sample keys) and ``"__index__"`` (``int64 [B]``, each sample's position in the epoch).
@@ -103,107 +55,47 @@ class Loader:
     one (0, 1, 2, ...), so ``shuffle=True`` reshuffles every epoch as DataLoader does.
     """
 
-    def __init__(
-        self,
-        source: Source,
-        *,
-        fields: Mapping[str, Field],
-        batch_size: int,
-        threads: Union[int, str, None] = None,
-        shuffle: bool = False,
-        seed: int = 0,
-        drop_last: Union[bool, str] = False,
-        prefetch: Union[int, str] = 2,
-        memory_limit: Union[int, str, None] = None,
-        on_error: str = "raise",
-        error_budget: Union[int, float, None] = 0.05,
-        device: Any = "cpu",
-        telemetry: bool = True,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        partition: str = "interleave",
-        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
-        cache_limit: Union[int, str, None] = None,
-        output: Union[str, Sequence[str]] = "dict",
-        map: Optional[Callable[[Any], Any]] = None,
-    ) -> None:
-        if not isinstance(source, Source):
-            raise ConfigError(
-                f"source must be a loadscope Folder, FileList or WebDataset, got {type(source).__name__}"
-            )
-        if not isinstance(fields, Mapping) or not fields:
-            raise ConfigError("fields must be a non-empty dict of name -> loadscope field (Image, VideoClip, Audio, Int, Text, Json, Bytes)")
-        for name, f in fields.items():
-            if not isinstance(name, str) or not name:
-                raise ConfigError(f"fields: names must be non-empty strings, got {name!r}")
-            if not isinstance(f, Field) or type(f) is Field:
-                raise ConfigError(
-                    f"fields[{name!r}] must be one of Image, VideoClip, Audio, Int, Text, Json, Bytes, got {type(f).__name__}"
-                )
-            if name.startswith("__"):
-                raise ConfigError(f"fields[{name!r}]: names starting with '__' are reserved")
-        if on_error not in ON_ERROR:
-            # (`map` is an argument here: the builtin is not)
-            raise ConfigError(f"on_error={on_error!r}: allowed are {', '.join(repr(o) for o in ON_ERROR)}")
-        if error_budget is not None:
-            if isinstance(error_budget, bool) or not isinstance(error_budget, (int, float)):
-                raise ConfigError(f"error_budget must be an int count, a float fraction or None, got {error_budget!r}")
-            if isinstance(error_budget, float) and not 0.0 <= error_budget < 1.0:
-                raise ConfigError(f"error_budget={error_budget}: a fraction must be in [0, 1)")
-            if isinstance(error_budget, int) and error_budget < 0:
-                raise ConfigError(f"error_budget={error_budget}: a count must be >= 0")
-        self._args = dict(
-            source=source, fields=dict(fields), batch_size=int_arg("batch_size", batch_size, 1),
-            tuning=resolve_tuning(threads, prefetch, memory_limit, int_arg("batch_size", batch_size, 1),
-                                  any(getattr(f, "decoder_threads", None) == "auto" for f in fields.values())),
-            shuffle=_bool_arg("shuffle", shuffle), seed=int_arg("seed", seed, 0, 2**64 - 1),
-            drop_last=_drop_last_arg(drop_last),
-            on_error=on_error, error_budget=error_budget,
-            device=device, telemetry=_bool_arg("telemetry", telemetry),
-            distributed=resolve_rank(rank, world_size), partition=_partition_arg(partition),
-            cache=_cache_args(cache_dir, cache_limit),
-            output=_output_arg(output),
-            map=_map_arg(map),
-        )
+    def __init__(self, source: Union[Source, Spec], **options: Any) -> None:
+        # The signature and the Args above are the declaration's (_options.OPTIONS), set below.
+        self.spec: Spec = source.replace(**options) if isinstance(source, Spec) else Spec(source, **options)
         self._build()
-        self._epoch = 0
-        self._epoch_set = False
-        self._resume_batches = 0  # load_state_dict: batches of self._epoch already consumed
-        self._progress: Optional[Dict[str, Any]] = None  # {epoch, batches, closed} of the last iteration
-        self._active: Optional[weakref.ref] = None
-        self._last_stats: Dict[str, Any] = {}
+        self._position = Position()  # the epoch, the resume point, the open iteration
 
     def _build(self) -> None:
-        a = self._args
+        """The run of the spec in this process: what it resolves here, and the native parts."""
+        spec = self.spec
         # Before the source reads its indexes. One cache per process: the last loader made sets
         # it (without cache_dir: the environment's, or none).
         _native.remote_reload_environment()
-        cache = a["cache"] or _cache_args(os.environ.get("LOADSCOPE_CACHE_DIR") or None,
-                                          os.environ.get("LOADSCOPE_CACHE_LIMIT") or None)
+        cache = node_cache(spec.cache_dir, spec.cache_limit) if spec.cache_dir else \
+            node_cache(os.environ.get("LOADSCOPE_CACHE_DIR") or None, os.environ.get("LOADSCOPE_CACHE_LIMIT") or None)
         _native.remote_cache(*(cache or ("", 0)))
-        self.source: Source = a["source"]
-        self.fields: Dict[str, Field] = a["fields"]
-        self.batch_size: int = a["batch_size"]
-        tuning = a["tuning"]
+        self.source: Source = spec.source
+        self.fields: Dict[str, Field] = spec.fields
+        self.batch_size: int = spec.batch_size
+        tuning = resolve_tuning(spec.threads, spec.prefetch, spec.memory_limit, spec.batch_size,
+                                any(getattr(f, "decoder_threads", None) == "auto" for f in self.fields.values()))
         self.threads: Union[int, str] = tuning["threads"]  # an int, or "auto"
         self.prefetch: Union[int, str] = tuning["prefetch"]
-        self.shuffle: bool = a["shuffle"]
-        self.seed: int = a["seed"]
-        self.drop_last: Union[bool, str] = a["drop_last"]
-        self.on_error: str = a["on_error"]
-        self.error_budget = a["error_budget"]
-        self.device = _transfer.parse_device(a["device"])
-        self._telemetry_on: bool = a["telemetry"]
-        self.output: Optional[Tuple[str, ...]] = a["output"]
-        self.map: Optional[Callable[..., Any]] = a["map"]
-        d = a["distributed"]
+        self.shuffle: bool = spec.shuffle
+        self.seed: int = spec.seed
+        self.drop_last: Union[bool, str] = spec.drop_last
+        self.on_error: str = spec.on_error
+        self.error_budget = spec.error_budget
+        self.timeout: float = spec.timeout
+        self.device = _transfer.parse_device(spec.device)
+        self._telemetry_on: bool = spec.telemetry
+        self.output: Optional[Tuple[str, ...]] = None if spec.output == "dict" else spec.output
+        self.map: Optional[Callable[..., Any]] = spec.map
+        d = resolve_rank(spec.rank, spec.world_size)
         self.rank: int = d["rank"]
         self.world_size: int = d["world_size"]
-        self.partition: str = a["partition"]
+        # where they came from: "arguments", "torch.distributed", "environment" or "default"
+        self.rank_from: str = d["from"]
+        self.partition: str = spec.partition
         # Float images under a CUDA device: uint8 is copied, and normalised on the GPU after.
         on_device = self.device is not None
-        specs = [f._native(name, _native, on_device) if isinstance(f, Image) else f._native(name, _native)
-                 for name, f in self.fields.items()]
+        specs = [f._native(name, _native, on_device) for name, f in self.fields.items()]
         # The entries the fields declare (C++, pipeline/outputs.h): output= is checked against
         # them before any source is read (a manifest of 10^7 rows takes a while to index).
         self._entries: Tuple[str, ...] = tuple(dict.fromkeys(e for s in specs for e in s.entries)) + ("__key__", "__index__")
@@ -216,7 +108,7 @@ class Loader:
         self.samples: Optional[int] = self._source.size if self._source.size >= 0 else None
         self._len_samples: Optional[int] = None  # len() of streamed shards
         _native.epoch_geometry(-1 if self.samples is None else self.samples, self.batch_size, self.world_size,
-                               _native_drop_last(self.drop_last))  # a ConfigError here, not at the first batch
+                               self.drop_last)  # a ConfigError here, not at the first batch
         self._pipeline = _native.Pipeline(self._source, specs, telemetry=self._telemetry_on)
         # The auto controller, shared by the epochs so that each starts where the last settled.
         t = tuning["tuner"]
@@ -245,20 +137,17 @@ class Loader:
                 # what the sample list holds per sample (folders and manifests: their columns)
                 "source_bytes_per_sample": getattr(self.source, "bytes_per_sample", None)}
 
-    # Loaders travel to spawned DataLoader workers by their arguments, not their native state.
+    # Loaders travel to spawned DataLoader workers by their spec, not their native state, with
+    # this process's rank: a copy takes this loader's share wherever it lands.
     def __getstate__(self):
-        return {"args": self._args, "epoch": self._epoch, "epoch_set": self._epoch_set,
-                "resume_batches": self._resume_batches}
+        p = self._position
+        return {"spec": self.spec.replace(rank=self.rank, world_size=self.world_size), "epoch": p.epoch,
+                "epoch_set": p.epoch_set, "resume_batches": p.resume}
 
     def __setstate__(self, state):
-        self._args = state["args"]
+        self.spec = state["spec"]
         self._build()
-        self._epoch = state["epoch"]
-        self._epoch_set = state["epoch_set"]
-        self._resume_batches = state.get("resume_batches", 0)
-        self._progress = None
-        self._active = None
-        self._last_stats = {}
+        self._position = Position(state["epoch"], state["epoch_set"], state.get("resume_batches", 0))
 
     # --- exact resume ---------------------------------------------------------------------
 
@@ -288,15 +177,16 @@ class Loader:
         # left by `break` (the loop drops its iterator), close(), an exception -- the start of
         # the next epoch, which is what the next iter() in this process gives too. Before any
         # iteration: the next epoch (or a loaded, unused resume point).
-        p = self._progress
-        if p is not None and not p["closed"]:
-            epoch, batches = p["epoch"], p["batches"]
-        else:
-            epoch, batches = self._epoch, self._resume_batches
+        epoch, batches = self._position.saved()
         return {"format": "loadscope.Loader", "version": self.STATE_VERSION, "epoch": epoch, "batches": batches,
-                "epoch_set": self._epoch_set, "batch_size": self.batch_size, "seed": self.seed,
-                "shuffle": self.shuffle, "drop_last": self.drop_last, "world_size": self.world_size,
-                "partition": self.partition, "rank": self.rank, "samples": self.samples}
+                "epoch_set": self._position.epoch_set, **self._resume_keys(mid_epoch=True), "rank": self.rank}
+
+    def _resume_keys(self, mid_epoch: bool) -> Dict[str, Any]:
+        """What a state must have been saved with (the declaration's `resume`), as this process
+        resolved it, and the epoch's size."""
+        keys = {o.name: getattr(self, o.name) for o in OPTIONS
+                if o.resume == ALWAYS or (mid_epoch and o.resume == MID_EPOCH)}
+        return {**keys, "samples": self.samples}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues from ``state`` (see ``state_dict``) at the next ``iter()``."""
@@ -306,11 +196,7 @@ class Loader:
             raise ConfigError(f"load_state_dict: state version {state.get('version')!r}; this loadscope reads "
                               f"version {self.STATE_VERSION}")
         batches = int_arg("state['batches']", state["batches"], 0)
-        mine = {"batch_size": self.batch_size, "seed": self.seed, "shuffle": self.shuffle,
-                "drop_last": self.drop_last, "samples": self.samples}
-        if batches:  # mid-epoch: the epoch must be cut and dealt the same way
-            mine["world_size"] = self.world_size
-            mine["partition"] = self.partition
+        mine = self._resume_keys(mid_epoch=batches > 0)  # mid-epoch: the epoch cut and dealt the same way
         saved = {"partition": "interleave", **state}  # states saved before partition existed
         differ = [f"{k}: saved {saved.get(k)!r}, here {v!r}" for k, v in mine.items() if saved.get(k) != v]
         if differ:
@@ -321,30 +207,29 @@ class Loader:
         if self.samples is not None and batches > len(self):
             raise ConfigError(f"load_state_dict: state['batches'] = {batches}, but an epoch has {len(self)} batches "
                               "for this rank")
-        self._epoch = int_arg("state['epoch']", state["epoch"], 0)
-        self._epoch_set = bool(state.get("epoch_set", False))
-        self._resume_batches = batches
-        self._progress = None
-        active = self._active() if self._active is not None else None
-        if active is not None:
-            active._supersede()
+        self._position.load(int_arg("state['epoch']", state["epoch"], 0), bool(state.get("epoch_set", False)),
+                            batches)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of the next iteration (order and augmentation depend on it). After
         ``load_state_dict``, setting the saved epoch keeps the resume point; another epoch
         drops it (that epoch starts from its beginning)."""
         epoch = int_arg("epoch", epoch, 0)
-        if self._resume_batches and epoch != self._epoch:
+        before = self._position.epoch
+        dropped = self._position.set_epoch(epoch)
+        if dropped is not None:
             log.warning("set_epoch(%d) after load_state_dict of epoch %d: the resume point (batch %d) is dropped",
-                        epoch, self._epoch, self._resume_batches)
-            self._resume_batches = 0
-        self._epoch = epoch
-        self._epoch_set = True
+                        epoch, before, dropped)
 
     @property
     def epoch(self) -> int:
         """The epoch the next iteration will use."""
-        return self._epoch
+        return self._position.epoch
+
+    @property
+    def epoch_set(self) -> bool:
+        """Whether that epoch was chosen (set_epoch, a loaded state) rather than counted up."""
+        return self._position.epoch_set
 
     @property
     def sampler(self) -> "_Sampler":
@@ -378,12 +263,16 @@ class Loader:
                 raise TypeError(f"len() needs the number of samples, and: {e}") from None
         return self._len_samples
 
+    def _geometry(self) -> Tuple[int, int, int]:
+        """(batches of all ranks, samples this rank draws, of which not padding) per epoch."""
+        batches, _, _, drawn, real = _native.epoch_geometry(self._epoch_samples(), self.batch_size,
+                                                            self.world_size, self.drop_last, self.rank)
+        return batches, drawn, real
+
     def __len__(self) -> int:
         """This rank's batches per epoch. Tar shards without an ``.idx`` are indexed in memory
         the first time (their headers read) unless the source says ``index="off"``."""
-        batches, _, _, _, _ = _native.epoch_geometry(self._epoch_samples(), self.batch_size, self.world_size,
-                                                     _native_drop_last(self.drop_last))
-        return batches // self.world_size
+        return self._geometry()[0] // self.world_size
 
     def __iter__(self) -> Iterator[Batch]:
         return self._iterate(0, 1)
@@ -393,20 +282,15 @@ class Loader:
         if self.partition == "interleave" or self.world_size == 1:  # no size needed (index="off" has none)
             return self.rank + j * self.world_size
         return _native.batch_of_slot(self._epoch_samples(), self.batch_size, self.world_size,
-                                     _native_drop_last(self.drop_last), self.rank + j * self.world_size, self.partition)
+                                     self.drop_last, self.rank + j * self.world_size, self.partition)
 
     def _iterate(self, worker: int, workers: int) -> "_EpochIterator":
         """One epoch for DataLoader worker `worker` of `workers` (0 of 1 outside DataLoader):
         of this rank's batches (its slots k with k % W == rank; `_epoch_batch` says which of the
         epoch's batches each one is), the worker takes every `workers`-th, so slot k goes to
         worker (k // W) % workers."""
-        if self._active is not None:
-            previous = self._active()
-            if previous is not None:
-                previous._supersede()  # one epoch at a time: a new loop ends the old one
-        epoch = self._epoch
-        a = self._args
-        budget = a["error_budget"]
+        epoch, resume = self._position.next_epoch()  # one epoch at a time: a new loop ends the old one
+        budget = self.error_budget
         epoch_start_ns = time.monotonic_ns()
         pin = self._transfer.pin if self._transfer else 0
         unpin = self._transfer.unpin if self._transfer else 0
@@ -418,13 +302,12 @@ class Loader:
                         "loaders decode on one thread (oneTBB cannot start workers after such a fork). Finish or "
                         "close the parent's epoch before forking, e.g. make DataLoader workers before iterating "
                         "in the main process.")
-        resume, self._resume_batches = self._resume_batches, 0
         if resume and workers > 1:
             raise ConfigError("resuming mid-epoch inside DataLoader workers is not supported: resume with "
                               "loadscope.Loader, or at an epoch boundary")
         run = self._pipeline.start(
             threads=self._max_threads, batch_size=self.batch_size, prefetch=self._start_prefetch,
-            drop_last=_native_drop_last(self.drop_last), on_error=self.on_error,
+            drop_last=self.drop_last, on_error=self.on_error,
             max_errors=budget if isinstance(budget, int) else -1,
             max_error_rate=budget if isinstance(budget, float) else -1.0,
             seed=self.seed, epoch=epoch, shuffle=self.shuffle,
@@ -433,10 +316,12 @@ class Loader:
         )
         if self._telemetry_on:
             self._loop.epoch_started(epoch_start_ns)
-        self._epoch = epoch + 1
-        self._progress = {"epoch": epoch, "batches": resume, "closed": False}
-        it = _EpochIterator(self, run, epoch, delivered=resume)
-        self._active = weakref.ref(it)
+        it = _EpochIterator(self, run, epoch, resume, position=self._position, batches=self._batches,
+                            timeout=self.timeout, loop=self._loop if self._telemetry_on else None,
+                            # map= on CPU batches runs in a thread ahead; after a CUDA copy, inline
+                            map_depth=self._start_prefetch if self.map is not None and self._transfer is None
+                            else None)
+        self._position.started(epoch, resume, it)
         return it
 
     # --- telemetry (_loader_telemetry.py) ----------------------------------------------------
@@ -469,10 +354,9 @@ class Loader:
         """Counters of the running or last epoch: batches, samples, failures, warnings,
         bytes_read, process_seconds, and the lists ``skipped`` and ``warning_notes``
         (``{"key", "reason", "kind", "position"}``; the first 1000 of each)."""
-        it = self._active() if self._active is not None else None
-        if it is not None and it._run is not None:
-            return it._run.stats()
-        return dict(self._last_stats)
+        it = self._position.active()
+        running = it.stats() if it is not None else None
+        return running if running is not None else dict(self._position.last_stats)
 
     def __del__(self) -> None:
         try:
@@ -481,13 +365,32 @@ class Loader:
             pass
 
     def __repr__(self) -> str:
-        return (
-            f"Loader({self.source!r}, fields={list(self.fields)}, batch_size={self.batch_size}, "
-            f"threads={self.threads}, shuffle={self.shuffle}, seed={self.seed})"
-        )
+        return f"Loader({self.spec.describe()})"
 
 
 _warned_fork = False
+
+
+def _declare_options() -> None:
+    """Loader's signature (help(), inspect, IDEs) and the options of its docstring, from the
+    declaration: `source`, `fields`, then every option with its default."""
+    P = inspect.Parameter
+    params = [P("self", P.POSITIONAL_OR_KEYWORD), P("source", P.POSITIONAL_OR_KEYWORD),
+              P("fields", P.KEYWORD_ONLY)]
+    params += [P(o.name, P.KEYWORD_ONLY, **({} if o.default is REQUIRED else {"default": o.default}))
+               for o in OPTIONS]
+    Loader.__init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    lines = []
+    for o in OPTIONS:
+        default = "required" if o.default is REQUIRED else o.default_text or repr(o.default)
+        text = textwrap.fill(f"{o.name}: {o.meaning.replace('`', '``')} Allowed: {o.allowed.replace('{cores}', 'N')}; "
+                             f"default: {default}.", width=92, initial_indent="        ",
+                             subsequent_indent="            ")
+        lines.append(text)
+    Loader.__doc__ = (Loader.__doc__ or "").replace("{options}", "\n".join(lines))
+
+
+_declare_options()
 
 
 class Dataset(torch.utils.data.IterableDataset):
@@ -500,14 +403,14 @@ class Dataset(torch.utils.data.IterableDataset):
     receive a copy of the dataset, so an epoch counter cannot advance by itself.
     """
 
-    def __init__(self, source: Source, **loader_args: Any) -> None:
+    def __init__(self, source: Union[Source, Spec], **loader_args: Any) -> None:
         super().__init__()
-        device = loader_args.get("device", "cpu")
-        if device is not None and str(device) != "cpu":
+        spec = source.replace(**loader_args) if isinstance(source, Spec) else Spec(source, **loader_args)
+        if spec.device != "cpu":
             # Batches cross DataLoader's worker processes, where CUDA cannot be used after fork.
-            raise ConfigError(f"Dataset(device={device!r}): a Dataset yields CPU batches; use "
+            raise ConfigError(f"Dataset(device={spec.device!r}): a Dataset yields CPU batches; use "
                               "Loader(device=...) or DataLoader(..., pin_memory=True) and .to(device)")
-        self.loader = Loader(source, **loader_args)
+        self.loader = Loader(spec)
 
     def set_epoch(self, epoch: int) -> None:
         self.loader.set_epoch(epoch)
@@ -529,7 +432,7 @@ class Dataset(torch.utils.data.IterableDataset):
         info = torch.utils.data.get_worker_info()
         if info is None:
             return iter(self.loader)
-        if self.loader.shuffle and not self.loader._epoch_set:
+        if self.loader.shuffle and not self.loader.epoch_set:
             warnings.warn(
                 "loadscope.Dataset in DataLoader workers: call dataset.set_epoch(epoch) every "
                 "epoch, otherwise every epoch repeats the same order",

@@ -1,34 +1,22 @@
-"""The Loader's arguments: checked and resolved (threads, rank and world size, cache, output,
-drop_last, partition, map), each with a message that lists what is allowed."""
+"""What a Loader resolves where it runs, from its spec: threads and the auto controller (this
+process's cores and memory), rank and world size (torch.distributed, torchrun), the node-local
+cache's directory. The options themselves are declared and checked in _options."""
 
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple
 
 from ._errors import ConfigError
-from ._fields import int_arg
-
-ON_ERROR = ("raise", "skip")
-
-
-def default_threads() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+from ._options import check, default_threads
 
 
 def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Dict[str, Any]:
-    """This process's rank and the world size: explicit arguments, else torch.distributed when
-    initialised, else torchrun's RANK and WORLD_SIZE, else 0 of 1; with where they came from."""
-    if rank is not None or world_size is not None:
-        if rank is None or world_size is None:
-            raise ConfigError("give both rank and world_size, or neither (then they come from torch.distributed "
-                              "or torchrun's RANK/WORLD_SIZE)")
-        world = int_arg("world_size", world_size, 1)
-        return {"rank": int_arg("rank", rank, 0, world - 1), "world_size": world, "from": "arguments"}
+    """This process's rank and the world size: the spec's, else torch.distributed when
+    initialised, else torchrun's RANK and WORLD_SIZE, else 0 of 1; with where they came from.
+    (The spec has checked that both or neither are given.)"""
+    if rank is not None and world_size is not None:
+        return {"rank": rank, "world_size": world_size, "from": "arguments"}
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
@@ -46,73 +34,19 @@ def resolve_rank(rank: Optional[int], world_size: Optional[int]) -> Dict[str, An
     return {"rank": 0, "world_size": 1, "from": "default"}
 
 
-def _cache_args(cache_dir: Any, cache_limit: Any) -> Optional[Tuple[str, int]]:
-    """(dir, limit bytes) for the native cache, or None to leave it as the environment says."""
+def node_cache(cache_dir: Any, cache_limit: Any) -> Optional[Tuple[str, int]]:
+    """(dir, limit in bytes, 0 for none) of a node-local cache, its directory made; None without
+    one. The values are checked as the Loader options of those names (Remote takes them too)."""
+    cache_dir, cache_limit = check("cache_dir", cache_dir), check("cache_limit", cache_limit)
     if cache_dir is None:
         if cache_limit is not None:
             raise ConfigError("cache_limit needs a cache_dir")
         return None
-    from .shards import _parse_size
-    limit = 0
-    if cache_limit is not None:
-        if isinstance(cache_limit, bool) or not isinstance(cache_limit, (int, str)):
-            raise ConfigError(f"cache_limit must be bytes (an int) or a size like '500GB', got {cache_limit!r}")
-        limit = _parse_size(cache_limit, "cache_limit=") if isinstance(cache_limit, str) else cache_limit
-        if limit < 1:
-            raise ConfigError(f"cache_limit={cache_limit!r}: must be >= 1 byte (None: no limit)")
-    path = os.fspath(cache_dir)
     try:
-        os.makedirs(path, exist_ok=True)
+        os.makedirs(cache_dir, exist_ok=True)
     except OSError as e:
-        raise ConfigError(f"cache_dir={path!r}: cannot create it: {e.strerror}") from None
-    return os.path.abspath(path), limit
-
-
-def _output_arg(output: Any) -> Optional[Tuple[str, ...]]:
-    """None for dict batches, else the entries of a tuple batch in their order (checked against
-    the batch's entries once the fields have declared them: Loader._build)."""
-    if output == "dict":
-        return None
-    if isinstance(output, str) or not isinstance(output, (tuple, list)) or not output \
-            or not all(isinstance(k, str) for k in output):
-        raise ConfigError(f"output={output!r}: 'dict', or a tuple of entry names of the batch, "
-                          f"such as ('image', 'label')")
-    return tuple(output)
-
-
-def _drop_last_arg(value: Any) -> Union[bool, str]:
-    if value is False or value is True or value == "uneven":
-        return value
-    raise ConfigError(f"drop_last={value!r}: allowed are False (keep every sample; several ranks pad the last step), "
-                      "True (whole steps only, as DataLoader's drop_last) and 'uneven' (only the samples that do not "
-                      "split evenly between the ranks, as DistributedSampler(drop_last=True))")
-
-
-PARTITIONS = ("interleave", "contiguous")
-
-
-def _partition_arg(value: Any) -> str:
-    if value in PARTITIONS:
-        return value
-    raise ConfigError(f"partition={value!r}: allowed are 'interleave' (rank r takes batches r, r+W, r+2W, ...) and "
-                      "'contiguous' (rank r takes the r-th contiguous block of the epoch's batches: ranks read "
-                      "their own shards)")
-
-
-def _native_drop_last(value: Union[bool, str]) -> str:
-    return "uneven" if value == "uneven" else "steps" if value else "none"
-
-
-def _map_arg(fn: Any) -> Optional[Callable[[Any], Any]]:
-    if fn is not None and not callable(fn):
-        raise ConfigError(f"map must be a callable applied to each batch (or None), got {type(fn).__name__}")
-    return fn
-
-
-def _bool_arg(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be True or False, got {value!r}")
-    return value
+        raise ConfigError(f"cache_dir={cache_dir!r}: cannot create it: {e.strerror}") from None
+    return cache_dir, cache_limit or 0
 
 
 def _memory_allowed() -> int:
@@ -138,23 +72,11 @@ def resolve_tuning(threads: Any, prefetch: Any, memory_limit: Any, batch_size: i
     settings (core/tuner.h) when any of them, or a field's decoder_threads, is "auto"."""
     cores = default_threads()
     auto_threads, auto_prefetch = threads == "auto", prefetch == "auto"
-    if isinstance(threads, str) and not auto_threads:
-        raise ConfigError(f"threads={threads!r}: an int >= 1, 'auto', or None (the cores this process may use: {cores})")
-    if isinstance(prefetch, str) and not auto_prefetch:
-        raise ConfigError(f"prefetch={prefetch!r}: an int >= 1 (batches decoded ahead) or 'auto'")
-    fixed_threads = None if auto_threads else int_arg("threads", cores if threads is None else threads, 1)
-    fixed_prefetch = None if auto_prefetch else int_arg("prefetch", prefetch, 1)
+    fixed_threads = None if auto_threads else (cores if threads is None else threads)
+    fixed_prefetch = None if auto_prefetch else prefetch
     limit = -1
     if memory_limit is not None:
-        if not (auto_threads or auto_prefetch):
-            raise ConfigError("memory_limit bounds what threads='auto' and prefetch='auto' may grow into; "
-                              "with fixed settings it has nothing to bound")
-        from .shards import _parse_size
-        if isinstance(memory_limit, bool) or not isinstance(memory_limit, (int, str)):
-            raise ConfigError(f"memory_limit must be bytes (an int) or a size like '16GiB', got {memory_limit!r}")
-        limit = _parse_size(memory_limit, "memory_limit=") if isinstance(memory_limit, str) else memory_limit
-        if limit < 1:
-            raise ConfigError(f"memory_limit={memory_limit!r}: must be >= 1 byte")
+        limit = memory_limit
     elif auto_threads or auto_prefetch:
         limit = int(_memory_allowed() * DEFAULT_MEMORY_SHARE)
     out: Dict[str, Any] = {"threads": "auto" if auto_threads else fixed_threads,

@@ -151,7 +151,7 @@ class Pipeline:
         """
     def set_tracing(self, on: bool, max_spans: int = 500000) -> None:
         ...
-    def start(self, threads: int, batch_size: int, prefetch: int, drop_last: str, on_error: str, max_errors: int, max_error_rate: float, seed: int, epoch: int, shuffle: bool, batch_offset: int, batch_stride: int, row: int = 1, start_batch: int = 0, pin: int = 0, unpin: int = 0, partition: str = 'interleave', tuner: Tuner | None = None) -> EpochRun:
+    def start(self, threads: int, batch_size: int, prefetch: int, drop_last: typing.Any, on_error: str, max_errors: int, max_error_rate: float, seed: int, epoch: int, shuffle: bool, batch_offset: int, batch_stride: int, row: int = 1, start_batch: int = 0, pin: int = 0, unpin: int = 0, partition: str = 'interleave', tuner: Tuner | None = None) -> EpochRun:
         ...
     def take_spans(self) -> list:
         ...
@@ -194,7 +194,7 @@ def augmentations() -> list:
     """
     The augmentation table (augment/ops.cc): [{'name', 'doc', 'stage', 'params': [{'name', 'kind', 'min', 'max', 'min_open', 'default', 'doc'}]}].
     """
-def batch_of_slot(n: int, batch: int, row: int, drop_last: str, slot: int, partition: str) -> int:
+def batch_of_slot(n: int, batch: int, row: int, drop_last: typing.Any, slot: int, partition: str) -> int:
     """
     The epoch's batch that slot k reads (rank k % row's (k // row)-th batch) under a partition.
     """
@@ -206,9 +206,9 @@ def decode_limits() -> dict:
     """
 def decode_video_frames(source: typing.Any, pts: list[int], height: int, width: int, channels_last: bool = True, stream: int = -1, rotate: bool = True, color_tags: bool = True, threads: int = 1) -> bytes:
     ...
-def epoch_geometry(n: int, batch: int, row: int, drop_last: str, rank: int = 0) -> tuple:
+def epoch_geometry(n: int, batch: int, row: int, drop_last: typing.Any, rank: int = 0) -> tuple:
     """
-    (batches of all ranks, samples drawn, padded samples, samples rank draws, of which not padding) of an epoch of n samples; drop_last 'none', 'steps' or 'uneven' (see EpochGeometry).
+    (batches of all ranks, samples drawn, padded samples, samples rank draws, of which not padding) of an epoch of n samples; drop_last as the Loader takes it (see EpochGeometry).
     """
 def ffmpeg_decode_only(paths: list[str], starts: list[float], frames: int, stride: int, threads: int, decoder_threads: int = 1, least: bool = False) -> tuple:
     ...
@@ -322,3 +322,6 @@ def video_index(path: str, stream: int = -1, rotate: bool = True) -> dict:
     ...
 def webp_decode_only(webps: list[str] | list[bytes], crops: list[list[int]], threads: int) -> tuple:
     ...
+DEFAULT_MAX_PIXELS: int = 178956970
+ON_ERROR: tuple = ('raise', 'skip')
+PARTITIONS: tuple = ('interleave', 'contiguous')

@@ -87,8 +87,8 @@ class Remote:
                                       or not math.isfinite(value) or value <= 0):
                 raise ConfigError(f"Remote.{name} must be a number of seconds > 0, got {value!r}")
         if self.cache_dir is not None:
-            from ._loader_args import _cache_args
-            resolved = _cache_args(self.cache_dir, self.cache_limit)
+            from ._loader_args import node_cache
+            resolved = node_cache(self.cache_dir, self.cache_limit)
             assert resolved is not None
             object.__setattr__(self, "cache_dir", resolved[0])
             object.__setattr__(self, "_cache_bytes", resolved[1])

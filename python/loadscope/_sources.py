@@ -13,6 +13,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._errors import ConfigError
 from ._fields import VIDEO_MEMBERS
+from ._options import ON_ERROR
 from ._remote import Remote
 
 # torchvision's IMG_EXTENSIONS, a compatibility contract rather than a list of what decodes:
@@ -103,6 +104,20 @@ class Source:
     def __len__(self) -> int:
         raise TypeError(f"{type(self).__name__} does not know its length before reading")
 
+    # Sources are values: equal when they would list the same samples the same way (what a
+    # pickled copy carries), so that specs compare.
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Source):
+            return NotImplemented
+        return type(self) is type(other) and self._state() == other._state()
+
+    def _state(self) -> Any:
+        """What a pickled copy carries."""
+        return dict(self.__dict__)
+
+    def __hash__(self) -> int:  # equal sources have equal reprs
+        return hash((type(self), repr(self)))
+
 
 def _manifest_cache_dir() -> str:
     """Where FileList keeps parsed manifests: $LOADSCOPE_MANIFEST_CACHE, else
@@ -167,6 +182,9 @@ class _TableSource(Source):
         if self._identity() != pickled:  # workers and ranks must read the same list in the same order
             raise ConfigError(f"{self!r} changed between pickling and unpickling (a copy of a loader in another "
                               "process would read other samples); keep the data fixed while training")
+
+    def _state(self) -> Any:
+        return self.__getstate__()
 
     def _identity(self):
         """What says that two copies list the same samples."""
@@ -295,7 +313,7 @@ class FileList(_TableSource):
     manifest, ``root`` and the rows that are URLs, instead of the process's (docs/remote.md).
     """
 
-    ON_ERROR = ("raise", "skip")
+    ON_ERROR = ON_ERROR  # the Loader's (a bad row is a bad sample)
 
     def __init__(self, manifest: PathLike, *, root: Optional[PathLike] = None, path_key: str = "path",
                  on_error: str = "raise", cache_dir: Optional[PathLike] = "", remote: Optional[Remote] = None) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Optional, Tuple
 
-from . import _native
-from ._loader_args import _native_drop_last
 
 if TYPE_CHECKING:
     from ._loader import Loader
@@ -27,9 +25,7 @@ class _Sampler:
         self._loader.set_epoch(epoch)
 
     def _counts(self) -> Tuple[int, int]:
-        lo = self._loader
-        _, _, _, drawn, real = _native.epoch_geometry(lo._epoch_samples(), lo.batch_size, lo.world_size,
-                                                      _native_drop_last(lo.drop_last), lo.rank)
+        _, drawn, real = self._loader._geometry()
         return drawn, real
 
     def __len__(self) -> int:
@@ -76,16 +72,10 @@ class _DatasetView:
             raise IndexError(f"loader.dataset[{i}]: the source has {n} samples")
         i %= n
         if self._single is None:
-            from ._loader import Loader  # at run time: _loader imports this module
-            # The loader's source and fields, one sample a batch, in the source's order: sample i
-            # is position i of an unshuffled epoch 0, so its random draws are (seed, 0, i).
-            a = self._loader._args
-            cache = a["cache"] or (None, None)
-            self._single = Loader(a["source"], fields=a["fields"], batch_size=1, threads=1, seed=a["seed"],
-                                  prefetch=1, telemetry=False, rank=0, world_size=1, output=a["output"] or "dict",
-                                  cache_dir=cache[0], cache_limit=cache[1])
+            # Sample i is position i of an unshuffled epoch 0, so its random draws are (seed, 0, i).
+            self._single = type(self._loader)(self._loader.spec.one_sample())
         one = self._single
-        one._epoch, one._resume_batches = 0, i
+        one.load_state_dict({**one.state_dict(), "epoch": 0, "batches": i})  # position i of epoch 0
         it = one._iterate(0, 1)
         try:
             batch = next(it)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import io
 import os
-import re
 import sys
 import tarfile
 import time
@@ -22,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from . import _native
 from ._errors import ConfigError, LoadscopeError
 from ._progress import Progress
+from ._sizes import parse_size
 from ._sources import FileList, Folder, Source, _exists, expand_braces, is_url
 
 
@@ -52,15 +52,6 @@ def index(shards: Sequence[str], *, force: bool = False, show_progress: bool = F
         bar.update(1, out[-1]["bytes"])
     bar.close()
     return out
-
-
-def _parse_size(text: str, what: str = "--shard-size") -> int:
-    """'256MB' (10^6), '1GiB' (2^30), '1000000' (bytes)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?)b?|b)?\s*", str(text).lower())
-    if not m:
-        raise ConfigError(f"{what} {text!r}: a size like 256MB, 1GiB or 1000000 (bytes)")
-    power = " kmgt".index(m.group(2)) if m.group(2) else 0
-    return int(float(m.group(1)) * (1024 if m.group(3) else 1000) ** power)
 
 
 def _member_bytes(value: Any, is_path: bool) -> bytes:
@@ -205,7 +196,7 @@ def main_convert(argv: Optional[List[str]] = None) -> int:
             src = FileList(a.source)
         else:
             raise ConfigError(f"{a.source!r} is not a folder or a .jsonl/.csv file list")
-        r = convert(src, a.out, shard_bytes=_parse_size(a.shard_size), prefix=a.prefix)
+        r = convert(src, a.out, shard_bytes=parse_size(a.shard_size), prefix=a.prefix)
     except LoadscopeError as e:
         print(f"loadscope convert: {e}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._errors import ConfigError
+from ._options import OPTIONS
 
 # Ops of the engine's table (augment/ops.cc) that no torchvision transform of the same name
 # stands for, with the reason: the one place a new op says why it is not translated. Every
@@ -529,11 +530,7 @@ def from_dataloader(dataloader: Any, *, check: bool = True, **options: Any) -> A
     ``__getitem__`` and the Loader) and compare them: the same label, shape and dtype, and,
     where the transforms draw nothing at random, the same pixels within about a level of 255.
     ``check=False`` skips that comparison only: the samples read are the DataLoader's either way."""
-    import inspect
-
-    from ._loader import Loader
-
-    allowed = [p for p in inspect.signature(Loader).parameters if p not in ("source", "fields", "output")]
+    allowed = [o.name for o in OPTIONS if o.name != "output"]
     for k in options:
         if k not in allowed:
             raise ConfigError(f"from_dataloader({k}=...): not a Loader option; allowed are {', '.join(allowed)} "

@@ -37,7 +37,7 @@ def main() -> None:
                 dist.all_reduce(torch.ones(1))  # the step's collective
             epochs.append(keys)
         out["layouts"][layout] = {"epochs": epochs, "len": len(loader), "world": loader.world_size,
-                                  "from": loader._args["distributed"]["from"]}
+                                  "from": loader.rank_from}
         g = ls.telemetry.gather(loader)
         out["layouts"][layout]["gather"] = {"ranks": [r["rank"] for r in g["ranks"]], "straggler": g["straggler"]["rank"]}
     json.dump(out, open(f"{sys.argv[2]}.{rank}.json", "w"))

@@ -95,15 +95,15 @@ def test_padding_matches_distributed_sampler_and_counts_are_equal(world):
         for batch in (1, 4, 7):
             padded = torch.utils.data.DistributedSampler(range(n), num_replicas=world, rank=0, shuffle=False) \
                 if n else None
-            batches, length, pad, drawn, _ = _native.epoch_geometry(n, batch, world, "none")
+            batches, length, pad, drawn, _ = _native.epoch_geometry(n, batch, world, False)
             assert batches % world == 0
             assert pad == padding(n, world) and length == n + pad
             if padded is not None:
                 assert drawn == len(padded)  # DistributedSampler's num_samples, padding included
             # Per rank, the samples that are not padding: all of them once across the ranks.
-            real = [_native.epoch_geometry(n, batch, world, "none", r)[4] for r in range(world)]
+            real = [_native.epoch_geometry(n, batch, world, False, r)[4] for r in range(world)]
             assert sum(real) == n
-            batches_d, length_d, _, _, _ = _native.epoch_geometry(n, batch, world, "steps")
+            batches_d, length_d, _, _, _ = _native.epoch_geometry(n, batch, world, True)
             assert length_d == n // (world * batch) * world * batch and batches_d % world == 0
             # "uneven" is DistributedSampler(drop_last=True), batched per rank as its DataLoader does.
             dropped = torch.utils.data.DistributedSampler(range(n), num_replicas=world, rank=0, shuffle=False,
@@ -113,8 +113,8 @@ def test_padding_matches_distributed_sampler_and_counts_are_equal(world):
             assert pad_u == 0 and drawn_u == real_u == want and length_u == want * world
             assert batches_u // world == len(torch.utils.data.BatchSampler(range(want), batch, drop_last=False))
     # one rank: DataLoader's batching
-    assert _native.epoch_geometry(10, 4, 1, "none")[:2] == (3, 10)
-    assert _native.epoch_geometry(10, 4, 1, "steps")[:2] == (2, 8)
+    assert _native.epoch_geometry(10, 4, 1, False)[:2] == (3, 10)
+    assert _native.epoch_geometry(10, 4, 1, True)[:2] == (2, 8)
     assert _native.epoch_geometry(10, 4, 1, "uneven")[:2] == (3, 10)
 
 
@@ -346,7 +346,7 @@ def test_rank_arguments_fail_early(layouts, monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     loader = ls.Loader(src, fields={"cls": ls.Int()}, batch_size=4)
-    assert (loader.rank, loader.world_size, loader._args["distributed"]["from"]) == (1, 2, "environment")
+    assert (loader.rank, loader.world_size, loader.rank_from) == (1, 2, "environment")
     with pytest.raises(ls.ConfigError, match="index='off'"):
         ls.Loader(ls.WebDataset(layouts["tars"], index="off"), fields={"cls": ls.Int()}, batch_size=4)
 

@@ -110,7 +110,7 @@ def test_auto_starts_halfway_with_a_memory_limit_from_the_cgroup(demo):
     assert loader._tuner.threads == max(1, cores // 2) and loader._max_threads == cores
     limit = ls._loader_args.resolve_tuning("auto", 2, None, 5, False)["tuner"]["memory_limit"]
     assert 0 < limit <= ls._loader_args._memory_allowed()
-    named = ls._loader_args.resolve_tuning("auto", "auto", "3GiB", 5, False)["tuner"]
+    named = ls._loader_args.resolve_tuning("auto", "auto", 3 * 2**30, 5, False)["tuner"]
     assert named["memory_limit"] == 3 * 2**30 and named["prefetch"] >= 2
 
 

@@ -17,18 +17,46 @@ struct Pipeline {
   std::shared_ptr<telemetry::Telemetry> telemetry;
 };
 
-// Python's drop_last (False, True, "uneven") reaches here as "none", "steps", "uneven".
-DropLast drop_last_arg(const std::string& s) {
-  if (s == "none") return DropLast::kNone;
-  if (s == "steps") return DropLast::kSteps;
-  if (s == "uneven") return DropLast::kUneven;
-  throw ConfigError("drop_last must be 'none', 'steps' or 'uneven', got '" + s + "'");
+// The engine's choices under the names users write, one table each: the parsers read them, and
+// Python's declaration of the Loader's options (_options.py) takes its allowed values from
+// them (_native.PARTITIONS, _native.ON_ERROR), so each list is written here only.
+template <class E>
+struct Named {
+  const char* name;
+  E value;
+};
+constexpr Named<Partition> kPartitions[] = {{"interleave", Partition::kInterleave},
+                                            {"contiguous", Partition::kContiguous}};
+constexpr Named<ErrorPolicy> kOnError[] = {{"raise", ErrorPolicy::kRaise},
+                                           {"skip", ErrorPolicy::kSkip}};
+
+template <class E, size_t N>
+E named(const char* what, const Named<E> (&table)[N], const std::string& s) {
+  std::string allowed;
+  for (const Named<E>& n : table) {
+    if (s == n.name) return n.value;
+    allowed += std::string(allowed.empty() ? "'" : ", '") + n.name + "'";
+  }
+  throw ConfigError(std::string(what) + "='" + s + "': allowed are " + allowed);
+}
+
+template <class E, size_t N>
+py::tuple names(const Named<E> (&table)[N]) {
+  py::tuple out(N);
+  for (size_t i = 0; i < N; ++i) out[i] = py::str(table[i].name);
+  return out;
+}
+
+// drop_last as users write it (Python's _options.DROP_LAST): False, True, or "uneven".
+DropLast drop_last_arg(const py::handle& v) {
+  if (py::isinstance<py::bool_>(v)) return v.cast<bool>() ? DropLast::kSteps : DropLast::kNone;
+  if (py::isinstance<py::str>(v) && v.cast<std::string>() == "uneven") return DropLast::kUneven;
+  throw ConfigError("drop_last=" + py::repr(v).cast<std::string>() +
+                    ": not a value of the Loader's drop_last (see loadscope.Loader)");
 }
 
 Partition partition_arg(const std::string& s) {
-  if (s == "interleave") return Partition::kInterleave;
-  if (s == "contiguous") return Partition::kContiguous;
-  throw ConfigError("partition must be 'interleave' or 'contiguous', got '" + s + "'");
+  return named("partition", kPartitions, s);
 }
 
 }  // namespace
@@ -47,20 +75,23 @@ void register_engine(py::module_& m) {
       "Marks this process as forked while an epoch ran: samples run on the planner thread.");
   m.def("_is_forked_during_epoch", [] { return forked_during_epoch().load(); });
 
+  m.attr("PARTITIONS") = names(kPartitions);
+  m.attr("ON_ERROR") = names(kOnError);
+
   m.def(
       "epoch_geometry",
-      [](int64_t n, int64_t batch, int64_t row, const std::string& drop_last, int64_t rank) {
+      [](int64_t n, int64_t batch, int64_t row, const py::object& drop_last, int64_t rank) {
         EpochGeometry g(n, batch, row, drop_last_arg(drop_last));
         return py::make_tuple(g.batches(), g.length(), g.padding(), g.rank_length(rank),
                               g.rank_samples(rank));
       },
       py::arg("n"), py::arg("batch"), py::arg("row"), py::arg("drop_last"), py::arg("rank") = 0,
       "(batches of all ranks, samples drawn, padded samples, samples rank draws, of which not "
-      "padding) of an epoch of n samples; drop_last 'none', 'steps' or 'uneven' (see "
+      "padding) of an epoch of n samples; drop_last as the Loader takes it (see "
       "EpochGeometry).");
   m.def(
       "batch_of_slot",
-      [](int64_t n, int64_t batch, int64_t row, const std::string& drop_last, int64_t slot,
+      [](int64_t n, int64_t batch, int64_t row, const py::object& drop_last, int64_t slot,
          const std::string& partition) {
         return EpochGeometry(n, batch, row, drop_last_arg(drop_last))
             .batch_of_slot(slot, partition_arg(partition));
@@ -230,7 +261,7 @@ void register_engine(py::module_& m) {
           "string area, record key or ''), as the field declares them (pipeline/outputs.h).")
       .def(
           "start",
-          [](Pipeline& p, int threads, int batch_size, int prefetch, const std::string& drop_last,
+          [](Pipeline& p, int threads, int batch_size, int prefetch, const py::object& drop_last,
              const std::string& on_error, int64_t max_errors, double max_error_rate, uint64_t seed,
              int64_t epoch, bool shuffle, int64_t batch_offset, int64_t batch_stride, int64_t row,
              int64_t start_batch, uintptr_t pin, uintptr_t unpin, const std::string& partition,
@@ -240,13 +271,7 @@ void register_engine(py::module_& m) {
             o.batch_size = batch_size;
             o.prefetch = prefetch;
             o.drop_last = drop_last_arg(drop_last);
-            if (on_error == "raise") {
-              o.on_error = ErrorPolicy::kRaise;
-            } else if (on_error == "skip") {
-              o.on_error = ErrorPolicy::kSkip;
-            } else {
-              throw ConfigError("on_error must be 'raise' or 'skip'");
-            }
+            o.on_error = named("on_error", kOnError, on_error);
             o.max_errors = max_errors;
             o.max_error_rate = max_error_rate;
             o.order = EpochOrder{seed, epoch, shuffle};

@@ -64,6 +64,10 @@ pipeline::ImageSpec geometry(int height, int width, const std::string& crop,
 }  // namespace
 
 void register_fields(py::module_& m) {
+  // Pillow's decompression-bomb limit, declared once (pipeline::ImageSpec): the Python fields'
+  // default.
+  m.attr("DEFAULT_MAX_PIXELS") = pipeline::ImageSpec{}.max_pixels;
+
   m.def(
       "option_bounds",
       [] {
@@ -290,8 +294,8 @@ void register_fields(py::module_& m) {
       py::arg("position"), py::arg("clips"), py::arg("short"), py::arg("height"), py::arg("width"),
       py::arg("crop"), py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
       py::arg("channels_last"), py::arg("stream"), py::arg("decoder_threads"), py::arg("rotate"),
-      py::arg("color_tags"), py::arg("optional"), py::arg("max_pixels") = 178956970,
-      py::arg("start") = "");
+      py::arg("color_tags"), py::arg("optional"),
+      py::arg("max_pixels") = pipeline::ImageSpec{}.max_pixels, py::arg("start") = "");
 
   m.def(
       "audio_field",

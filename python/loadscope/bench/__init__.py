@@ -10,20 +10,10 @@ pipeline (``[pipeline] factory = "mytrain.data:make_loader"``) with the user's o
 (``[step] setup``/``function``, which gets a StepContext); ``loadscope bench baseline`` measures
 such a pipeline as it is (baseline.run)."""
 
+from .env import require
 from .experiment import Experiment, from_dict, load
 from .runner import ExperimentFailed, run
 from .user import StepContext
 
 __all__ = ["Experiment", "ExperimentFailed", "StepContext", "from_dict", "load", "require", "run"]
 
-
-def require() -> None:
-    """What the harness needs beyond torch, checked before it writes anything: psutil (the
-    memory, CPU and I/O of every process of a repetition). A ConfigError that says how to get it."""
-    from .._errors import ConfigError
-    from ..telemetry.watcher import PSUTIL_MISSING
-
-    try:
-        import psutil  # noqa: F401
-    except ImportError:
-        raise ConfigError(PSUTIL_MISSING) from None

@@ -741,7 +741,7 @@ def run(factory: str, kwargs: Optional[Dict[str, Any]] = None, *, step: Optional
         timeout_s: float = 900.0, quiet: bool = False) -> Dict[str, Any]:
     """Measures the user's pipeline as it is and writes diagnosis.md, baseline.json, env.json,
     raw.jsonl and next-experiment.toml into `out_dir`. Returns baseline.json's content."""
-    from . import require
+    from .env import require
     from .runner import ExperimentFailed, _merge_ranks, make_results_dir, repetition
 
     require()  # before anything is written

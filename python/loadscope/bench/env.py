@@ -254,3 +254,15 @@ def record(data_root: Optional[str], layout_files: List[str], training_repo: Opt
         # Where s3:// would be read from: endpoint, region, the credentials' source (never a secret).
         "object_storage": _native.remote_environment(),
     }
+
+
+def require() -> None:
+    """What the harness needs beyond torch, checked before it writes anything: psutil (the
+    memory, CPU and I/O of every process of a repetition). A ConfigError that says how to get it."""
+    from .._errors import ConfigError
+    from ..telemetry.watcher import PSUTIL_MISSING
+
+    try:
+        import psutil  # noqa: F401
+    except ImportError:
+        raise ConfigError(PSUTIL_MISSING) from None

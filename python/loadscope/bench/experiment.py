@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._errors import ConfigError
+from .._options import allowed_values
 
 # The pipeline settings every arm has; any of them can be the factor. (allowed, default)
 PIPELINE: Dict[str, Tuple[Any, Any]] = {
@@ -37,7 +38,7 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
     "shard_index": (("auto", "off"), "auto"),  # tar shards: ranged reads by their .idx, or streamed
     "world_size": ("int>=1", 1),
     # How a loadscope Loader deals the epoch's batches to the ranks (Loader(partition=...)).
-    "partition": (("interleave", "contiguous"), "interleave"),
+    "partition": (allowed_values("partition"), "interleave"),
     # Emulated nodes (bench/nodes.py, root only): the ranks spread evenly over `nodes` network
     # namespaces joined by links of `link_mbit` Mbit/s each way (0: not shaped).
     "nodes": ("int>=1", 1),

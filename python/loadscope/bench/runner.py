@@ -399,7 +399,7 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     out_dir = os.path.abspath(out_dir or os.path.join("results", "experiments", f"{exp.name}-{stamp}"))
     root = os.path.abspath(exp.dataset["path"]) if exp.dataset["path"] else None
     missing_cuda = exp.needs_cuda() if not torch.cuda.is_available() else []
-    from . import require
+    from .env import require
 
     require()
     if any(a.config.get("nodes", 1) > 1 for a in exp.arms):

@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._errors import ConfigError
-from .._loader_args import default_threads
+from .._options import default_threads
 from . import report as report_mod
 from . import runner, stats
 from .experiment import PIPELINE, RUN, SETTINGS, from_dict

@@ -235,9 +235,11 @@ def positional_ids(obj: Any) -> Optional[Callable[[int], str]]:
                 and samples and isinstance(samples[0], tuple) and isinstance(samples[0][0], str)):
             return lambda i: _norm_id(samples[i][0])
         return None
+    from .. import Loader
+
     table = getattr(getattr(obj, "source", None), "_table", None)
-    if (table is not None and hasattr(obj, "_resume_batches") and not obj.shuffle and obj.world_size == 1
-            and not obj._resume_batches):
+    if (table is not None and isinstance(obj, Loader) and not obj.shuffle and obj.world_size == 1
+            and obj.state_dict()["batches"] == 0):  # from the start of an epoch, in the source's order
         return lambda i: _norm_id(table.sample(i)[0])
     return None
 
