@@ -25,8 +25,8 @@ def test_tuple_output_unpacks_like_an_imagefolder_dataloader(demo):
 
 @pytest.mark.parametrize("output,message", [
     (("jpg", "label"), r"'label' is not an entry of the batch; entries: jpg, cls, __key__, __index__"),
-    ("tuple", r"output='tuple': 'dict', or a tuple of entry names"),
-    ((), r"output=\(\): 'dict', or a tuple"),
+    ("tuple", r"output='tuple': allowed are 'dict', or a tuple of entry names"),
+    ((), r"output=\(\): allowed are 'dict', or a tuple"),
 ])
 def test_a_wrong_output_lists_the_entries(demo, output, message):
     with pytest.raises(ls.ConfigError, match=message):
