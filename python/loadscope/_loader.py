@@ -375,10 +375,10 @@ def _declare_options() -> None:
     """Loader's signature (help(), inspect, IDEs) and the options of its docstring, from the
     declaration: `source`, `fields`, then every option with its default."""
     P = inspect.Parameter
-    params = [P("self", P.POSITIONAL_OR_KEYWORD), P("source", P.POSITIONAL_OR_KEYWORD),
-              P("fields", P.KEYWORD_ONLY)]
-    params += [P(o.name, P.KEYWORD_ONLY, **({} if o.default is REQUIRED else {"default": o.default}))
-               for o in OPTIONS]
+    params = [P("self", P.POSITIONAL_OR_KEYWORD), P("source", P.POSITIONAL_OR_KEYWORD, annotation="Union[Source, Spec]"),
+              P("fields", P.KEYWORD_ONLY, annotation="Mapping[str, Field]")]
+    params += [P(o.name, P.KEYWORD_ONLY, annotation=o.type,
+                 **({} if o.default is REQUIRED else {"default": o.default})) for o in OPTIONS]
     Loader.__init__.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     lines = []
     for o in OPTIONS:

@@ -49,6 +49,7 @@ class Option:
     # loader's own (KEEP).
     one_sample: Any = REQUIRED
     default_text: Optional[str] = None  # how docs give the default, where repr() is not it
+    type: str = "Any"  # the annotation of Loader's signature
 
     def fail(self, value: Any) -> ConfigError:
         allowed = self.allowed.replace("{cores}", str(default_threads()))
@@ -174,80 +175,86 @@ PARTITIONS = tuple(_native.PARTITIONS)
 DROP_LAST = (False, True, "uneven")
 
 OPTIONS: Tuple[Option, ...] = (
-    Option("batch_size", REQUIRED, "an int >= 1", "samples per batch", _int_min(1), ALWAYS, one_sample=1),
+    Option("batch_size", REQUIRED, "an int >= 1", "samples per batch", _int_min(1), ALWAYS, type="int", one_sample=1),
     Option("threads", None, "an int >= 1, 'auto', or None (the cores this process may use: {cores})",
            "decoding threads (oneTBB); `\"auto\"`: the least that keep the loop's data wait near zero, changed "
-           "while it runs, batches unchanged ([tuning.md](tuning.md))", _int_or_auto, one_sample=1,
+           "while it runs, batches unchanged ([tuning.md](tuning.md))", _int_or_auto,
+           type="Union[int, str, None]", one_sample=1,
            default_text="the cores this process may use"),
     Option("shuffle", False, "True or False",
            "a new order each epoch from `(seed, epoch)`; for tar shards: shard order plus a shuffle buffer",
-           _bool, ALWAYS, one_sample=False),
+           _bool, ALWAYS, type="bool", one_sample=False),
     Option("seed", 0, "an int in [0, 2**64 - 1]", "seeds the order and every random augmentation",
-           _int_min(0, 2**64 - 1), ALWAYS, one_sample=KEEP),
+           _int_min(0, 2**64 - 1), ALWAYS, type="int", one_sample=KEEP),
     Option("drop_last", False, "False (keep every sample), True (whole batches; several ranks: whole steps) and "
            "'uneven' (only the samples that do not split evenly between the ranks)",
            "`False`: keep every sample (a short last batch; several ranks pad the last step); `True`: drop the "
            "last, partial batch (several ranks: whole steps only); `\"uneven\"`: with several ranks, drop only "
            "the at most `W-1` samples that do not split evenly, as `DistributedSampler(drop_last=True)` "
            "([distributed.md](distributed.md#sharding-and-padding))", _choice(*DROP_LAST), ALWAYS,
-           one_sample=False),
+           type="Union[bool, str]", one_sample=False),
     Option("prefetch", 2, "an int >= 1 (batches decoded ahead) or 'auto'",
            "batches decoded ahead; memory is about `prefetch × batch bytes` plus per-thread scratch; "
            "`\"auto\"`: deeper for bursts, shallower over `memory_limit` ([tuning.md](tuning.md))",
-           _int_or_auto, one_sample=1),
+           _int_or_auto, type="Union[int, str]", one_sample=1),
     Option("memory_limit", None, "bytes, or a size like '24GiB'; only with an 'auto' setting",
-           "the resident memory `\"auto\"` settings may grow into", _bytes, one_sample=None,
+           "the resident memory `\"auto\"` settings may grow into", _bytes,
+           type="Union[int, str, None]", one_sample=None,
            default_text="half of what the cgroup (else the machine) allows"),
     Option("on_error", "raise", ", ".join(map(repr, ON_ERROR)),
            "`\"raise\"`: a bad sample raises a `SampleError` naming it when its batch is reached; `\"skip\"`: it "
            "is left out of its batch, counted and listed in `stats()` ([errors.md](errors.md))",
-           _choice(*ON_ERROR), one_sample="raise"),
+           _choice(*ON_ERROR), type="str", one_sample="raise"),
     Option("error_budget", 0.05, "an int >= 0 (a count), a float in [0, 1) (a fraction), or None",
            "under `\"skip\"`: more failures than this raise `ErrorBudgetExceeded`; a count per epoch, or a "
-           "fraction of the samples seen so far, counting at least 100", _error_budget, one_sample=0.05),
+           "fraction of the samples seen so far, counting at least 100", _error_budget,
+           type="Union[int, float, None]", one_sample=0.05),
     Option("timeout", 0.0, "seconds >= 0 (0: wait as long as it takes)",
            "how long `next()` waits for a batch before it raises `BatchTimeout` (a `TimeoutError`) naming the "
            "batch, as `DataLoader(timeout=)`: a stalled read or a hung decoder becomes an error instead of a "
            "silent stall of every rank. The epoch goes on: calling `next()` again waits again",
-           _seconds, one_sample=0.0),
+           _seconds, type="float", one_sample=0.0),
     Option("device", "cpu", "'cpu', 'cuda', 'cuda:N' or a torch.device",
            "`Loader` only (a `Dataset` refuses it: its batches cross worker processes). With CUDA: batches are "
            "built in page-locked memory and copied on a side stream, timed with CUDA events "
            "([telemetry.md](telemetry.md#the-transfer-stage-cuda)); a `ConfigError` where CUDA is not available",
-           _device, one_sample="cpu"),
+           _device, type="Union[str, torch.device]", one_sample="cpu"),
     Option("telemetry", True, "True or False",
            "measure everything ([telemetry.md](telemetry.md)); `False` turns every clock read off", _bool,
-           one_sample=False),
+           type="bool", one_sample=False),
     Option("rank", None, "an int >= 0 with world_size, or None",
            "this process's share of each epoch; `None` (with `world_size`): from `torch.distributed`, else "
            "torchrun's `RANK`/`WORLD_SIZE`, else 0 of 1. Equal batch counts per rank, padding as "
-           "`DistributedSampler` ([distributed.md](distributed.md))", _optional_int(0), one_sample=0),
+           "`DistributedSampler` ([distributed.md](distributed.md))", _optional_int(0),
+           type="Optional[int]", one_sample=0),
     Option("world_size", None, "an int >= 1 with rank, or None", "the number of ranks (see `rank`)",
-           _optional_int(1), MID_EPOCH, one_sample=1),
+           _optional_int(1), MID_EPOCH, type="Optional[int]", one_sample=1),
     Option("partition", "interleave", "'interleave' (rank r takes batches r, r+W, r+2W, ...) and 'contiguous' "
            "(rank r takes the r-th contiguous block of the epoch's batches)",
            "how the epoch's batches are dealt to the ranks: in turn (rank r takes r, r+W, ...), or a contiguous "
            "stretch per rank, so that with tar shards each rank reads its own shards; the same batches and "
            "draws either way ([distributed.md](distributed.md#which-batches-a-rank-takes))",
-           _choice(*PARTITIONS), MID_EPOCH, one_sample="interleave"),
+           _choice(*PARTITIONS), MID_EPOCH, type="str", one_sample="interleave"),
     Option("cache_dir", None, "a directory (created if missing; not ''), or None",
            "keep remote objects (`s3://`, `http(s)://`) whole on local disk, shared by every process of the "
            "node; `None`: the environment's `LOADSCOPE_CACHE_DIR`, else no cache. Process-wide: the last loader "
            "made sets it; a source's own cache, endpoint, credentials and retries: `Remote` "
            "([remote.md](remote.md#a-node-local-cache))",
-           _path, one_sample=KEEP),
+           _path, type="Union[str, os.PathLike, None]", one_sample=KEEP),
     Option("cache_limit", None, "bytes, or a size like '500GB'; needs cache_dir",
            "least recently used objects are evicted to stay under it; below one pass over the data it is a "
-           "`ReadError`, not a thrash", _bytes, one_sample=KEEP, default_text="no limit"),
+           "`ReadError`, not a thrash", _bytes,
+           type="Union[int, str, None]", one_sample=KEEP, default_text="no limit"),
     Option("output", "dict", "'dict', or a tuple of entry names of the batch, such as ('image', 'label')",
            "the form of each batch: a dict, or a tuple of those entries in that order, so that "
            "`for images, labels in loader:` works as with an ImageFolder `DataLoader`",
-           _output, one_sample=KEEP),
+           _output, type="Union[str, Sequence[str]]", one_sample=KEEP),
     Option("map", None, "a callable, or None",
            "applied to every batch (in `output`'s form) before the loop sees it: in a background thread for "
            "CPU batches (up to `prefetch` ahead; timed as `loop.map`), right after the copy under a CUDA "
            "`device`; an exception in it is raised from `next()` naming the batch "
-           "([augmentations.md](augmentations.md#map))", _callable, one_sample=None),
+           "([augmentations.md](augmentations.md#map))", _callable,
+           type="Optional[Callable[[Any], Any]]", one_sample=None),
 )
 
 BY_NAME: Dict[str, Option] = {o.name: o for o in OPTIONS}
