@@ -69,7 +69,9 @@ for t in $TARGETS; do
     $B/fuzz_$t.log || true
   # Merge: the kept corpus becomes the smallest set with the coverage of it and the seeds.
   rm -rf "$KEEP/$t.merged" && mkdir -p "$KEEP/$t.merged"
-  if $B/fuzz_$t -merge=1 -timeout="$TIMEOUT_S" -rss_limit_mb="$RSS_MB" "$KEEP/$t.merged" "$KEEP/$t" $B/seeds/$t \
+  # (A unit that times out or crashes while merging is a finding too: into the artifacts, not the cwd.)
+  if $B/fuzz_$t -merge=1 -timeout="$TIMEOUT_S" -rss_limit_mb="$RSS_MB" -artifact_prefix=$B/artifacts/$t/ \
+       "$KEEP/$t.merged" "$KEEP/$t" $B/seeds/$t \
        > $B/merge_$t.log 2>&1; then
     rm -rf "$KEEP/$t" && mv "$KEEP/$t.merged" "$KEEP/$t"
   else
