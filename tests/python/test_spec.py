@@ -17,21 +17,6 @@ from servers import put_bucket
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Runs in a fresh interpreter: the spec from a pickle file, two epochs, one hash per batch.
-CHILD = """
-import hashlib, pickle, sys
-import loadscope as ls
-spec = pickle.load(open(sys.argv[1], "rb"))
-loader = ls.Loader(spec)
-for epoch in (0, 1):
-    loader.set_epoch(epoch)
-    for b in loader:
-        h = hashlib.sha256(repr(b["__key__"]).encode())
-        for k, v in sorted(b.items()):
-            h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
-        print(h.hexdigest())
-"""
-
 
 def batch_hashes(loader):
     out = []
@@ -43,6 +28,13 @@ def batch_hashes(loader):
                 h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
             out.append(h.hexdigest())
     return out
+
+
+# Runs in a fresh interpreter: the spec from a pickle file, two epochs, one hash per batch
+# (batch_hashes above, by its source: one definition of what is compared).
+CHILD = "import hashlib, pickle, sys\nimport loadscope as ls\n" + inspect.getsource(batch_hashes) + """
+print("\\n".join(batch_hashes(ls.Loader(pickle.load(open(sys.argv[1], "rb"))))))
+"""
 
 
 def in_a_fresh_process(spec, tmp_path, env=None):
