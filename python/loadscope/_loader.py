@@ -64,13 +64,16 @@ class Loader:
     def _build(self) -> None:
         """The run of the spec in this process: what it resolves here, and the native parts."""
         spec = self.spec
-        # Before the source reads its indexes. One cache per process: the last loader made sets
-        # it (without cache_dir: the environment's, or none).
+        # Before the source reads its indexes: the process's settings are the environment's, read
+        # again for each loader (LOADSCOPE_CACHE_DIR: the process's node-local cache, or none).
         _native.remote_reload_environment()
-        cache = node_cache(spec.cache_dir, spec.cache_limit) if spec.cache_dir else \
-            node_cache(os.environ.get("LOADSCOPE_CACHE_DIR") or None, os.environ.get("LOADSCOPE_CACHE_LIMIT") or None)
-        _native.remote_cache(*(cache or ("", 0)))
-        self.source: Source = spec.source
+        env_cache = node_cache(os.environ.get("LOADSCOPE_CACHE_DIR") or None,
+                               os.environ.get("LOADSCOPE_CACHE_LIMIT") or None)
+        _native.remote_cache(*(env_cache or ("", 0)))
+        # cache_dir is this loader's own: its source's remote objects are read through it (a
+        # storage of its own, io/cache.h), whatever other loaders of the process use.
+        own_cache = node_cache(spec.cache_dir, spec.cache_limit)
+        self.source: Source = spec.source if own_cache is None else spec.source._cached(*own_cache)
         self.fields: Dict[str, Field] = spec.fields
         self.batch_size: int = spec.batch_size
         tuning = resolve_tuning(spec.threads, spec.prefetch, spec.memory_limit, spec.batch_size,

@@ -237,8 +237,8 @@ OPTIONS: Tuple[Option, ...] = (
            _choice(*PARTITIONS), MID_EPOCH, type="str", one_sample="interleave"),
     Option("cache_dir", None, "a directory (created if missing; not ''), or None",
            "keep remote objects (`s3://`, `http(s)://`) whole on local disk, shared by every process of the "
-           "node; `None`: the environment's `LOADSCOPE_CACHE_DIR`, else no cache. Process-wide: the last loader "
-           "made sets it; a source's own cache, endpoint, credentials and retries: `Remote` "
+           "node; this loader's own (other loaders of the process keep theirs); `None`: the environment's "
+           "`LOADSCOPE_CACHE_DIR`, else no cache. A source's own cache, endpoint, credentials and retries: `Remote` "
            "([remote.md](remote.md#a-node-local-cache))",
            _path, type="Union[str, os.PathLike, None]", one_sample=KEEP),
     Option("cache_limit", None, "bytes, or a size like '500GB'; needs cache_dir",

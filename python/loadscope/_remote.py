@@ -35,9 +35,9 @@ class Remote:
         attempts, stall_seconds, connect_timeout: retries, and how long a request may receive
             nothing, or take to connect, before it counts as failed.
         ca_bundle: the certificates that verify https:// servers.
-        cache_dir, cache_limit: a node-local cache of this source's objects (as
-            ``Loader(cache_dir=, cache_limit=)``, which sets the process's), instead of the
-            process's.
+        cache_dir, cache_limit: a node-local cache of this source's objects, instead of the
+            loader's (``Loader(cache_dir=, cache_limit=)``) or the process's
+            (``LOADSCOPE_CACHE_DIR``).
 
     ``WebDataset(urls, remote=...)`` and ``FileList(manifest, remote=...)`` read their shards,
     manifest and the URLs in its rows with these settings, in every thread of the loader, the
@@ -122,3 +122,19 @@ class Remote:
 
     def __reduce__(self):  # unpickled through __init__, so that the storage is registered there
         return (Remote, tuple(getattr(self, f.name) for f in fields(self) if f.init))
+
+
+def plain_name(name: str) -> str:
+    """``s3+r<tag>://b/k`` -> ``s3://b/k``: the name as given, before any Remote's tag."""
+    scheme, sep, rest = name.partition("://")
+    return f"{scheme.split('+', 1)[0]}://{rest}" if sep and "+" in scheme else name
+
+
+def with_cache(remote: Optional[Remote], cache_dir: str, cache_limit: int) -> Optional[Remote]:
+    """``remote``'s settings (None: the process's) with a node-local cache of its own, for a
+    loader's ``cache_dir``; None when ``remote`` has a cache already (a source's own wins)."""
+    if remote is not None and remote.cache_dir is not None:
+        return None
+    given = {f.name: getattr(remote, f.name) for f in fields(Remote) if f.init} if remote else {}
+    given.update(cache_dir=cache_dir, cache_limit=cache_limit or None)
+    return Remote(**given)

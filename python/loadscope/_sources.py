@@ -14,7 +14,7 @@ from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 from ._errors import ConfigError
 from ._fields import VIDEO_MEMBERS
 from ._options import ON_ERROR
-from ._remote import Remote
+from ._remote import Remote, plain_name, with_cache
 
 # torchvision's IMG_EXTENSIONS, a compatibility contract rather than a list of what decodes:
 # which files make a sample in a Folder, so that a Folder has ImageFolder's samples, order and
@@ -103,6 +103,12 @@ class Source:
 
     def __len__(self) -> int:
         raise TypeError(f"{type(self).__name__} does not know its length before reading")
+
+    def _cached(self, cache_dir: str, cache_limit: int) -> "Source":
+        """This source with its remote objects read through the node-local cache ``cache_dir``
+        (a loader's ``cache_dir=``: io/cache.h's CachedStorage, under the names' own scheme),
+        unless its ``remote`` keeps them in a cache of its own. The default: no remote objects."""
+        return self
 
     # Sources are values: equal when they would list the same samples the same way (what a
     # pickled copy carries), so that specs compare.
@@ -339,6 +345,13 @@ class FileList(_TableSource):
         self.cache_dir = None if cache_dir is None else (os.fspath(cache_dir) or _manifest_cache_dir())
         self._load()
 
+    def _cached(self, cache_dir: str, cache_limit: int) -> Source:
+        remote = with_cache(self.remote, cache_dir, cache_limit)
+        if remote is None:  # its rows may name objects whatever the manifest is: read again
+            return self
+        return FileList(plain_name(self.manifest), root=plain_name(self.root), path_key=self.path_key,
+                        on_error=self.on_error, cache_dir=self.cache_dir, remote=remote)
+
     def _load(self) -> None:
         from . import _native
         cache = ""
@@ -453,6 +466,13 @@ class WebDataset(Source):
     def index_paths(self) -> List[str]:
         return [s + ".idx" for s in self.shards]
 
+    def _cached(self, cache_dir: str, cache_limit: int) -> Source:
+        remote = with_cache(self.remote, cache_dir, cache_limit)
+        if remote is None or not any(is_url(s) for s in self.shards):
+            return self
+        return WebDataset([plain_name(s) for s in self.shards], shuffle_buffer=self.shuffle_buffer,
+                          index=self.index, remote=remote)
+
     def _have_indexes(self) -> List[bool]:
         """Which shards have an ``.idx``. Remote shards are taken to be indexed alike, as
         ``loadscope index`` leaves them: the first one's index is asked for, not every one's."""
@@ -543,6 +563,12 @@ class Mix(Source):
     def __len__(self) -> int:
         return self.samples_per_epoch
 
+    def _cached(self, cache_dir: str, cache_limit: int) -> Source:
+        sources = [s._cached(cache_dir, cache_limit) for s in self.sources]
+        if all(a is b for a, b in zip(sources, self.sources)):
+            return self
+        return Mix(dict(zip(self.names, sources)), weights=dict(zip(self.names, self.weights)),
+                   samples_per_epoch=self.samples_per_epoch)
     def _native(self, native, need_size: bool = False):  # its size is samples_per_epoch
         return native.MixSource([s._native(native) for s in self.sources], self.weights, self.samples_per_epoch)
 

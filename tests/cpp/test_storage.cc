@@ -2,12 +2,15 @@
 // io/ (whole files, ranges, a streamed gzip shard, an indexed shard, a video FFmpeg seeks in)
 // without any of them knowing it, and gives the bytes the same data gives from a local file.
 
+#include <stdlib.h>
+
 #include <map>
 #include <mutex>
 
 #include "helpers.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
+#include "loadscope/io/cache.h"
 #include "loadscope/io/file.h"
 #include "loadscope/io/storage.h"
 #include "loadscope/io/tar.h"
@@ -18,15 +21,15 @@ using namespace testing;
 
 namespace {
 
-// Objects in memory, versioned by a counter; remote, so the remote paths (prefetch, cache
-// lookups, pinning) are the ones taken.
+// Objects in memory, versioned by a counter. Not remote (nothing goes over a network): every
+// reader must still read it through the Storage, not around it with POSIX calls on the name.
 class MemStorage final : public io::Storage {
  public:
   void set(const std::string& name, std::string data) {
     std::lock_guard<std::mutex> lock(mutex_);
     objects_[name] = {std::move(data), std::to_string(++versions_)};
   }
-  bool remote() const override { return true; }
+  bool remote() const override { return false; }
   io::ObjectInfo stat(const std::string& name) override {
     std::lock_guard<std::mutex> lock(mutex_);
     const Object& o = find(name);
@@ -81,7 +84,7 @@ TEST_CASE("a registered scheme is read through file.h like a local file", "[stor
   const std::string local = real("webdataset/testdata/mpdata.tar");
   const std::string data = read_all(local);
   mem()->set("mem://b/mpdata.tar", data);
-  CHECK(io::is_remote("mem://b/mpdata.tar"));
+  CHECK(!io::is_remote("mem://b/mpdata.tar"));
   CHECK(!io::is_remote(local));
   CHECK(io::scheme_of("mem://b/x") == "mem");
   CHECK(io::scheme_of("/tmp/a://b") == "");  // a path is never a scheme
@@ -144,4 +147,49 @@ TEST_CASE("a video FFmpeg seeks in is read through a registered scheme", "[stora
   b.decode({{b.pts()[250], pb.data(), &out}});
   CHECK(pa == pb);
   CHECK(mem()->reads > before);  // the decoder asked the storage, in blocks
+}
+
+TEST_CASE("the node cache is a storage wrapping another: one fetch, then reads of its copy",
+          "[storage][cache]") {
+  REQUIRE_SHARED_DATA();
+  const std::string data = read_all(real("webdataset/testdata/mpdata.tar"));
+  char tmpl[] = "/tmp/loadscope-cache-XXXXXX";
+  REQUIRE(::mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  io::register_storage("memc", io::cache::cached(mem(), io::cache::Settings{dir, 0}));
+  const std::string name = "memc://b/mpdata.tar";
+  mem()->set(name, data);
+  CHECK(io::node_cached(name));
+  CHECK(!io::node_cached("mem://b/mpdata.tar"));
+  CHECK(!io::node_cached(real("webdataset/testdata/mpdata.tar")));
+
+  // A fingerprint peeks: two ranges from the storage under it, nothing fetched whole.
+  int before = mem()->reads;
+  const uint32_t fingerprint = io::shard_fingerprint(name);
+  CHECK(mem()->reads == before + 2);
+  CHECK(run("ls " + quote(dir)).empty());
+
+  // The first read fetches the object into the directory; every read after is of the copy.
+  std::string out;
+  io::read_file(name, out);
+  CHECK(out == data);
+  CHECK(!run("ls " + quote(dir)).empty());
+  before = mem()->reads;
+  io::read_range(name, 512, 100, out);
+  CHECK(out == data.substr(512, 100));
+  const io::ShardIndex indexed = io::index_shard(name);
+  CHECK(indexed.samples.size() == 100);
+  CHECK(indexed.fingerprint == fingerprint);
+  auto seekable = io::open_seekable(name);
+  std::vector<uint8_t> head(512);
+  CHECK(seekable->read_at(0, head.data(), head.size()) == head.size());
+  CHECK(std::string(head.begin(), head.end()) == data.substr(0, 512));
+  CHECK(mem()->reads == before);  // none of these asked the storage under the cache
+
+  // A copy removed (another process evicted it) is fetched again, not an error.
+  run("rm -f " + quote(dir) + "/*mpdata.tar");
+  io::read_file(name, out);
+  CHECK(out == data);
+  CHECK(mem()->reads > before);
+  run("rm -rf " + quote(dir));
 }

@@ -759,6 +759,45 @@ def test_bad_remote_settings_say_what_is_allowed(tmp_path):
         ls.WebDataset("s3://b/a.tar", remote={"endpoint": "http://x"})
 
 
+def test_each_loader_keeps_its_objects_in_its_own_node_cache(s3, s3_demo, tmp_path, monkeypatch):
+    """Loader(cache_dir=) is the loader's, not the process's: two loaders of one process,
+    iterated in turn, keep the shards each reads in its own directory (byte for byte the shards
+    on disk); a third without cache_dir fetches through none (the process has none); all three
+    yield the local batches, and a source's own Remote(cache_dir=) wins over the loader's."""
+    monkeypatch.delenv("LOADSCOPE_CACHE_DIR", raising=False)
+    monkeypatch.delenv("LOADSCOPE_CACHE_LIMIT", raising=False)
+    urls = [f"s3://demo-shards/train/{p.name}" for p in s3_demo]
+    fields = {"jpg": ls.Image(48), "cls": ls.Int()}
+
+    def batches(loader):
+        return [b["jpg"].numpy().tobytes() + b["cls"].numpy().tobytes() for b in loader]
+
+    def local(paths):
+        return batches(ls.Loader(ls.WebDataset([str(p) for p in paths], index="scan"), fields=fields, batch_size=8))
+
+    want = local(s3_demo)
+    a = ls.Loader(ls.WebDataset(urls, index="scan"), fields=fields, batch_size=8, cache_dir=tmp_path / "a")
+    b = ls.Loader(ls.WebDataset(urls[:2], index="scan"), fields=fields, batch_size=8, cache_dir=tmp_path / "b",
+                  cache_limit="1GB")
+    plain = ls.Loader(ls.WebDataset(urls, index="scan"), fields=fields, batch_size=8)
+    got_b = batches(b)  # made last, read first: no "last loader made" decides
+    assert batches(a) == want
+    assert got_b == local(s3_demo[:2])
+    _native.reset_network_stats()
+    assert batches(plain) == want
+    assert _native.network_stats()["cache_misses"] == 0 and _native.network_stats()["bytes"] > 0
+    for d, read in ((tmp_path / "a", s3_demo), (tmp_path / "b", s3_demo[:2])):
+        for p in read:
+            copies = list(d.glob(f"*-{p.name}"))
+            assert len(copies) == 1 and copies[0].read_bytes() == p.read_bytes(), (d, p.name)
+        assert len(list(d.glob("*.tar"))) == len(read)
+    assert _native.remote_cache_settings()[0] == ""  # the process's cache: none, untouched
+    own = ls.Loader(ls.WebDataset(urls[:1], index="scan", remote=ls.Remote(cache_dir=tmp_path / "own")),
+                    fields=fields, batch_size=8, cache_dir=tmp_path / "loader")
+    assert batches(own) == local(s3_demo[:1])
+    assert len(list((tmp_path / "own").glob("*.tar"))) == 1 and not list((tmp_path / "loader").glob("*.tar"))
+
+
 def test_each_source_keeps_its_objects_in_its_own_node_cache(s3, s3_demo, tmp_path, monkeypatch):
     """Remote(cache_dir=) per source: two sources in one process cache the shards they read in
     their own directories (byte for byte the shards on disk), the process's cache (none here)

@@ -16,11 +16,13 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "loadscope/core/error.h"
+#include "loadscope/io/file.h"
 #include "loadscope/io/remote.h"
 #include "loadscope/io/storage.h"
 
@@ -30,8 +32,9 @@ namespace {
 
 std::mutex g_mutex;
 std::unique_ptr<Settings> g_settings;
-std::unordered_map<std::string, std::string>
-    g_checked;                              // url -> its file, verified by this process
+// "<dir>\n<url>" -> its file, verified by this process (two loaders may cache one object in
+// two directories).
+std::unordered_map<std::string, std::string> g_checked;
 std::unordered_set<std::string> g_fetched;  // cache files this process fetched
 std::atomic<uint64_t> g_hits{0}, g_misses{0}, g_evictions{0}, g_bytes{0};
 
@@ -169,7 +172,7 @@ struct TempFile {
   }
 };
 
-void fetch(const std::string& url, const ObjectInfo& info, const std::string& path) {
+void fetch(Storage& from, const std::string& url, const ObjectInfo& info, const std::string& path) {
   // Unique per process and thread; another process waits on the lock instead.
   TempFile tmp{path + ".partial." + std::to_string(::getpid()) + "." +
                std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xffffff)};
@@ -179,8 +182,8 @@ void fetch(const std::string& url, const ObjectInfo& info, const std::string& pa
     std::string chunk;
     constexpr uint64_t kChunk = 8u << 20;
     for (uint64_t at = 0; at < info.size; at += kChunk) {
-      storage_for(url).read(url, at, static_cast<int64_t>(std::min(kChunk, info.size - at)), chunk,
-                            info.version, false);
+      from.read(url, at, static_cast<int64_t>(std::min(kChunk, info.size - at)), chunk,
+                info.version, false);
       out.write(chunk.data(), static_cast<std::streamsize>(chunk.size()));
     }
     out.flush();
@@ -216,35 +219,28 @@ Settings settings() {
   return *g_settings;
 }
 
-std::string cached_copy(const std::string& url) {
-  return cached_copy(url, settings());
-}
-
-std::string cached_copy(const std::string& url, const Settings& s) {
+std::string cached_copy(Storage& from, const std::string& url, const Settings& s) {
   if (s.dir.empty()) return "";
+  const std::string key = s.dir + '\n' + url;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_checked.find(url);  // checked against the server by this process already
+    auto it = g_checked.find(key);  // checked against the server by this process already
     if (it != g_checked.end()) return ::access(it->second.c_str(), R_OK) == 0 ? it->second : "";
   }
   const std::string path = file_for(s.dir, url);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "";  // not there: no request at all
-  const ObjectInfo info = storage_for(url).stat(url);
+  const ObjectInfo info = from.stat(url);
   const bool current =
       static_cast<uint64_t>(st.st_size) == info.size && read_small(path + ".etag") == info.version;
   return current ? path : "";
 }
 
-std::string local_copy(const std::string& url) {
-  return local_copy(url, settings());
-}
-
-std::string local_copy(const std::string& url, const Settings& s) {
-  if (s.dir.empty()) return "";
+std::string local_copy(Storage& from, const std::string& url, const Settings& s) {
+  const std::string key = s.dir + '\n' + url;
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = g_checked.find(url);
+    auto it = g_checked.find(key);
     if (it != g_checked.end()) {
       struct stat st {};
       if (::stat(it->second.c_str(), &st) == 0) {
@@ -258,7 +254,7 @@ std::string local_copy(const std::string& url, const Settings& s) {
   }
   ::mkdir(s.dir.c_str(), 0755);
   const std::string path = file_for(s.dir, url);
-  const ObjectInfo info = storage_for(url).stat(url);
+  const ObjectInfo info = from.stat(url);
   if (s.limit > 0 && info.size > s.limit) {
     throw ReadFailure("cache: " + remote::redact(url) + " has " + std::to_string(info.size) +
                       " bytes, more than cache_limit " + std::to_string(s.limit));
@@ -287,7 +283,7 @@ std::string local_copy(const std::string& url, const Settings& s) {
                         "cache_dir to stream");
     }
     make_room(s, info.size, path);
-    fetch(url, info, path);
+    fetch(from, url, info, path);
     g_misses.fetch_add(1, std::memory_order_relaxed);
     g_bytes.fetch_add(info.size, std::memory_order_relaxed);
     std::lock_guard<std::mutex> guard(g_mutex);
@@ -295,8 +291,81 @@ std::string local_copy(const std::string& url, const Settings& s) {
   }
   ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);  // used now: last in the eviction order
   std::lock_guard<std::mutex> guard(g_mutex);
-  g_checked[url] = path;
+  g_checked[key] = path;
   return path;
+}
+
+namespace {
+
+// A remote storage read through the cache: an object is fetched whole once (for the node: the
+// processes share the directory), then every read, seek and stream is a read of the copy.
+class CachedStorage final : public Storage {
+ public:
+  CachedStorage(std::shared_ptr<Storage> from, std::optional<Settings> own)
+      : from_(std::move(from)), own_(std::move(own)) {}
+  bool remote() const override { return from_->remote(); }
+  bool node_cached() const override { return !settings_now().dir.empty(); }
+  ObjectInfo stat(const std::string& name) override { return from_->stat(name); }
+  uint64_t read(const std::string& name, uint64_t offset, int64_t length, std::string& out,
+                const std::string& version, bool upto) override {
+    const Settings s = settings_now();
+    // A read of one given version is the server's to answer (a copy is of the current one).
+    if (s.dir.empty() || !version.empty()) {
+      return from_->read(name, offset, length, out, version, upto);
+    }
+    return through_copy(name, s, [&](const std::string& copy) {
+      return local_storage()->read(copy, offset, length, out, "", upto);
+    });
+  }
+  uint64_t peek(const std::string& name, uint64_t offset, int64_t length,
+                std::string& out) override {
+    const Settings s = settings_now();
+    const std::string copy = s.dir.empty() ? "" : cached_copy(*from_, name, s);
+    if (copy.empty()) return from_->read(name, offset, length, out, "", false);
+    return local_storage()->read(copy, offset, length, out, "", false);
+  }
+  std::unique_ptr<Seekable> open_seekable(const std::string& name) override {
+    const Settings s = settings_now();
+    if (s.dir.empty()) return from_->open_seekable(name);
+    return through_copy(name, s, [](const std::string& copy) {
+      return local_storage()->open_seekable(copy);  // held open: an eviction cannot take it now
+    });
+  }
+  std::unique_ptr<ByteStream> open_stream(const std::string& name, size_t chunk) override {
+    const Settings s = settings_now();
+    if (s.dir.empty()) return from_->open_stream(name, chunk);
+    return through_copy(name, s, [chunk](const std::string& copy) {
+      return local_storage()->open_stream(copy, chunk);
+    });
+  }
+  void pin(const std::string& name, const std::string& version) override {
+    from_->pin(name, version);
+  }
+  void put(const std::string& name, const std::string& data) override { from_->put(name, data); }
+
+ private:
+  Settings settings_now() const { return own_ ? *own_ : settings(); }
+  // f(the copy's path); once more with a fresh copy when another process evicted it just now.
+  template <class F>
+  std::invoke_result_t<F, const std::string&> through_copy(const std::string& name,
+                                                           const Settings& s, F&& f) {
+    const std::string copy = local_copy(*from_, name, s);
+    try {
+      return f(copy);
+    } catch (const ReadFailure&) {
+      if (::access(copy.c_str(), F_OK) == 0) throw;
+      return f(local_copy(*from_, name, s));
+    }
+  }
+
+  std::shared_ptr<Storage> from_;
+  std::optional<Settings> own_;
+};
+
+}  // namespace
+
+std::shared_ptr<Storage> cached(std::shared_ptr<Storage> from, std::optional<Settings> own) {
+  return std::make_shared<CachedStorage>(std::move(from), std::move(own));
 }
 
 Stats stats() {

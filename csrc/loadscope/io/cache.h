@@ -16,8 +16,19 @@
 // needed again within one run is a thrash: the limit is below the working set, and that is an
 // error saying so, not a silent re-download of every shard every epoch.
 
+//
+// The cache is a layer: CachedStorage wraps the remote Storage it fetches from and is what the
+// registry hands out for its scheme (storage.cc), so no reader asks for copies; it reads a copy
+// through local_storage(), and retries once when another process evicted it just then.
+
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
+
+namespace loadscope::io {
+class Storage;
+}
 
 namespace loadscope::io::cache {
 
@@ -28,18 +39,20 @@ struct Settings {
 void configure(const Settings& s);
 Settings settings();
 
-// The local file holding `url`'s current version, fetched into the cache if needed; empty when
-// no cache is configured. Throws ReadFailure (the fetch failed, the object does not fit, or it
+// `from` read through a node-local cache with settings `own` (a loader's or a source's:
+// Loader(cache_dir=), loadscope.Remote(cache_dir=)); without them, through the process's
+// (configure(), LOADSCOPE_CACHE_DIR), which may be none: then reads pass straight through.
+std::shared_ptr<Storage> cached(std::shared_ptr<Storage> from, std::optional<Settings> own);
+
+// The local file holding `url`'s current version (stat and read through `from`), fetched into
+// the cache `s` if needed. Throws ReadFailure (the fetch failed, the object does not fit, or it
 // was evicted and is needed again).
-std::string local_copy(const std::string& url);
-// The same with settings other than the process's (a source's own: loadscope.Remote(cache_dir=)).
-std::string local_copy(const std::string& url, const Settings& s);
+std::string local_copy(Storage& from, const std::string& url, const Settings& s);
 
 // The local file holding `url`'s current version if the cache has it already, else "" (never
 // fetches: for reading a little of an object that may never be read whole, like a shard's
 // fingerprint, without a download).
-std::string cached_copy(const std::string& url);
-std::string cached_copy(const std::string& url, const Settings& s);
+std::string cached_copy(Storage& from, const std::string& url, const Settings& s);
 
 struct Stats {
   uint64_t hits = 0, misses = 0, evictions = 0;

@@ -1,8 +1,9 @@
 #pragma once
 // Reading bytes by name: a local path, or a URL of a registered scheme (storage.h: s3://,
 // http(s)://). Every reader of the engine (members named by path, tar shards, indexes, videos)
-// comes through here, so a source that works on local files works on object storage too; a
-// remote object is read from the node-local cache's copy when there is one (cache.h).
+// comes through here, and every call goes to the Storage of the name's scheme, looked up once:
+// a source that works on local files works on object storage too, and a remote object is read
+// from the node-local cache's copy when its storage keeps one (cache.h's CachedStorage).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -10,15 +11,6 @@
 #include "loadscope/io/storage.h"
 
 namespace loadscope::io {
-
-// The Storage of local paths (storage.h's "file" scheme).
-std::shared_ptr<Storage> local_storage();
-
-// A member read whole (an image, a label, a tar member) larger than this is refused before it
-// is read: a 3 GB sparse file named like an image was read into memory by every thread that met
-// it. Memory stays bounded by threads x this, at worst.
-constexpr uint64_t kMaxMemberBytes = uint64_t{1} << 30;
-void check_member_size(uint64_t bytes);  // throws ReadFailure above kMaxMemberBytes
 
 // The size of a file or object. Throws ReadFailure.
 uint64_t file_size(const std::string& path);
@@ -30,25 +22,10 @@ uint64_t read_file(const std::string& path, std::string& out);
 // Throws ReadFailure with the OS reason, or when the file is shorter than the range.
 uint64_t read_range(const std::string& path, uint64_t offset, uint64_t length, std::string& out);
 
-// Random access to one version of a file or object, for readers that seek (FFmpeg's demuxers
-// through a custom AVIO). Remote reads are pinned to the ETag seen when opening.
-class RandomAccess {
- public:
-  explicit RandomAccess(const std::string& path);  // throws ReadFailure
-  uint64_t size() const { return size_; }
-  const std::string& version() const { return version_; }               // ETag, or size + mtime
-  void read(uint64_t offset, uint64_t length, std::string& out) const;  // throws ReadFailure
-
- private:
-  std::string path_;
-  uint64_t size_ = 0;
-  std::string version_;
-};
-
 // Positioned reads of one version of a file or object, for readers that seek (FFmpeg's
 // demuxers, through a custom AVIO, read a few kilobytes at a time). Where the bytes live is the
-// storage's business, not the reader's: a local file is held open and read where asked; a
-// remote object (or its node-local copy) is read in whole blocks of kBlock, the last one kept,
+// storage's business, not the reader's: a local file (or a node-local cache's copy) is held open
+// and read where asked; a remote object is read in whole blocks of kBlock, the last one kept,
 // so a clip costs the blocks its packets lie in, never the whole object.
 class Seekable {
  public:
@@ -69,12 +46,8 @@ std::unique_ptr<Seekable> open_seekable(const std::string& path);
 // Whether reading `path` goes over the network: the planner fetches such members ahead.
 bool is_remote(const std::string& path);
 
-// The node-local cache's copy of a remote object (cache.h), by its storage's cache settings:
-// fetched into the cache first when `fetch`, else only if there already. "" for a local path or
-// no cache. Throws ReadFailure (a failed fetch).
-std::string node_copy(const std::string& name, bool fetch = true);
-// Whether a node-local cache keeps `name`'s objects.
-bool node_cached(const std::string& name);
+// Whether a node-local cache holds `path`'s objects (storage.h: Storage::node_cached).
+bool node_cached(const std::string& path);
 
 // A sequential reader (a streamed tar shard). read() returns 0 at the end; throws ReadFailure.
 class ByteStream {

@@ -228,9 +228,9 @@ Manifest read_uncached(const ManifestOptions& o) {
   uint64_t size = 0;
   std::string version;
   try {
-    RandomAccess file(o.manifest);
-    size = file.size();
-    version = file.version();
+    const ObjectInfo info = storage_for(o.manifest).stat(o.manifest);
+    size = info.size;
+    version = info.version;
   } catch (const ReadFailure& e) {
     throw ConfigError("FileList: " + (remote ? remote::redact(o.manifest) : o.manifest) + ": " +
                       e.what());

@@ -27,10 +27,8 @@ namespace {
 class RemoteStorage final : public Storage {
  public:
   RemoteStorage() = default;
-  RemoteStorage(std::shared_ptr<const remote::Profile> profile, const cache::Settings* cache)
-      : profile_(std::move(profile)),
-        cache_(cache ? std::make_unique<cache::Settings>(*cache) : nullptr) {}
-  const cache::Settings* cache() const override { return cache_.get(); }
+  explicit RemoteStorage(std::shared_ptr<const remote::Profile> profile)
+      : profile_(std::move(profile)) {}
   bool remote() const override { return true; }
   ObjectInfo stat(const std::string& name) override {
     remote::ProfileScope scope(profile_.get());
@@ -68,7 +66,6 @@ class RemoteStorage final : public Storage {
   }
 
   std::shared_ptr<const remote::Profile> profile_;
-  std::unique_ptr<cache::Settings> cache_;
   std::mutex mutex_;
   std::map<std::string, std::string> pins_;
 };
@@ -80,11 +77,11 @@ struct Registry {
 
 // The built-in schemes (a name without one is a local path: local_storage()). A new one: its
 // Storage, and a line here. Never destroyed: threads of loaders still alive at exit may read
-// through it.
+// through it. Objects are read through the process's node-local cache, if it has one.
 Registry& registry() {
   static Registry* r = [] {
     auto* out = new Registry;
-    const auto objects = std::make_shared<RemoteStorage>();
+    const auto objects = cache::cached(std::make_shared<RemoteStorage>(), std::nullopt);
     out->by_scheme = {{"s3", objects}, {"http", objects}, {"https", objects}};
     return out;
   }();
@@ -152,13 +149,23 @@ void register_storage(const std::string& scheme, std::shared_ptr<Storage> storag
 
 void register_remote_profile(const std::string& tag, std::shared_ptr<const remote::Profile> profile,
                              const cache::Settings* cache) {
-  const auto storage = std::make_shared<RemoteStorage>(std::move(profile), cache);
+  const auto storage = cache::cached(std::make_shared<RemoteStorage>(std::move(profile)),
+                                     cache ? std::optional<cache::Settings>(*cache) : std::nullopt);
   Registry& r = registry();
   std::unique_lock<std::shared_mutex> lock(r.mutex);
   for (const char* scheme : {"s3", "http", "https"}) {
     // Kept once made: a loader may be reading through it (the tag is a hash of the settings,
     // so the same tag is the same settings).
     r.by_scheme.emplace(std::string(scheme) + "+" + tag, storage);
+  }
+}
+
+void check_member_size(uint64_t bytes) {
+  if (bytes > kMaxMemberBytes) {
+    throw ReadFailure(
+        std::to_string(bytes) + " bytes: over the " + std::to_string(kMaxMemberBytes >> 30) +
+        " GiB a sample member may have (each is read whole into memory; videos named by path "
+        "are read by FFmpeg as needed instead)");
   }
 }
 

@@ -1,17 +1,11 @@
 #include "loadscope/io/tar.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "loadscope/core/error.h"
 #include "loadscope/io/file.h"
-#include "loadscope/io/remote.h"
 
 namespace loadscope::io {
 
@@ -82,25 +76,20 @@ std::string header_name(const char* header) {
   return (ustar && !prefix.empty()) ? prefix + "/" + name : name;
 }
 
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-void pread_exact(int fd, char* dst, size_t n, uint64_t offset, const char* what) {
+void read_exact(Seekable& file, char* dst, size_t n, uint64_t offset, const char* what) {
   size_t done = 0;
   while (done < n) {
-    ssize_t got = ::pread(fd, dst + done, n - done, static_cast<off_t>(offset + done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0)
+    size_t got = 0;
+    try {
+      got = file.read_at(offset + done, reinterpret_cast<uint8_t*>(dst) + done, n - done);
+    } catch (const ReadFailure& e) {
       throw ReadFailure(std::string("read error in ") + what + " at byte " +
-                        std::to_string(offset) + ": " + std::strerror(errno));
+                        std::to_string(offset) + ": " + e.what());
+    }
     if (got == 0)
       throw ReadFailure(std::string("truncated archive: ") + what + " at byte " +
                         std::to_string(offset));
-    done += static_cast<size_t>(got);
+    done += got;
   }
 }
 
@@ -128,23 +117,18 @@ std::vector<TarMemberInfo> scan_remote_tar(const std::string& url) {
 }  // namespace
 
 std::vector<TarMemberInfo> scan_tar(const std::string& path) {
-  if (is_remote(path)) {
-    // With a node cache the shard is fetched whole once for the node (its members are read
-    // from that copy anyway): index the copy, not the network again per process.
-    const std::string local = node_copy(path);
-    return local.empty() ? scan_remote_tar(path) : scan_tar(local);
-  }
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) throw ReadFailure(std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0)
-    throw ReadFailure(std::string("cannot stat: ") + std::strerror(errno));
-  const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  Storage& storage = storage_for(path);
+  // An object on the network is read once, front to back, not one request per header; a local
+  // file, or a node-local cache's copy of the object (fetched whole for the node once: its
+  // members are read from it anyway), header by header.
+  if (storage.remote() && !storage.node_cached()) return scan_remote_tar(path);
+  const std::unique_ptr<Seekable> file = storage.open_seekable(path);
+  const uint64_t file_size = file->size();
   std::vector<TarMemberInfo> out;
   std::string long_name;
   char header[kBlock];
   if (file_size >= 2) {
-    pread_exact(f.fd, header, 2, 0, "header");
+    read_exact(*file, header, 2, 0, "header");
     if (static_cast<unsigned char>(header[0]) == 0x1f &&
         static_cast<unsigned char>(header[1]) == 0x8b) {
       throw ReadFailure(kGzipRefused);
@@ -152,7 +136,7 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
   }
   uint64_t offset = 0;
   while (offset + kBlock <= file_size) {
-    pread_exact(f.fd, header, kBlock, offset, "header");
+    read_exact(*file, header, kBlock, offset, "header");
     bool zero = true;
     for (char c : header) {
       if (c != 0) {
@@ -180,7 +164,7 @@ std::vector<TarMemberInfo> scan_tar(const std::string& path) {
     const char type = header[156];
     if (type == 'L' || type == 'x') {
       std::string meta(static_cast<size_t>(size), '\0');
-      pread_exact(f.fd, meta.data(), meta.size(), data, "extended header");
+      read_exact(*file, meta.data(), meta.size(), data, "extended header");
       long_name = type == 'L' ? field_string(meta.data(), meta.size()) : pax_path(meta);
     } else if (type == '0' || type == '\0' || type == '7') {
       TarMemberInfo m;

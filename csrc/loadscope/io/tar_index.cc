@@ -1,20 +1,14 @@
 #include "loadscope/io/tar_index.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "loadscope/core/error.h"
 #include "loadscope/io/file.h"
-#include "loadscope/io/remote.h"
 #include "loadscope/io/sources.h"
 #include "loadscope/io/tar.h"
 
@@ -56,21 +50,12 @@ uint32_t shard_fingerprint(const std::string& tar_path) {
 uint32_t shard_fingerprint(const std::string& tar_path, uint64_t size) {
   constexpr uint64_t kEdge = 8192;
   std::string head, tail;
-  // A remote shard: two small ranges, never a download of the whole shard through the cache;
-  // but from the node cache's copy when it has one (every process of the node would otherwise
-  // fetch the same ranges again).
-  const bool remote = is_remote(tar_path);
-  const std::string cached = remote ? node_copy(tar_path, /*fetch=*/false) : "";
-  if (remote && cached.empty()) {
-    Storage& storage = storage_for(tar_path);
-    const auto edge = static_cast<int64_t>(std::min(size, kEdge));
-    storage.read(tar_path, 0, edge, head, "", false);
-    storage.read(tar_path, size - std::min(size, kEdge), edge, tail, "", false);
-  } else {
-    const std::string& local = cached.empty() ? tar_path : cached;
-    read_range(local, 0, std::min(size, kEdge), head);
-    read_range(local, size - std::min(size, kEdge), std::min(size, kEdge), tail);
-  }
+  // Two small ranges: never a download of a whole remote shard through the node cache (its
+  // copy is read when the node has one: every process would otherwise fetch the same ranges).
+  Storage& storage = storage_for(tar_path);
+  const uint64_t edge = std::min(size, kEdge);
+  storage.peek(tar_path, 0, static_cast<int64_t>(edge), head);
+  storage.peek(tar_path, size - edge, static_cast<int64_t>(edge), tail);
   uLong crc = crc32(0L, Z_NULL, 0);
   const std::string sz = std::to_string(size);
   crc = crc32(crc, reinterpret_cast<const Bytef*>(sz.data()), static_cast<uInt>(sz.size()));
@@ -90,10 +75,9 @@ namespace {
 // The size of a shard; a remote one's version is pinned from here on (Storage::pin), so a
 // shard rewritten after it was indexed fails its reads instead of mixing two versions.
 uint64_t shard_size(const std::string& tar_path) {
-  if (!is_remote(tar_path)) return file_size(tar_path);
   Storage& storage = storage_for(tar_path);
   const ObjectInfo info = storage.stat(tar_path);
-  storage.pin(tar_path, info.version);
+  storage.pin(tar_path, info.version);  // a local file has nothing to pin: its reads see it now
   return info.size;
 }
 }  // namespace
@@ -136,21 +120,7 @@ void write_index(const ShardIndex& index, const std::string& idx_path) {
     for (const auto& m : s.members) text << '\t' << m.name << '\t' << m.offset << '\t' << m.size;
     text << '\n';
   }
-  if (is_remote(idx_path)) {
-    storage_for(idx_path).put(idx_path, text.str());  // an object PUT is atomic already
-    return;
-  }
-  const std::string tmp = idx_path + ".partial";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw ReadFailure(tmp + ": cannot write: " + std::strerror(errno));
-    out << text.str();
-    out.flush();
-    if (!out) throw ReadFailure(tmp + ": write failed: " + std::strerror(errno));
-  }
-  if (std::rename(tmp.c_str(), idx_path.c_str()) != 0) {
-    throw ReadFailure(idx_path + ": cannot rename into place: " + std::strerror(errno));
-  }
+  storage_for(idx_path).put(idx_path, text.str());  // atomic: an object PUT, a file renamed
 }
 
 ShardIndex parse_index(const std::string& text, const std::string& idx_path,
