@@ -2,7 +2,7 @@
 // Injected read faults, for the reliability tests (tests/python/test_faults.py): an I/O error,
 // a short read, or a file that vanished, on reads whose path contains a given text. Real
 // faults of these kinds are rare and hard to produce on demand (no failing disk in CI); the
-// injection sits where the real ones surface, in read_file, read_range and LocalFile's
+// injection sits where the real ones surface, in read_file, read_range and a local file's
 // positioned reads (FFmpeg's reads of a video or audio file), so the rest of the
 // path — error kinds, sample keys, skip and raise policies, shutdown — is the real one.
 // Off by default: one relaxed atomic load per read.
