@@ -38,6 +38,7 @@ from ._loader import Dataset, Loader
 from ._options import default_threads
 from ._spec import Spec
 from ._remote import Remote
+from . import ray
 from .mix import mixup_cutmix
 from .swap import from_dataloader
 from ._sources import (
@@ -57,6 +58,6 @@ from ._version import __version__ as __version__  # re-exported
 __all__ = [
     "Audio", "BatchTimeout", "Bytes", "ColorJitter", "Op", "augmentations", "ConfigError", "IMAGENET_MEAN", "IMAGENET_STD", "RandAugment", "RandomErasing", "normalize", "Dataset", "DecodeError", "ErrorBudgetExceeded", "Field", "FieldError",
     "FileList", "Files", "Folder", "IMAGE_EXTENSIONS", "Image", "Int", "Json", "Loader", "LoadscopeError", "Mix",
-    "ReadError", "Remote", "SampleError", "Source", "Spec", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
+    "ReadError", "Remote", "SampleError", "ray", "Source", "Spec", "Text", "VIDEO_EXTENSIONS", "VideoClip", "WebDataset",
     "default_threads", "expand_braces", "formats", "from_dataloader", "mixup_cutmix",
 ]

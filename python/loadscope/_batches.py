@@ -46,7 +46,11 @@ class BatchMaker:
 
     def make(self, b) -> Batch:
         """A native batch as the user asked for it: tensors, on the device, in `output`'s form."""
-        out: Batch = self.convert(b)
+        return self.finish(self.convert(b))
+
+    def finish(self, out: Batch) -> Batch:
+        """A batch's entries (``convert``'s, here or on a remote worker) on the device, in
+        `output`'s form."""
         if self.transfer is not None:
             out = self.transfer(out)
             for name, f in self.normalize_on_device:

@@ -28,6 +28,8 @@ from ._loader_args import node_cache, resolve_rank, resolve_tuning
 from ._options import ALWAYS, MID_EPOCH, OPTIONS, REQUIRED
 from ._spec import Spec
 from ._views import _DatasetView, _Sampler
+from ._ray_pool import RayEpoch, require_ray
+from .ray import Workers
 
 log = logging.getLogger("loadscope")
 
@@ -86,6 +88,9 @@ class Loader:
         self.on_error: str = spec.on_error
         self.error_budget = spec.error_budget
         self.timeout: float = spec.timeout
+        self.workers: Union[str, Workers] = spec.workers
+        if isinstance(self.workers, Workers):
+            require_ray()  # now, not at the first batch: "pip install 'loadscope[ray]'"
         self.device = _transfer.parse_device(spec.device)
         self._telemetry_on: bool = spec.telemetry
         self.output: Optional[Tuple[str, ...]] = None if spec.output == "dict" else spec.output
@@ -293,8 +298,26 @@ class Loader:
         epoch's batches each one is), the worker takes every `workers`-th, so slot k goes to
         worker (k // W) % workers."""
         epoch, resume = self._position.next_epoch()  # one epoch at a time: a new loop ends the old one
-        budget = self.error_budget
+        if resume and workers > 1:
+            raise ConfigError("resuming mid-epoch inside DataLoader workers is not supported: resume with "
+                              "loadscope.Loader, or at an epoch boundary")
         epoch_start_ns = time.monotonic_ns()
+        if self._telemetry_on:
+            self._loop.epoch_started(epoch_start_ns)
+        it: Any
+        if isinstance(self.workers, Workers):  # made by a pool on Ray (_ray_pool.py)
+            it = RayEpoch(self, self.workers, epoch, resume, position=self._position, batches=self._batches,
+                          timeout=self.timeout, loop=self._loop if self._telemetry_on else None)
+        else:
+            it = self._start_run(epoch, resume, worker, workers, self._position)
+        self._position.started(epoch, resume, it)
+        return it
+
+    def _start_run(self, epoch: int, resume: int, worker: int, workers: int, position: Position) -> "_EpochIterator":
+        """A run of `epoch` from this rank's batch `resume`: the batches j >= resume with
+        j % workers == worker (a DataLoader worker's, or a Ray worker's share), reporting to
+        `position`."""
+        budget = self.error_budget
         pin = self._transfer.pin if self._transfer else 0
         unpin = self._transfer.unpin if self._transfer else 0
         W = self.world_size
@@ -305,9 +328,6 @@ class Loader:
                         "loaders decode on one thread (oneTBB cannot start workers after such a fork). Finish or "
                         "close the parent's epoch before forking, e.g. make DataLoader workers before iterating "
                         "in the main process.")
-        if resume and workers > 1:
-            raise ConfigError("resuming mid-epoch inside DataLoader workers is not supported: resume with "
-                              "loadscope.Loader, or at an epoch boundary")
         run = self._pipeline.start(
             threads=self._max_threads, batch_size=self.batch_size, prefetch=self._start_prefetch,
             drop_last=self.drop_last, on_error=self.on_error,
@@ -317,15 +337,11 @@ class Loader:
             batch_offset=worker * W + self.rank, batch_stride=workers * W, row=W, start_batch=resume * W,
             pin=pin, unpin=unpin, partition=self.partition, tuner=self._tuner,
         )
-        if self._telemetry_on:
-            self._loop.epoch_started(epoch_start_ns)
-        it = _EpochIterator(self, run, epoch, resume, position=self._position, batches=self._batches,
+        return _EpochIterator(self, run, epoch, resume, position=position, batches=self._batches,
                             timeout=self.timeout, loop=self._loop if self._telemetry_on else None,
                             # map= on CPU batches runs in a thread ahead; after a CUDA copy, inline
                             map_depth=self._start_prefetch if self.map is not None and self._transfer is None
                             else None)
-        self._position.started(epoch, resume, it)
-        return it
 
     # --- telemetry (_loader_telemetry.py) ----------------------------------------------------
 
@@ -413,6 +429,10 @@ class Dataset(torch.utils.data.IterableDataset):
             # Batches cross DataLoader's worker processes, where CUDA cannot be used after fork.
             raise ConfigError(f"Dataset(device={spec.device!r}): a Dataset yields CPU batches; use "
                               "Loader(device=...) or DataLoader(..., pin_memory=True) and .to(device)")
+        if spec.workers != "local":
+            # DataLoader's workers split the epoch themselves: a pool behind each would split it again.
+            raise ConfigError("Dataset(workers=...): a Dataset's batches are made by DataLoader's workers; use "
+                              "Loader(workers=ls.ray.Workers(...)) without a DataLoader")
         self.loader = Loader(spec)
 
     def set_epoch(self, epoch: int) -> None:

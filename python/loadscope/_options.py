@@ -21,6 +21,7 @@ from . import _native
 from ._errors import ConfigError
 from ._fields import int_arg
 from ._sizes import parse_size
+from .ray import Workers
 
 
 class _Required:
@@ -155,6 +156,12 @@ def _path(o: Option, v: Any) -> Optional[str]:
     return os.path.abspath(os.fsdecode(v))
 
 
+def _workers(o: Option, v: Any) -> Any:
+    if v == "local" or isinstance(v, Workers):
+        return v
+    raise o.fail(v)
+
+
 def _output(o: Option, v: Any) -> Any:
     # None for dict batches in the loader; the spec keeps "dict" (what was written)
     if isinstance(v, str) and v == "dict":
@@ -214,6 +221,11 @@ OPTIONS: Tuple[Option, ...] = (
            "batch, as `DataLoader(timeout=)`: a stalled read or a hung decoder becomes an error instead of a "
            "silent stall of every rank. The epoch goes on: calling `next()` again waits again",
            _seconds, type="float", one_sample=0.0),
+    Option("workers", "local", "'local', or loadscope.ray.Workers(n, ...)",
+           "where the batches are made: by this process's threads, or by a pool of loadscope workers on Ray "
+           "(other nodes' cores), the same batches byte for byte; `set_epoch`, `len`, resume, ranks, `output`, "
+           "`device` and `map` work as locally ([disaggregation.md](disaggregation.md))",
+           _workers, type="Union[str, Any]", one_sample="local"),
     Option("device", "cpu", "'cpu', 'cuda', 'cuda:N' or a torch.device",
            "`Loader` only (a `Dataset` refuses it: its batches cross worker processes). With CUDA: batches are "
            "built in page-locked memory and copied on a side stream, timed with CUDA events "

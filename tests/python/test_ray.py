@@ -1,0 +1,209 @@
+"""Batches made by loadscope workers on Ray (loadscope.ray.Workers): the same batches, byte for
+byte, as the local loader's — random crops and ColorJitter, video clips, two trainer ranks on
+one pool, two epochs, a mid-epoch resume in a new process that joins the running cluster — and
+faults that lose nothing: a worker killed mid-epoch (its batches made again, counted), every
+worker killed (a clear error after the pool's wait), a bad sample (on_error as locally). A real
+Ray cluster, started here on this machine's cores."""
+
+import hashlib
+import inspect
+import pickle
+import subprocess
+import sys
+import time
+
+import pytest
+
+import loadscope as ls
+
+import ray  # requirements-dev.txt installs it: a missing Ray fails here, it is never skipped
+
+
+def hashes(loader, epochs=(0, 1)):
+    out = []
+    for epoch in epochs:
+        loader.set_epoch(epoch)
+        for b in loader:
+            h = hashlib.sha256(repr(b["__key__"]).encode())
+            for k, v in sorted(b.items()):
+                h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
+            out.append(h.hexdigest())
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Two CPUs for workers, and a resource two workers can hold: a third cannot be placed
+    # while they live (the all-workers-lost test takes it away).
+    ray.init(num_cpus=2, resources={"slot": 2}, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    yield ray.get_runtime_context().gcs_address
+    ray.shutdown()
+
+
+def real_jpegs(real):
+    return sorted(p for p in (real / "exif-orientation-examples").glob("*.jpg"))
+
+
+def image_spec(real, repeat=1, **kw):
+    files = ls.Files([(str(p), i % 3) for i, p in enumerate(real_jpegs(real) * repeat)])
+    image = ls.Image(64, crop="random_resized", flip=0.5, color=ls.ColorJitter(0.4, 0.4, 0.4, 0.1))
+    return ls.Spec(files, fields={"jpg": image, "cls": ls.Int()}, batch_size=3, shuffle=True, seed=7, **kw)
+
+
+_pools = []
+
+
+def pool(**kw):
+    p = ls.ray.Workers(2, resources={"slot": 1}, **kw)
+    _pools.append(p)
+    return p
+
+
+@pytest.fixture(autouse=True)
+def end_pools():
+    """Each test's workers end with it: the next one's are placed on the slots they held."""
+    yield
+    for p in _pools:
+        for a in p.actors():
+            ray.kill(a)
+    _pools.clear()
+    deadline = time.monotonic() + 120  # a hang guard only: Ray frees a killed actor's slot soon
+    while ray.available_resources().get("slot", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def test_two_workers_make_the_local_batches_of_random_crops_and_color_jitter(cluster, real):
+    spec = image_spec(real)
+    local = hashes(ls.Loader(spec))
+    workers = pool()
+    remote = ls.Loader(spec, workers=workers)
+    assert len(remote) == len(ls.Loader(spec))
+    assert hashes(remote) == local and len(local) == 2 * len(remote) and len(set(local)) == len(local)
+    # Each worker made its share (batch j from worker j % 2), on its own process.
+    pids = ray.get([a.where.remote() for a in workers.actors()])
+    assert len({p["pid"] for p in pids}) == 2
+    # Two trainer ranks sharing the pool: each gets its local rank's batches.
+    for rank in (0, 1):
+        assert hashes(ls.Loader(spec, rank=rank, world_size=2, workers=workers)) == \
+            hashes(ls.Loader(spec, rank=rank, world_size=2))
+    assert len(workers.actors()) == 2  # shared, not started again
+
+
+def test_two_workers_make_the_local_video_clips(cluster, real):
+    videos = [real / "vision/test/assets/videos/SOX5yA1l24A.mp4", real / "vision/test/assets/videos/R6llTwEh07w.mp4"]
+    files = ls.Files([(str(p), i) for i, p in enumerate(videos)] * 2, label="cls")
+    spec = ls.Spec(files, fields={"mp4": ls.VideoClip(48, frames=4, stride=3, position="random"), "cls": ls.Int()},
+                   batch_size=1, shuffle=True, seed=3)
+    local = hashes(ls.Loader(spec))
+    assert len(local) == 8
+    assert hashes(ls.Loader(spec, workers=pool())) == local
+
+
+# Joins the running cluster (RAY_ADDRESS), resumes from a saved state, and hashes the rest of
+# that epoch and the next one.
+CHILD = "import hashlib, pickle, sys\nimport loadscope as ls\n" + inspect.getsource(hashes) + """
+spec, state = pickle.load(open(sys.argv[1], "rb"))
+loader = ls.Loader(spec, workers=ls.ray.Workers(2, resources={"slot": 1}))
+loader.load_state_dict(state)
+print("\\n".join(hashes(loader, epochs=(state["epoch"], state["epoch"] + 1))))
+"""
+
+
+def test_a_mid_epoch_resume_in_a_new_process_continues_with_the_local_batches(cluster, real, tmp_path):
+    spec = image_spec(real)
+    uninterrupted = hashes(ls.Loader(spec), epochs=(1, 2))
+    remote = ls.Loader(spec, workers=pool())
+    remote.set_epoch(1)
+    it = iter(remote)
+    for _ in range(2):
+        next(it)
+    state = remote.state_dict()
+    assert state["epoch"] == 1 and state["batches"] == 2
+    it.close()
+    for a in remote.spec.workers.actors():  # this process's pool goes; the child brings its own
+        ray.kill(a)
+    (tmp_path / "job.pkl").write_bytes(pickle.dumps((spec, state)))
+    r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "job.pkl")], capture_output=True, text=True,
+                       timeout=600, env={**__import__("os").environ, "RAY_ADDRESS": cluster})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == uninterrupted[2:]
+
+
+def test_a_worker_killed_mid_epoch_loses_nothing_and_its_batches_are_made_again(cluster, real):
+    spec = image_spec(real, repeat=8, threads=1)  # 48 batches: the killed worker owes most of its share
+    local = hashes(ls.Loader(spec), epochs=(0,))
+    workers = pool(in_flight=1)
+    loader = ls.Loader(spec, workers=workers)
+    got = []
+    for i, b in enumerate(loader):
+        h = hashlib.sha256(repr(b["__key__"]).encode())
+        for k, v in sorted(b.items()):
+            h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
+        got.append(h.hexdigest())
+        if i == 1:
+            ray.kill(workers.actors()[1])
+    assert got == local  # no gap, no duplicate, no reorder
+    stats = loader.stats()
+    assert stats["workers_lost"] == 1 and stats["remade_batches"] >= 1
+
+
+@ray.remote(resources={"slot": 2}, num_cpus=0)
+class Blocker:
+    def ready(self):
+        return True
+
+
+def test_every_worker_lost_is_a_clear_error_after_the_pools_wait(cluster, real):
+    spec = image_spec(real)
+    workers = pool(wait=10)  # time to start two workers (torch imported) on 2 busy cores, too
+    it = iter(ls.Loader(spec, workers=workers))
+    next(it)
+    for a in workers.actors():
+        ray.kill(a)
+    # Their slots are taken before Ray could place new workers there.
+    blocker = Blocker.remote()
+    assert ray.get(blocker.ready.remote(), timeout=120)
+    with pytest.raises(ls.ray.WorkersLost, match=r"every remote worker died and none could be placed again within "
+                                                 r"wait=10 s; lost: worker \d"):
+        for _ in it:
+            pass
+    ray.kill(blocker)
+
+
+def test_a_bad_sample_on_a_worker_follows_on_error_as_locally(cluster, real, tmp_path):
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(real_jpegs(real)[0].read_bytes()[:300])
+    files = ls.Files([(str(p), 0) for p in real_jpegs(real)[:4]] + [(str(bad), 1)])
+    spec = ls.Spec(files, fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=2)
+    workers = pool()
+    with pytest.raises(ls.DecodeError, match="broken.jpg"):
+        for _ in ls.Loader(spec, workers=workers):
+            pass
+    skip = spec.replace(on_error="skip")
+    remote = ls.Loader(skip, workers=workers)  # the same workers: a loader of another spec each
+    assert hashes(remote, epochs=(0,)) == hashes(ls.Loader(skip), epochs=(0,))
+    assert [s["key"] for s in remote.stats()["skipped"]] == [str(bad)]
+
+
+def test_without_ray_the_error_names_the_extra(real):
+    code = ("import sys; sys.modules['ray'] = None\nimport loadscope as ls\n"
+            f"files = ls.Files([({str(real_jpegs(real)[0])!r}, 0)])\n"
+            "try:\n    ls.Loader(files, fields={'jpg': ls.Image(32)}, batch_size=1, workers=ls.ray.Workers(2))\n"
+            "except ls.ConfigError as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "needs Ray: pip install 'loadscope[ray]'" in r.stdout, r.stderr
+
+
+def test_workers_that_cannot_be_placed_are_a_clear_error_after_the_pools_wait(cluster, real):
+    loader = ls.Loader(image_spec(real), workers=ls.ray.Workers(2, resources={"gpu-less-node": 1}, wait=2))
+    with pytest.raises(ls.ray.WorkersLost, match=r"2 of 2 workers could not be placed within wait=2 s: each asks "
+                                                 r"for \{'CPU': 1, 'gpu-less-node': 1\}; the cluster has free"):
+        next(iter(loader))
+
+
+def test_workers_arguments_are_checked_with_what_is_allowed():
+    with pytest.raises(ls.ConfigError, match=r"Workers\(n=0\): an int >= 1"):
+        ls.ray.Workers(0)
+    with pytest.raises(ls.ConfigError, match="workers='ray': allowed are 'local', or loadscope.ray.Workers"):
+        ls.Spec(ls.Files([("/x.jpg", 0)]), fields={"jpg": ls.Image(8)}, batch_size=1, workers="ray")
