@@ -28,7 +28,7 @@ from ._loader_args import node_cache, resolve_rank, resolve_tuning
 from ._options import ALWAYS, MID_EPOCH, OPTIONS, REQUIRED
 from ._spec import Spec
 from ._views import _DatasetView, _Sampler
-from ._ray_pool import RayEpoch, require_ray
+from ._ray_pool import RayEpoch, pool_state, require_ray
 from .ray import Workers
 
 log = logging.getLogger("loadscope")
@@ -128,8 +128,10 @@ class Loader:
         # The settings as a dict, not a method of the loader: a reference back to it would make a
         # cycle, and a loader in a cycle keeps its native threads until the garbage collector
         # runs (a fork meanwhile copies them mid-work: DataLoader workers hung in a full test run).
+        # With a Ray pool, the workers' side: its state, not the loader (no cycle either).
+        workers = pool_state(self.workers).section if isinstance(self.workers, Workers) else None
         self._telemetry = LoaderTelemetry(self._pipeline, self._telemetry_on, self._transfer, self._config(),
-                                          self._tuner)
+                                          self._tuner, workers)
         self._loop = self._telemetry.loop
         outputs = [(name, name + suffix, kind, tuple(shape), at, key)
                    for i, name in enumerate(self.fields) for suffix, kind, shape, at, key in self._pipeline.outputs(i)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import time
 import weakref
-from typing import Any, Dict, Optional, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from . import _native, telemetry
 from ._errors import ConfigError
@@ -18,8 +18,10 @@ from .telemetry import Sink
 class LoaderTelemetry:
     """``config``: the loader's settings as the snapshot reports them (fixed when it is made)."""
 
-    def __init__(self, pipeline, enabled: bool, transfer, config: Dict[str, Any], tuner=None) -> None:
+    def __init__(self, pipeline, enabled: bool, transfer, config: Dict[str, Any], tuner=None,
+                 workers: Optional[Callable[[], Dict[str, Any]]] = None) -> None:
         self.pipeline = pipeline
+        self.workers = workers  # a Ray pool's section (_ray_pool.PoolState.section), or None
         self.tuner = tuner  # the auto controller (_native.Tuner) or None
         self.enabled = enabled
         self.transfer = transfer
@@ -53,7 +55,7 @@ class LoaderTelemetry:
             transfer = {"enabled": False, "reason": "device='cpu'", "pinned_bytes": 0}
         return telemetry.build_snapshot(native, self.loop, process, transfer, self.pss_peak or None, dict(self.config),
                                         self.baseline, None if self.pss is None else now - self.pss_at,
-                                        self.tuning())
+                                        self.tuning(), self.workers() if self.workers is not None else None)
 
     def tuning(self) -> Optional[Dict[str, Any]]:
         """The auto controller's settings now and its decisions (the last 256), or None."""

@@ -8,7 +8,7 @@ import os
 import pickle
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 import torch
 
@@ -48,13 +48,14 @@ def start_actors(pool: Workers, count: int) -> List[Any]:
 _worker_class: Any = None
 
 
-def placed(pool: Workers, actors: List[Any]) -> List[Any]:
-    """`actors` once Ray has placed and started every one, within the pool's wait; else they are
-    ended and the error says what was asked for and what the cluster has free."""
+def placed(pool: Workers, actors: List[Any]) -> List[Dict[str, Any]]:
+    """Where each of `actors` runs, once Ray has placed and started every one within the pool's
+    wait; else they are ended and the error says what was asked for and what the cluster has free."""
     ray = require_ray()
-    ready, _ = ray.wait([a.where.remote() for a in actors], num_returns=len(actors), timeout=pool.wait)
+    refs = [a.where.remote() for a in actors]
+    ready, _ = ray.wait(refs, num_returns=len(actors), timeout=pool.wait)
     if len(ready) == len(actors):
-        return actors
+        return ray.get(refs)
     for a in actors:
         ray.kill(a)
     asked = {"CPU": pool.cpus_per_worker, **dict(pool.resources or {})}
@@ -73,6 +74,18 @@ class _Worker:
     def where(self) -> Dict[str, Any]:
         import ray
         return {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()}
+
+    def telemetry(self) -> List[Dict[str, Any]]:
+        """Each of its loaders' counters (a loader per spec it was given): samples, batches,
+        CPU, and the stages' latencies."""
+        out = []
+        for loaders in self._loaders.values():
+            for L in loaders:
+                d = L.telemetry().to_dict()
+                out.append({"samples": d["samples"], "batches": d["batches"], "active_seconds": d["active_seconds"],
+                            "cpu_seconds": d["cpu"]["user"] + d["cpu"]["system"], "stages": d["stages"],
+                            "failures": d["failures"]})
+        return out
 
     def start(self, stream: int, loader_cls: Any, spec: Any, epoch: int, worker: int, workers: int,
               start: int) -> int:
@@ -106,6 +119,100 @@ class _Worker:
         return dict(position.last_stats)
 
 
+class PoolState:
+    """A pool's actors as the trainer process knows them (shared by the loaders, ranks and
+    epochs that use the pool): which live, where they run, what died, and the trainer's side of
+    the traffic, for ``loader.telemetry()["workers"]``."""
+
+    def __init__(self, pool: Workers) -> None:
+        self.pool = pool
+        self.actors: List[Any] = []
+        self.alive: List[bool] = []
+        self.where: List[Optional[Dict[str, Any]]] = []
+        self.dead: List[str] = []
+        self.lost = self.remade = 0
+        self.received = {"batches": 0, "samples": 0, "bytes": 0}
+        self.wait_ns = self.transfer_ns = 0       # waiting for a batch to be made; pulling it here
+        self.depth_sum = self.depth_n = 0         # requests outstanding, sampled at each batch
+        self.per_actor: Dict[int, Dict[str, int]] = {}
+        self.answers: Dict[int, Any] = {}         # each worker's last telemetry, and when it was asked
+        self.asked_at = -1e9
+
+    def start(self) -> None:
+        if not self.actors:
+            actors = start_actors(self.pool, self.pool.n)
+            self.add(actors, placed(self.pool, actors))
+
+    def add(self, actors: List[Any], where: Sequence[Optional[Dict[str, Any]]]) -> List[int]:
+        base = len(self.actors)
+        self.actors += actors
+        self.alive += [True] * len(actors)
+        self.where += where
+        return list(range(base, len(self.actors)))
+
+    def live(self) -> List[int]:
+        return [a for a in range(len(self.actors)) if self.alive[a]]
+
+    def died(self, a: int, error: BaseException) -> None:
+        if self.alive[a]:
+            self.alive[a] = False
+            self.lost += 1
+            self.dead.append(f"worker {a}: {str(error).splitlines()[0][:300]}")
+
+    def section(self) -> Dict[str, Any]:
+        """The snapshot's ``workers`` section: the pool, the trainer's side, each worker's own
+        counters (asked of it now; a worker that does not answer within the pool's wait is
+        listed without them)."""
+        ray = require_ray()
+        live = self.live()
+        # A round trip to every worker: at most once a second (a snapshot may be taken every step).
+        if time.monotonic() - self.asked_at >= 1.0:
+            self.asked_at = time.monotonic()
+            refs = {a: self.actors[a].telemetry.remote() for a in live}
+            ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.pool.wait) if refs else ([], [])
+            for a, ref in refs.items():
+                if ref in ready:
+                    try:
+                        self.answers[a] = ray.get(ref)
+                    except Exception:  # died just now: listed with what it said last
+                        pass
+        answers = self.answers
+        per_worker = []
+        nodes: Dict[str, Dict[str, float]] = {}
+        for a in range(len(self.actors)):
+            where = self.where[a] or {}
+            own = answers.get(a, [])
+            delivered = self.per_actor.get(a, {"batches": 0, "samples": 0})
+            row = {"worker": a, "alive": self.alive[a], "node": where.get("node"), "pid": where.get("pid"),
+                   "delivered_batches": delivered["batches"], "delivered_samples": delivered["samples"],
+                   "made_samples": sum(x["samples"] for x in own), "cpu_seconds": sum(x["cpu_seconds"] for x in own),
+                   "active_seconds": max((x["active_seconds"] for x in own), default=0.0),
+                   "stages": own[0]["stages"] if len(own) == 1 else [x["stages"] for x in own]}
+            per_worker.append(row)
+            node = nodes.setdefault(str(where.get("node")), {"workers": 0, "samples": 0, "cpu_seconds": 0.0})
+            node["workers"] += 1
+            node["samples"] += row["made_samples"]
+            node["cpu_seconds"] += row["cpu_seconds"]
+        r = self.received
+        return {"n": self.pool.n, "in_flight_limit": self.pool.n * self.pool.in_flight, "alive": len(live),
+                "lost": self.lost, "remade_batches": self.remade, "lost_notes": list(self.dead),
+                "received_batches": r["batches"], "received_samples": r["samples"], "received_bytes": r["bytes"],
+                "bytes_per_sample": r["bytes"] / r["samples"] if r["samples"] else None,
+                "wait_seconds": self.wait_ns * 1e-9, "transfer_seconds": self.transfer_ns * 1e-9,
+                "in_flight_mean": self.depth_sum / self.depth_n if self.depth_n else None,
+                "cpu_seconds_per_sample": (sum(w["cpu_seconds"] for w in per_worker)
+                                           / max(1, sum(w["made_samples"] for w in per_worker))),
+                "per_worker": per_worker, "per_node": nodes}
+
+
+def pool_state(pool: Workers) -> PoolState:
+    """The pool's state in this process (made on first use; a pickled pool starts afresh)."""
+    state = pool._pool.get("state")
+    if state is None:
+        state = pool._pool["state"] = PoolState(pool)
+    return state
+
+
 class RayEpoch:
     """One epoch of a rank through a pool, as the trainer sees it: batch j is asked of worker
     j % n (at most `in_flight` ahead per worker) and handed out in order."""
@@ -123,13 +230,11 @@ class RayEpoch:
         self._spec = owner.spec.replace(rank=owner.rank, world_size=owner.world_size, workers="local",
                                         device=None, map=None, output="dict", threads=threads)
         n = pool.n
-        # Several loaders (ranks of one process) given one pool share its actors.
-        self._actors = pool._pool.setdefault("actors", [])
-        if not self._actors:
-            self._actors.extend(placed(pool, start_actors(pool, n)))
-        self._alive = [True] * len(self._actors)
-        self._dead: List[str] = []
-        self._serving = list(range(n))   # stream w is made by actor _serving[w]
+        # Several loaders (ranks of one process) and epochs given one pool share its actors.
+        self._state = state = pool_state(pool)
+        state.start()
+        live = state.live() or self._replace_all()
+        self._serving = [live[w % len(live)] for w in range(n)]  # stream w is made by this actor
         self._queues: List[List[Any]] = [[] for _ in range(n)]  # refs of requested batches, in order
         self._stream_ids = [0] * n
         self._next_id = 0
@@ -143,26 +248,24 @@ class RayEpoch:
     def _start_stream(self, w: int) -> None:
         """(Re)starts stream w on its actor from the first of its batches not handed out."""
         self._next_id += 1
-        self._stream_ids[w] = self._next_id
-        actor = self._actors[self._serving[w]]
-        actor.start.remote(self._next_id, type(self._owner), self._spec, self.epoch, w, self._pool.n, self.delivered)
-        self._queues[w] = [actor.next.remote(self._next_id) for _ in range(self._pool.in_flight)]
+        self._stream_ids[w] = sid = id(self) * 1000 + self._next_id  # unique per actor: loaders share actors
+        actor = self._state.actors[self._serving[w]]
+        actor.start.remote(sid, type(self._owner), self._spec, self.epoch, w, self._pool.n, self.delivered)
+        self._queues[w] = [actor.next.remote(sid) for _ in range(self._pool.in_flight)]
 
     def _lost(self, w: int, error: BaseException) -> None:
         """Stream w's actor died: every stream it served moves to a live actor, from the first
         batch not handed out; what it owed is made again."""
         dead = self._serving[w]
-        if self._alive[dead]:
-            self._alive[dead] = False
+        if self._state.alive[dead]:
             self._stats["workers_lost"] += 1
-            self._dead.append(f"worker {dead}: {str(error).splitlines()[0][:300]}")
+        self._state.died(dead, error)
         for s in range(self._pool.n):
             if self._serving[s] != dead:
                 continue
             self._stats["remade_batches"] += len(self._queues[s])
-            live = [a for a in range(len(self._actors)) if self._alive[a]]
-            if not live:
-                live = self._replace_all()
+            self._state.remade += len(self._queues[s])
+            live = self._state.live() or self._replace_all()
             self._serving[s] = live[s % len(live)]
             self._start_stream(s)
 
@@ -176,12 +279,11 @@ class RayEpoch:
             for a in fresh:
                 self._ray.kill(a)
             raise WorkersLost(f"every remote worker died and none could be placed again within "
-                              f"wait={self._pool.wait:g} s; lost: " + "; ".join(self._dead))
+                              f"wait={self._pool.wait:g} s; lost: " + "; ".join(self._state.dead))
         ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)  # all placed by now
-        base = len(self._actors)
-        self._actors.extend(fresh)
-        self._alive.extend([True] * len(fresh))
-        return [base + i for i, r in enumerate(refs) if r in ready]
+        where = [self._ray.get(r) if r in ready else None for r in refs]
+        ids = self._state.add(fresh, where)
+        return [i for i, r in zip(ids, refs) if r in ready]
 
     # --- the iteration ------------------------------------------------------------------------
 
@@ -195,18 +297,26 @@ class RayEpoch:
         if self._ended:
             raise StopIteration
         enter = time.monotonic_ns()
+        state = self._state
         w = self.delivered % self._pool.n
+        state.depth_sum += sum(len(q) for q in self._queues)
+        state.depth_n += 1
         while True:
             ref = self._queues[w][0]
             try:
-                wait = self._timeout if self._timeout else None
+                # Made (anywhere), then pulled here: the two waits apart.
+                t0 = time.monotonic_ns()
+                ready, _ = self._ray.wait([ref], timeout=self._timeout or None, fetch_local=False)
+                t1 = time.monotonic_ns()
+                if not ready:
+                    raise BatchTimeout(f"no batch within timeout={self._timeout:g} s: batch {self.delivered} of this "
+                                       f"rank's epoch {self.epoch}, from remote worker {self._serving[w]}")
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")  # the object store's buffers are read-only: copied below
-                    got = self._ray.get(ref, timeout=wait)
+                    got = self._ray.get(ref)
+                state.wait_ns += t1 - t0
+                state.transfer_ns += time.monotonic_ns() - t1
                 break
-            except self._ray.exceptions.GetTimeoutError:
-                raise BatchTimeout(f"no batch within timeout={self._timeout:g} s: batch {self.delivered} of this "
-                                   f"rank's epoch {self.epoch}, from remote worker {self._serving[w]}") from None
             except self._ray.exceptions.RayActorError as e:
                 self._lost(w, e)
             except self._ray.exceptions.RayTaskError as e:
@@ -219,10 +329,17 @@ class RayEpoch:
             self.close()
             raise StopIteration
         index = self._owner._epoch_batch(self.delivered)  # the epoch's batch: what map= draws from
-        actor = self._actors[self._serving[w]]
-        self._queues[w].append(actor.next.remote(self._stream_ids[w]))
+        a = self._serving[w]
+        self._queues[w].append(state.actors[a].next.remote(self._stream_ids[w]))
         self.delivered += 1
         self._position.delivered(self.epoch, self.delivered)
+        n = len(got["__key__"])
+        state.received["batches"] += 1
+        state.received["samples"] += n
+        state.received["bytes"] += sum(v.numel() * v.element_size() for v in got.values() if isinstance(v, torch.Tensor))
+        mine = state.per_actor.setdefault(a, {"batches": 0, "samples": 0})
+        mine["batches"] += 1
+        mine["samples"] += n
         batch = {k: v.clone() if isinstance(v, torch.Tensor) and self._batches.transfer is None else v
                  for k, v in got.items()}
         out = self._batches.finish(batch)
@@ -246,10 +363,10 @@ class RayEpoch:
         skipped: List[Any] = []
         for w in range(self._pool.n):
             a = self._serving[w]
-            if not self._alive[a]:
+            if not self._state.alive[a]:
                 continue
             try:
-                s = self._ray.get(self._actors[a].stop.remote(self._stream_ids[w]), timeout=self._pool.wait)
+                s = self._ray.get(self._state.actors[a].stop.remote(self._stream_ids[w]), timeout=self._pool.wait)
                 skipped += s.get("skipped", [])
                 for k in ("failures", "samples"):
                     self._stats[k] = self._stats.get(k, 0) + s.get(k, 0)

@@ -87,5 +87,6 @@ class Workers:
     def actors(self) -> List[Any]:
         """The Ray actors this pool has started so far (a worker to kill in a test, or to ask
         where it runs: ``actor.where.remote()``)."""
-        return list(self._pool.get("actors", []))
+        state = self._pool.get("state")
+        return list(state.actors) if state is not None else []
 

@@ -83,6 +83,19 @@ def test_two_workers_make_the_local_batches_of_random_crops_and_color_jitter(clu
     # Each worker made its share (batch j from worker j % 2), on its own process.
     pids = ray.get([a.where.remote() for a in workers.actors()])
     assert len({p["pid"] for p in pids}) == 2
+    # Telemetry across the pool (this loader's use of it so far): what each worker made and
+    # spent, what crossed to the trainer.
+    snap = remote.telemetry()
+    w = snap["workers"]
+    assert (w["n"], w["alive"], w["lost"], w["remade_batches"]) == (2, 2, 0, 0)
+    assert w["received_batches"] == 2 * len(remote) and w["received_samples"] == 2 * len(spec.source)
+    assert w["bytes_per_sample"] == 64 * 64 * 3 + 8 + 8  # the image, cls and __index__: the batch's bytes
+    shares = [2 * sum(1 for j in range(len(remote)) if j % 2 == i) for i in (0, 1)]  # batch j from worker j % 2
+    assert [r["delivered_batches"] for r in w["per_worker"]] == shares
+    assert all(r["made_samples"] > 0 and r["cpu_seconds"] > 0 and "decode" in r["stages"] for r in w["per_worker"])
+    assert {r["pid"] for r in w["per_worker"]} == {p["pid"] for p in pids}
+    assert w["wait_seconds"] + w["transfer_seconds"] > 0 and 0 < w["in_flight_mean"] <= w["in_flight_limit"]
+    assert "workers (Ray): 2 of 2 alive on 1 node(s), 0 lost" in snap.summary()
     # Two trainer ranks sharing the pool: each gets its local rank's batches.
     for rank in (0, 1):
         assert hashes(ls.Loader(spec, rank=rank, world_size=2, workers=workers)) == \
@@ -131,7 +144,7 @@ def test_a_mid_epoch_resume_in_a_new_process_continues_with_the_local_batches(cl
 
 
 def test_a_worker_killed_mid_epoch_loses_nothing_and_its_batches_are_made_again(cluster, real):
-    spec = image_spec(real, repeat=8, threads=1)  # 48 batches: the killed worker owes most of its share
+    spec = image_spec(real, repeat=8, threads=1)  # 24 batches: the killed worker owes most of its share
     local = hashes(ls.Loader(spec), epochs=(0,))
     workers = pool(in_flight=1)
     loader = ls.Loader(spec, workers=workers)
@@ -146,6 +159,11 @@ def test_a_worker_killed_mid_epoch_loses_nothing_and_its_batches_are_made_again(
     assert got == local  # no gap, no duplicate, no reorder
     stats = loader.stats()
     assert stats["workers_lost"] == 1 and stats["remade_batches"] >= 1
+    w = loader.telemetry()["workers"]
+    assert (w["lost"], w["alive"], w["remade_batches"]) == (1, 1, stats["remade_batches"])
+    assert "worker 1" in w["lost_notes"][0]
+    assert [r["alive"] for r in w["per_worker"]] == [True, False]
+    assert sum(r["delivered_samples"] for r in w["per_worker"]) == w["received_samples"] == len(spec.source)
 
 
 @ray.remote(resources={"slot": 2}, num_cpus=0)

@@ -182,7 +182,25 @@ class Snapshot:
                          + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
         if "io" in d:
             lines += self._storage_lines()
+        if "workers" in d:
+            lines += self._workers_lines()
         return "\n".join(lines)
+
+    def _workers_lines(self) -> List[str]:
+        w = self._d["workers"]
+        per_sample = w["bytes_per_sample"]
+        lines = [f"workers (Ray): {w['alive']} of {w['n']} alive on {len(w['per_node'])} node(s), {w['lost']} lost, "
+                 f"{w['remade_batches']} batches made again; received {w['received_batches']} batches, "
+                 f"{_mb(w['received_bytes'])}" + (f" ({per_sample / 1024:.0f} KiB per sample)" if per_sample else "")
+                 + f"; the trainer waited {_t(w['wait_seconds'])} for batches to be made and "
+                 f"{_t(w['transfer_seconds'])} pulling them here; {w['in_flight_mean'] or 0:.1f} of "
+                 f"{w['in_flight_limit']} requests in flight on average"]
+        for r in w["per_worker"]:
+            rate = r["made_samples"] / r["active_seconds"] if r["active_seconds"] else 0
+            lines.append(f"  worker {r['worker']} (pid {r['pid']}{'' if r['alive'] else ', lost'}): made "
+                         f"{r['made_samples']} samples, {rate:.0f}/s, CPU {r['cpu_seconds']:.2f} s; delivered "
+                         f"{r['delivered_batches']} batches")
+        return lines
 
     def _engine_lines(self) -> List[str]:
         d = self._d
@@ -315,7 +333,8 @@ class Snapshot:
 
 def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, Any], transfer: Dict[str, Any],
                    pss_peak: Optional[int], config: Dict[str, Any], baseline: Dict[str, Any],
-                   pss_age: Optional[float] = None, tuning: Optional[Dict[str, Any]] = None) -> Snapshot:
+                   pss_age: Optional[float] = None, tuning: Optional[Dict[str, Any]] = None,
+                   workers: Optional[Dict[str, Any]] = None) -> Snapshot:
     """Assembles the snapshot dictionary (see docs/telemetry.md for each field). `baseline`: the
     process's CPU and I/O counters (and the time) when the loader was made."""
     d = dict(native)
@@ -365,6 +384,8 @@ def build_snapshot(native: Dict[str, Any], loop: LoopStats, process: Dict[str, A
                      "open_seconds": v["open_seconds"] / n} if n else {}
     d["transfer"] = transfer
     d["config"] = config
+    if workers is not None:
+        d["workers"] = workers
     return Snapshot(d)
 
 
