@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the table of the Loader's options in docs/options.md from their declaration
-(python/loadscope/_options.py), between the markers below; --check fails (in `make lint`) when
-the page and the code differ."""
+"""Writes, from the declaration of the Loader's options (python/loadscope/_options.py), the table
+of docs/options.md (between the markers below) and the options' type,
+python/loadscope/_option_types.py (``LoaderOptions``, the ``**options`` of ``Loader``, ``Dataset``
+and ``Spec`` for type checkers, PEP 692); --check fails (in `make lint`) when either differs."""
 
 import sys
 from pathlib import Path
@@ -13,6 +14,8 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "options.md"
 BEGIN = "<!-- the Loader's options: generated from python/loadscope/_options.py by scripts/gen-options-doc.py -->"
 END = "<!-- end of the generated table -->"
 
+
+TYPES = Path(__file__).resolve().parent.parent / "python" / "loadscope" / "_option_types.py"
 
 PIPE = "\\|"  # a | inside a cell
 
@@ -35,6 +38,30 @@ def table() -> str:
     return "\n".join(rows)
 
 
+def types() -> str:
+    lines = ['"""The Loader\'s keyword options as a type (PEP 692), for type checkers: generated from the',
+             "declaration (_options.OPTIONS) by scripts/gen-options-doc.py (`make options-doc`); `make lint`",
+             'fails when it differs. Do not edit."""',
+             "",
+             "from __future__ import annotations",
+             "",
+             "import os",
+             "from typing import Any, Callable, Mapping, Optional, Sequence, TypedDict, Union",
+             "",
+             "import torch",
+             "",
+             "from ._fields import Field",
+             "from .ray import Workers",
+             "",
+             "__all__ = [\"LoaderOptions\"]",
+             "",
+             "",
+             "class LoaderOptions(TypedDict, total=False):",
+             "    fields: Mapping[str, Field]"]
+    lines += [f"    {o.name}: {o.type}" for o in _options.OPTIONS]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     text = PAGE.read_text()
     if BEGIN not in text or END not in text:
@@ -43,13 +70,16 @@ def main() -> int:
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
     new = f"{head}{BEGIN}\n{table()}\n{END}{tail}"
+    typed = types()
     if "--check" in sys.argv:
-        if new != text:
-            print("gen-options-doc: docs/options.md's table differs from the declaration in "
+        stale = [str(p) for p, want in ((PAGE, new), (TYPES, typed)) if not p.exists() or p.read_text() != want]
+        if stale:
+            print(f"gen-options-doc: {' and '.join(stale)} differ from the declaration in "
                   "python/loadscope/_options.py: run `make options-doc`")
             return 1
         return 0
     PAGE.write_text(new)
+    TYPES.write_text(typed)
     return 0
 
 

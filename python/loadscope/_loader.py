@@ -10,7 +10,7 @@ import textwrap
 import sys
 import time
 import warnings
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Mapping, Optional, Tuple, Union
 
 import torch
 
@@ -30,6 +30,11 @@ from ._spec import Spec
 from ._views import _DatasetView, _Sampler
 from ._ray_pool import RayEpoch, pool_state, require_ray
 from .ray import Workers
+
+if TYPE_CHECKING:  # the options' type, generated from their declaration (PEP 692)
+    from typing_extensions import Unpack
+
+    from ._option_types import LoaderOptions
 
 log = logging.getLogger("loadscope")
 
@@ -57,8 +62,9 @@ class Loader:
     one (0, 1, 2, ...), so ``shuffle=True`` reshuffles every epoch as DataLoader does.
     """
 
-    def __init__(self, source: Union[Source, Spec], **options: Any) -> None:
-        # The signature and the Args above are the declaration's (_options.OPTIONS), set below.
+    def __init__(self, source: Union[Source, Spec], **options: Unpack[LoaderOptions]) -> None:
+        # The signature and the Args above are the declaration's (_options.OPTIONS), set below;
+        # for type checkers, LoaderOptions (_option_types.py, generated from it too).
         self.spec: Spec = source.replace(**options) if isinstance(source, Spec) else Spec(source, **options)
         self._build()
         self._position = Position()  # the epoch, the resume point, the open iteration
@@ -424,7 +430,7 @@ class Dataset(torch.utils.data.IterableDataset):
     receive a copy of the dataset, so an epoch counter cannot advance by itself.
     """
 
-    def __init__(self, source: Union[Source, Spec], **loader_args: Any) -> None:
+    def __init__(self, source: Union[Source, Spec], **loader_args: Unpack[LoaderOptions]) -> None:
         super().__init__()
         spec = source.replace(**loader_args) if isinstance(source, Spec) else Spec(source, **loader_args)
         if spec.device != "cpu":

@@ -225,12 +225,12 @@ OPTIONS: Tuple[Option, ...] = (
            "where the batches are made: by this process's threads, or by a pool of loadscope workers on Ray "
            "(other nodes' cores), the same batches byte for byte; `set_epoch`, `len`, resume, ranks, `output`, "
            "`device` and `map` work as locally ([disaggregation.md](disaggregation.md))",
-           _workers, type="Union[str, Any]", one_sample="local"),
+           _workers, type="Union[str, Workers]", one_sample="local"),
     Option("device", "cpu", "'cpu', 'cuda', 'cuda:N' or a torch.device",
            "`Loader` only (a `Dataset` refuses it: its batches cross worker processes). With CUDA: batches are "
            "built in page-locked memory and copied on a side stream, timed with CUDA events "
            "([telemetry.md](telemetry.md#the-transfer-stage-cuda)); a `ConfigError` where CUDA is not available",
-           _device, type="Union[str, torch.device]", one_sample="cpu"),
+           _device, type="Union[str, torch.device, None]", one_sample="cpu"),
     Option("telemetry", True, "True or False",
            "measure everything ([telemetry.md](telemetry.md)); `False` turns every clock read off", _bool,
            type="bool", one_sample=False),
