@@ -368,3 +368,37 @@ def test_a_figure_given_twice_is_given_one_way_and_the_time_left_is_said():
     assert baseline._time_left(30.0, 3, 1024, 256) == "  the first repetition took 30 s: the other 2 take about 1.0 min"
     slow = baseline._time_left(200.0, 3, 1024, 256)
     assert "the other 2 take about 6.7 min" in slow and "--samples 512 --warmup-samples 128" in slow, slow
+
+
+def test_the_capacity_diagnosis_sizes_remote_workers_when_the_node_cannot_feed_the_step():
+    """Part 23: cores needed = CPU per sample x the rate the step alone takes samples (batch /
+    step time); beyond the node's cores the suggestion is a pool of workers of that many cores
+    and a link of bytes per sample x that rate; within them, none."""
+    from loadscope.bench import baseline
+
+    def observed(cpu_ms, step_ms, usable):
+        o = {k: {"median": None} for k, _, _ in baseline.ROWS}
+        o.update(usable_cpus=usable, batch_size=64, bytes_per_sample=150528.0, pipeline={}, processes=[],
+                 persistent_workers=None, cores_used_uncertainty=0.0)
+        o["cpu_per_sample"] = {"median": cpu_ms}
+        o["step_time_p50"] = {"median": step_ms}
+        o["step_rate"] = {"median": 64 / (step_ms / 1e3)}
+        o["cores_at_step_rate"] = {"median": cpu_ms / 1e3 * 64 / (step_ms / 1e3)}
+        o["data_wait_share"] = {"median": 0.4}
+        return o
+
+    short = observed(cpu_ms=10.0, step_ms=50.0, usable=8)  # 1280 samples/s x 10 ms = 12.8 cores
+    cap = baseline.capacity(short)
+    assert cap["step_rate"] == pytest.approx(1280) and cap["cores"] == pytest.approx(12.8) and cap["exceeds"]
+    assert (cap["workers"], cap["cpus_per_worker"]) == (4, 4)
+    assert cap["link_gbit_s"] == pytest.approx(150528 * 1280 * 8 / 1e9)  # 1.54 Gbit/s
+    lines = " ".join(baseline.bottleneck(short, True)["lines"])
+    assert ("capacity: the step alone takes 1280 samples/s (batch 64 / step time p50 50 ms); feeding that costs "
+            "**12.8 cores** at 10 ms of CPU per sample — more than the 8 usable cores of this node") in lines, lines
+    said = " ".join(baseline.hypotheses(short, True))
+    assert "workers=ls.ray.Workers(4, cpus_per_worker=4)" in said and "a link of at least 1.5 Gbit/s" in said, said
+    enough = observed(cpu_ms=1.0, step_ms=50.0, usable=8)  # 1.28 cores
+    assert not baseline.capacity(enough)["exceeds"]
+    assert "within the 8 usable cores" in " ".join(baseline.bottleneck(enough, True)["lines"])
+    assert "ls.ray.Workers" not in " ".join(baseline.hypotheses(enough, True))
+    assert baseline.capacity(observed(1.0, 50.0, 8) | {"step_rate": {"median": None}}) is None  # no step: no claim

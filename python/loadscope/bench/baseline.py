@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import inspect
 import json
+import math
 import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -83,6 +84,12 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
         # What feeding training costs: the pipeline's CPU per sample at the rate the step takes samples.
         r["pipeline_cores_at_training_rate"] = (r["cpu_per_sample"] / 1e3 * r["e2e_throughput"]
                                                 if "e2e_seconds" in r and r.get("cpu_per_sample") is not None else None)
+        # What the step alone would take if input never kept it waiting (batch / step time), and
+        # the cores feeding that costs: the capacity the node must give (part 23).
+        step_s = (r.get("step_time_p50") or 0) / 1e3
+        r["step_rate"] = r["batch_size"] / step_s if step_s > 0 and r.get("batch_size") else None
+        r["cores_at_step_rate"] = (r["cpu_per_sample"] / 1e3 * r["step_rate"]
+                                   if r["step_rate"] and r.get("cpu_per_sample") is not None else None)
         rs = r.get("restart") or {}
         r["new_epoch_first_batch"] = min(rs["new_epoch_first_batch"]) if rs.get("new_epoch_first_batch") else None
         fl = rs.get("flipped") or {}
@@ -92,7 +99,7 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
     keys = ["throughput", "e2e_throughput", "data_wait_share", "step_time_p50", "step_time_p99", "step_time_max",
             "step_ms", "gpu_idle_share", "first_batch", "new_epoch_first_batch", "flipped_cold_first_batch",
             "flipped_new_epoch_first_batch", "cpu_per_sample", "cores_used", "pipeline_cores_at_training_rate",
-            "read_mb_per_s", "storage_mb_per_s", "peak_pss", "peak_rss_total", "latency_p50", "latency_p99"]
+            "step_rate", "cores_at_step_rate", "read_mb_per_s", "storage_mb_per_s", "peak_pss", "peak_rss_total", "latency_p50", "latency_p99"]
     out: Dict[str, Any] = {k: _figure(rows, k) for k in keys}
     first = rows[0]
     out["cpu_seconds"] = _figure(rows, "cpu_seconds")
@@ -103,6 +110,7 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
     out["persistent_workers"] = (first.get("restart") or {}).get("persistent_workers")
     out["has_ids"] = first.get("has_ids")
     out["batch_size"] = first.get("batch_size")
+    out["bytes_per_sample"] = first.get("bytes_per_sample")
     out["usable_cpus"] = usable_cpus
     mem = ((first.get("telemetry") or {}).get("memory") or {})
     out["main_rss_peak"] = mem.get("rss_peak")
@@ -112,6 +120,23 @@ def observe(rows: List[Dict[str, Any]], usable_cpus: Optional[int]) -> Dict[str,
 
 def _medians(o: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v["median"] for k, v in o.items() if isinstance(v, dict) and "median" in v}
+
+
+def capacity(o: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """How many cores feeding this training needs: the CPU per sample measured x the rate the
+    step alone takes samples (batch / step time, as if input never kept it waiting), against the
+    cores this node gives; beyond them, a pool of remote workers sized for it and the link that
+    pool needs (bytes per sample x that rate). None without a step."""
+    med = _medians(o)
+    rate, cores, cpu_ms = med.get("step_rate"), med.get("cores_at_step_rate"), med.get("cpu_per_sample")
+    if rate is None or cores is None or cpu_ms is None:
+        return None
+    usable = o["usable_cpus"] or 1
+    per = o.get("bytes_per_sample")
+    each = 4 if cores > 4 else 1  # cores per worker: a few threads each, or single ones for a small need
+    return {"step_rate": rate, "cores": cores, "cpu_ms": cpu_ms, "usable": usable, "exceeds": cores > usable,
+            "bytes_per_sample": per, "link_gbit_s": per * rate * 8 / 1e9 if per else None,
+            "workers": max(1, math.ceil(cores / each)), "cpus_per_worker": each}
 
 
 def bottleneck(o: Dict[str, Any], has_step: bool) -> Dict[str, Any]:
@@ -143,6 +168,13 @@ def bottleneck(o: Dict[str, Any], has_step: bool) -> Dict[str, Any]:
                      "and the data wait)")
         if alone and cpu_ms is not None:
             lines.append(f"the pipeline alone delivers {_fmt(alone, 'samples/s')} samples/s at {_fmt(cpu_ms, 'ms')} ms of CPU per sample")
+    cap = capacity(o) if has_step else None
+    if cap is not None:
+        lines.append(f"capacity: the step alone takes {_fmt(cap['step_rate'], 'samples/s')} samples/s (batch "
+                     f"{o.get('batch_size')} / step time p50 {_fmt(med.get('step_time_p50'), 'ms')} ms); feeding that costs "
+                     f"**{_fmt(cap['cores'], 'cores')} cores** at {_fmt(cap['cpu_ms'], 'ms')} ms of CPU per sample — "
+                     + (f"more than the {cap['usable']} usable cores of this node" if cap["exceeds"] else
+                        f"within the {cap['usable']} usable cores of this node"))
     if flat is not None:
         # As the Observed table gives it (median [95% interval]): one figure, one way.
         lo, hi = o["cores_used"].get("ci_low"), o["cores_used"].get("ci_high")
@@ -180,6 +212,15 @@ def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
         elif cores < 0.5 * usable:
             out.append(f"the pipeline used only {_fmt(cores, 'cores')} of {usable} usable cores: it waits on something other than "
                        "the CPU (storage, a lock, the main process's collation or pinning).")
+    cap = capacity(o) if has_step else None
+    if cap is not None and cap["exceeds"]:
+        link = (f" and a link of at least {cap['link_gbit_s']:.2g} Gbit/s to them ({cap['bytes_per_sample'] / 1e3:.0f} kB "
+                f"per sample x {_fmt(cap['step_rate'], 'samples/s')} samples/s)" if cap["link_gbit_s"] else "")
+        out.append(f"this node cannot feed the step at its own rate: {_fmt(cap['cores'], 'cores')} cores at the CPU per "
+                   f"sample measured, {cap['usable']} here. Decoding on CPU nodes would: Loader(..., "
+                   f"workers=ls.ray.Workers({cap['workers']}, cpus_per_worker={cap['cpus_per_worker']})){link} "
+                   "(docs/disaggregation.md). The swap to loadscope first: its CPU per sample is usually lower, "
+                   "so fewer cores are needed.")
     new, flip = med.get("new_epoch_first_batch"), med.get("flipped_new_epoch_first_batch")
     if new is not None and flip is not None and o["persistent_workers"] is False and flip < 0.5 * new:
         out.append(f"each new epoch waits {new:.2f} s for its first batch while the workers start again; with "
@@ -641,6 +682,8 @@ ROWS = [  # (key, what, unit)
     ("cpu_per_sample", "CPU time per sample, all processes", "ms"),
     ("cores_used", "cores busy in the pipeline phase (flat out, no step)", "cores"),
     ("pipeline_cores_at_training_rate", "the pipeline's CPU per sample x the rate training takes samples", "cores"),
+    ("step_rate", "samples/s the step alone takes (batch / step time p50): what input must keep up with", "samples/s"),
+    ("cores_at_step_rate", "the pipeline's CPU per sample x the step's own rate: the cores feeding it needs", "cores"),
     ("read_mb_per_s", "read by the processes (read/pread, page cache included)", "MB/s"),
     ("storage_mb_per_s", "read from the storage device", "MB/s"),
     ("peak_pss", "peak PSS, all processes (host memory actually used)", "MiB"),

@@ -38,6 +38,17 @@ from ..telemetry.comm import CommTimer
 from . import pipelines
 
 
+def _tensor_bytes(batch: Any) -> int:
+    """The bytes of the tensors a batch holds (a tuple, list or dict of them, nested)."""
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, dict):
+        return sum(_tensor_bytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in batch)
+    return 0
+
+
 def _percentile(sorted_xs: List[float], q: float) -> float:
     """Nearest-rank percentile of an already sorted, non-empty list (exact: the lists are small)."""
     return sorted_xs[min(len(sorted_xs) - 1, max(0, math.ceil(q * len(sorted_xs)) - 1))]
@@ -546,6 +557,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     step: Any = _UserStep(step_def, rank, world) if step_def["compute"] == "user" else _Step(step_def, world, to_gpu)
     it = _stream(pipe)
     first_batch: Optional[float] = None
+    bytes_per_sample: Optional[float] = None  # what one sample of a batch holds: what a link would carry
     first: List[Any] = []  # the first batch, held until the measured phases draw it
     bs = config.get("batch_size")
     if bs is None:
@@ -565,7 +577,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         fills in the CPU time of the process tree over the phase and the wall time of the
         window that CPU time was read over (Note [the CPU window]). With `parts`, appends each
         step taken apart (step_parts)."""
-        nonlocal first_batch
+        nonlocal first_batch, bytes_per_sample
         waits, timeline, done, busy = [], [], 0, 0.0
         if cuda:
             torch.cuda.synchronize()
@@ -581,6 +593,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
             a = time.monotonic()
             batch = first.pop() if first else next(it)
             n = pipe.count(batch)
+            if bytes_per_sample is None and n:
+                bytes_per_sample = _tensor_bytes(batch) / n
             if ids is not None:
                 got = pipe.ids(batch)
                 if got is not None:
@@ -640,6 +654,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         "network_requests_run": net1["requests"] - net_start["requests"],
         "node": int(os.environ.get("GROUP_RANK", 0)),
         "first_batch": first_batch, "timeline": _thin(timeline), "measured_ids": measured_ids,
+        "bytes_per_sample": bytes_per_sample,
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
         # The rest of the machine while this repetition measured (other ranks are in "own"
         # only for themselves: their CPU counts as others' here, so read rank 0's with care).
