@@ -260,6 +260,8 @@ def test_report_files_and_regeneration(demo, tmp_path):
     # CPU per sample from ns clocks: not whole 10 ms ticks (psutil's /proc figures were).
     assert any(abs(r["cpu_seconds"] * 100 - round(r["cpu_seconds"] * 100)) > 1e-6 for r in rows)
     assert f"-m loadscope bench run {out}/experiment.effective.json --out {out}-rerun" in (out / "report.md").read_text()
+    # Without a step there is no rate to feed, so no capacity is claimed (part 23).
+    assert summary["capacity"] == {} and "capacity (" not in (out / "report.md").read_text()
 
 
 # --- the environment record ---------------------------------------------------------------

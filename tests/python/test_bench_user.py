@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from loadscope import ConfigError, bench
-from loadscope.bench import user
+from loadscope.bench import stats, user
 from loadscope.bench.experiment import from_dict
 
 DATA = '''
@@ -332,6 +332,20 @@ def test_the_swap_to_loadscope_with_the_users_step_checks_ids_and_pixels(repo, d
     report = (tmp_path / "out" / "report.md").read_text()
     assert "**pass**" in report and "setup mytrain.train:build, function mytrain.train:step" in report
     assert f"training repository: {repo}" in report
+    # Part 23's capacity, per arm, from the repetitions' medians: the cores feeding the step at its
+    # own rate (CPU per sample x batch / step time) against the node's; the bytes per sample
+    # measured from a batch (what a link to remote workers would carry).
+    rows = [json.loads(line) for line in open(tmp_path / "out" / "raw.jsonl")]
+    usable = json.loads((tmp_path / "out" / "env.json").read_text())["cpu"]["usable_cpus"]
+    for arm, cap in summary["capacity"].items():
+        mine = [r for r in rows if r["arm"] == arm and not r["warmup"]]
+        step_ms = stats.summarize([r["step_time_p50"] for r in mine])["median"]
+        cpu_ms = stats.summarize([r["cpu_per_sample"] for r in mine])["median"]
+        assert cap["step_rate"] == pytest.approx(8 / (step_ms / 1e3)) and cap["usable"] == usable
+        assert cap["cores"] == pytest.approx(cpu_ms / 1e3 * cap["step_rate"])
+        assert cap["bytes_per_sample"] == mine[0]["bytes_per_sample"] > 0
+        assert f"capacity ({arm}): the step alone takes" in report
+    assert set(summary["capacity"]) == {"factory=make_loader", "factory=make_loadscope_loader"}
 
 
 def test_a_factory_that_yields_other_samples_fails_correctness_loudly(repo, demo, tmp_path):

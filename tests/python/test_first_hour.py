@@ -191,6 +191,8 @@ def test_the_baselines_suggestion_runs_as_written_and_its_verdict_is_the_one_it_
 def test_the_suggestion_follows_the_bottleneck(repo, step, kind, metric):
     res = baseline(repo, step, f"results/baseline/{step}")
     assert res["bottleneck"]["kind"] == kind, res["bottleneck"]
+    # Part 23: how many cores feeding the step at its own rate costs, against this node's.
+    assert any(line.startswith("capacity: the step alone takes ") for line in res["bottleneck"]["lines"]), res["bottleneck"]
     nxt = res["next"]
     assert nxt["criteria"]["metric"] == metric
     if kind == "compute":  # training's speed is guarded, not asked to rise
@@ -401,4 +403,4 @@ def test_the_capacity_diagnosis_sizes_remote_workers_when_the_node_cannot_feed_t
     assert not baseline.capacity(enough)["exceeds"]
     assert "within the 8 usable cores" in " ".join(baseline.bottleneck(enough, True)["lines"])
     assert "ls.ray.Workers" not in " ".join(baseline.hypotheses(enough, True))
-    assert baseline.capacity(observed(1.0, 50.0, 8) | {"step_rate": {"median": None}}) is None  # no step: no claim
+    assert baseline.capacity(observed(1.0, 50.0, 8) | {"step_time_p50": {"median": None}}) is None  # no step: no claim

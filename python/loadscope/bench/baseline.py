@@ -15,7 +15,6 @@ from __future__ import annotations
 import ast
 import inspect
 import json
-import math
 import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
@@ -123,20 +122,12 @@ def _medians(o: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def capacity(o: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """How many cores feeding this training needs: the CPU per sample measured x the rate the
-    step alone takes samples (batch / step time, as if input never kept it waiting), against the
-    cores this node gives; beyond them, a pool of remote workers sized for it and the link that
-    pool needs (bytes per sample x that rate). None without a step."""
+    """report.capacity from the observations' medians (None without a step)."""
+    from .report import capacity as of
+
     med = _medians(o)
-    rate, cores, cpu_ms = med.get("step_rate"), med.get("cores_at_step_rate"), med.get("cpu_per_sample")
-    if rate is None or cores is None or cpu_ms is None:
-        return None
-    usable = o["usable_cpus"] or 1
-    per = o.get("bytes_per_sample")
-    each = 4 if cores > 4 else 1  # cores per worker: a few threads each, or single ones for a small need
-    return {"step_rate": rate, "cores": cores, "cpu_ms": cpu_ms, "usable": usable, "exceeds": cores > usable,
-            "bytes_per_sample": per, "link_gbit_s": per * rate * 8 / 1e9 if per else None,
-            "workers": max(1, math.ceil(cores / each)), "cpus_per_worker": each}
+    return of(med.get("cpu_per_sample"), med.get("step_time_p50"), o.get("batch_size"), o.get("bytes_per_sample"),
+              o["usable_cpus"])
 
 
 def bottleneck(o: Dict[str, Any], has_step: bool) -> Dict[str, Any]:
@@ -170,11 +161,8 @@ def bottleneck(o: Dict[str, Any], has_step: bool) -> Dict[str, Any]:
             lines.append(f"the pipeline alone delivers {_fmt(alone, 'samples/s')} samples/s at {_fmt(cpu_ms, 'ms')} ms of CPU per sample")
     cap = capacity(o) if has_step else None
     if cap is not None:
-        lines.append(f"capacity: the step alone takes {_fmt(cap['step_rate'], 'samples/s')} samples/s (batch "
-                     f"{o.get('batch_size')} / step time p50 {_fmt(med.get('step_time_p50'), 'ms')} ms); feeding that costs "
-                     f"**{_fmt(cap['cores'], 'cores')} cores** at {_fmt(cap['cpu_ms'], 'ms')} ms of CPU per sample — "
-                     + (f"more than the {cap['usable']} usable cores of this node" if cap["exceeds"] else
-                        f"within the {cap['usable']} usable cores of this node"))
+        from .report import capacity_lines
+        lines.append(capacity_lines(cap)[0])
     if flat is not None:
         # As the Observed table gives it (median [95% interval]): one figure, one way.
         lo, hi = o["cores_used"].get("ci_low"), o["cores_used"].get("ci_high")
@@ -214,13 +202,8 @@ def hypotheses(o: Dict[str, Any], has_step: bool) -> List[str]:
                        "the CPU (storage, a lock, the main process's collation or pinning).")
     cap = capacity(o) if has_step else None
     if cap is not None and cap["exceeds"]:
-        link = (f" and a link of at least {cap['link_gbit_s']:.2g} Gbit/s to them ({cap['bytes_per_sample'] / 1e3:.0f} kB "
-                f"per sample x {_fmt(cap['step_rate'], 'samples/s')} samples/s)" if cap["link_gbit_s"] else "")
-        out.append(f"this node cannot feed the step at its own rate: {_fmt(cap['cores'], 'cores')} cores at the CPU per "
-                   f"sample measured, {cap['usable']} here. Decoding on CPU nodes would: Loader(..., "
-                   f"workers=ls.ray.Workers({cap['workers']}, cpus_per_worker={cap['cpus_per_worker']})){link} "
-                   "(docs/disaggregation.md). The swap to loadscope first: its CPU per sample is usually lower, "
-                   "so fewer cores are needed.")
+        from .report import capacity_lines
+        out.append(capacity_lines(cap)[1] or "")
     new, flip = med.get("new_epoch_first_batch"), med.get("flipped_new_epoch_first_batch")
     if new is not None and flip is not None and o["persistent_workers"] is False and flip < 0.5 * new:
         out.append(f"each new epoch waits {new:.2f} s for its first batch while the workers start again; with "

@@ -85,6 +85,7 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     summary["scaling"] = scaling.scaling(exp, summary, by_arm)
     summary["per_node"] = {a: by_arm[a][0]["per_node"] for a in arms if by_arm[a] and by_arm[a][0].get("per_node")}
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
+    summary["capacity"] = _capacities(exp, per_arm, by_arm, out_dir)
     summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
     summary["rerun"] = rerun_command(os.path.join(out_dir, "experiment.effective.json"), out_dir)
     return summary
@@ -340,6 +341,65 @@ def conf_txt(s: Dict[str, Any]) -> str:
     return f"{s['confidence'] * 100:g}% CI"
 
 
+def capacity(cpu_ms: Optional[float], step_ms: Optional[float], batch: Optional[int],
+             bytes_per_sample: Optional[float], usable: Optional[int]) -> Optional[Dict[str, Any]]:
+    """How many cores feeding this training needs (part 23): the CPU per sample x the rate the
+    step alone takes samples (batch / step time, as if input never kept it waiting), against the
+    cores this node gives; beyond them, a pool of remote workers sized for it and the link that
+    pool needs (bytes per sample x that rate). None without those figures."""
+    if not cpu_ms or not step_ms or not batch:
+        return None
+    rate = batch / (step_ms / 1e3)
+    cores = cpu_ms / 1e3 * rate
+    usable = usable or 1
+    each = 4 if cores > 4 else 1  # cores per worker: a few threads each, or single ones for a small need
+    return {"step_rate": rate, "cores": cores, "cpu_ms": cpu_ms, "step_ms": step_ms, "batch": batch, "usable": usable,
+            "exceeds": cores > usable, "bytes_per_sample": bytes_per_sample,
+            "link_gbit_s": bytes_per_sample * rate * 8 / 1e9 if bytes_per_sample else None,
+            "workers": max(1, math.ceil(cores / each)), "cpus_per_worker": each}
+
+
+def capacity_lines(cap: Dict[str, Any], who: str = "") -> Tuple[str, Optional[str]]:
+    """The capacity line, and the suggestion when this node cannot feed the step (else None)."""
+    line = (f"capacity{who}: the step alone takes {_fmt(cap['step_rate'], 'samples/s')} samples/s (batch {cap['batch']} / "
+            f"step time p50 {_fmt(cap['step_ms'], 'ms')} ms); feeding that costs **{_fmt(cap['cores'], 'cores')} cores** "
+            f"at {_fmt(cap['cpu_ms'], 'ms')} ms of CPU per sample — "
+            + (f"more than the {cap['usable']} usable cores of this node" if cap["exceeds"] else
+               f"within the {cap['usable']} usable cores of this node"))
+    if not cap["exceeds"]:
+        return line, None
+    link = (f" and a link of at least {cap['link_gbit_s']:.2g} Gbit/s to them ({cap['bytes_per_sample'] / 1e3:.0f} kB "
+            f"per sample x {_fmt(cap['step_rate'], 'samples/s')} samples/s)" if cap["link_gbit_s"] else "")
+    return line, (f"this node cannot feed the step at its own rate{who}: {_fmt(cap['cores'], 'cores')} cores at the CPU "
+                  f"per sample measured, {cap['usable']} here. Decoding on CPU nodes would: Loader(..., "
+                  f"workers=ls.ray.Workers({cap['workers']}, cpus_per_worker={cap['cpus_per_worker']})){link} "
+                  "(docs/disaggregation.md). The swap to loadscope first: its CPU per sample is usually lower, "
+                  "so fewer cores are needed.")
+
+
+def _usable(out_dir: str) -> Optional[int]:
+    try:
+        with open(os.path.join(out_dir, "env.json")) as f:
+            return json.load(f)["cpu"]["usable_cpus"]
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _capacities(exp: Experiment, per_arm: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]],
+                out_dir: str) -> Dict[str, Any]:
+    if exp.step["compute"] == "none":
+        return {}
+    out = {}
+    for a, rows in by_arm.items():
+        med = {m: stats.summarize([r.get(m) for r in rows])["median"] for m in ("cpu_per_sample", "step_time_p50")}
+        first = rows[0] if rows else {}
+        cap = capacity(med["cpu_per_sample"], med["step_time_p50"], first.get("batch_size"),
+                       first.get("bytes_per_sample"), _usable(out_dir))
+        if cap is not None:
+            out[a] = cap
+    return out
+
+
 def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_dir: str) -> List[str]:
     """Suggestions of why, from the measurements; labelled as hypotheses in the report."""
     out = []
@@ -362,11 +422,7 @@ def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_
         if mem is not None and abs(mem) > 0.2:
             out.append(f"peak PSS {mem:+.0%} in {arm}: worker processes each holding a copy of the interpreter, "
                        "torch and the dataset list are the usual cause of a difference this size.")
-    try:
-        with open(os.path.join(out_dir, "env.json")) as f:
-            usable = json.load(f)["cpu"]["usable_cpus"]
-    except (OSError, KeyError, ValueError):
-        usable = None
+    usable = _usable(out_dir)
     for a, rows in by_arm.items():
         used = [cores_used(r)[0] for r in rows if r.get("seconds")]
         if usable and used and max(used) > 0.85 * usable:
@@ -377,6 +433,10 @@ def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_
         if share is not None and share > 0.5:
             out.append(f"with the declared step, {arm} leaves the training loop waiting for data "
                        f"{share:.0%} of the time: input-bound; faster input would speed training up.")
+    for arm, cap in s.get("capacity", {}).items():
+        suggestion = capacity_lines(cap, f" ({arm})")[1]
+        if suggestion:
+            out.append(suggestion)
     return out
 
 
@@ -717,6 +777,9 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
                          + f" | {n['requests']} | {'–' if cache is None else f'{cache / 1e6:.2f}'} | "
                          + ("–" if not cache else f"{n['bytes'] / cache:.3f}") + " |")
     L += step_lines(summary)
+    caps = summary.get("capacity") or {}
+    if caps:
+        L += [""] + [f"- {capacity_lines(cap, f' ({a})')[0]}" for a, cap in caps.items()]
     L += ["", "### Correctness", ""]
     corr = summary["correctness"]
     if corr.get("note"):
