@@ -361,17 +361,19 @@ class RayEpoch:
             return
         self._ended = True
         skipped: List[Any] = []
-        for w in range(self._pool.n):
-            a = self._serving[w]
-            if not self._state.alive[a]:
-                continue
-            try:
-                s = self._ray.get(self._state.actors[a].stop.remote(self._stream_ids[w]), timeout=self._pool.wait)
+        stops = [(w, self._state.actors[self._serving[w]].stop.remote(self._stream_ids[w]))
+                 for w in range(self._pool.n) if self._state.alive[self._serving[w]]]
+        # An epoch run to its end (or failed) gathers the workers' counters (skips, failures);
+        # one left early (break, a new iteration) does not wait for the batches still queued.
+        if self._finished or self._failed:
+            for _, ref in stops:
+                try:
+                    s = self._ray.get(ref, timeout=self._pool.wait)
+                except Exception:  # a worker that died after the last batch: nothing owed
+                    continue
                 skipped += s.get("skipped", [])
                 for k in ("failures", "samples"):
                     self._stats[k] = self._stats.get(k, 0) + s.get(k, 0)
-            except Exception:  # a worker that died after the last batch: nothing owed
-                pass
         self._stats["skipped"] = skipped
         gave_nothing = self.delivered == self._start_delivered and not self._finished and not self._failed
         self._position.closed(self.epoch, self._start_delivered, gave_nothing, self.stats())

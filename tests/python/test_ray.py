@@ -33,9 +33,9 @@ def hashes(loader, epochs=(0, 1)):
 
 @pytest.fixture(scope="module")
 def cluster():
-    # Two CPUs for workers, and a resource two workers can hold: a third cannot be placed
-    # while they live (the all-workers-lost test takes it away).
-    ray.init(num_cpus=2, resources={"slot": 2}, include_dashboard=False, log_to_driver=False,
+    # Four slots: two for the module's shared pool, two for a test's own (a fifth worker cannot
+    # be placed while they live: the all-workers-lost test takes the freed ones away).
+    ray.init(num_cpus=4, resources={"slot": 4}, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     yield ray.get_runtime_context().gcs_address
     ray.shutdown()
@@ -52,12 +52,24 @@ def image_spec(real, repeat=1, **kw):
 
 
 _pools = []
+_shared = []
 
 
 def pool(**kw):
     p = ls.ray.Workers(2, resources={"slot": 1}, **kw)
     _pools.append(p)
     return p
+
+
+@pytest.fixture(scope="module")
+def shared(cluster):
+    """Two workers the tests that kill none share (starting workers is most of their time)."""
+    p = ls.ray.Workers(2, resources={"slot": 1})
+    _shared.append(p)
+    yield p
+    for a in p.actors():
+        ray.kill(a)
+    _shared.clear()
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +80,10 @@ def end_pools():
         for a in p.actors():
             ray.kill(a)
     _pools.clear()
-    deadline = time.monotonic() + 120  # a hang guard only: Ray frees a killed actor's slot soon
-    while ray.available_resources().get("slot", 0) < 2 and time.monotonic() < deadline:
+    # Until every slot but the shared pool's is free again (Ray ends a killed actor soon after).
+    held = sum(len(p.actors()) for p in _shared)
+    deadline = time.monotonic() + 120  # a hang guard only
+    while ray.available_resources().get("slot", 0) < 4 - held and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -103,14 +117,14 @@ def test_two_workers_make_the_local_batches_of_random_crops_and_color_jitter(clu
     assert len(workers.actors()) == 2  # shared, not started again
 
 
-def test_two_workers_make_the_local_video_clips(cluster, real):
+def test_two_workers_make_the_local_video_clips(shared, real):
     videos = [real / "vision/test/assets/videos/SOX5yA1l24A.mp4", real / "vision/test/assets/videos/R6llTwEh07w.mp4"]
     files = ls.Files([(str(p), i) for i, p in enumerate(videos)] * 2, label="cls")
     spec = ls.Spec(files, fields={"mp4": ls.VideoClip(48, frames=4, stride=3, position="random"), "cls": ls.Int()},
                    batch_size=1, shuffle=True, seed=3)
     local = hashes(ls.Loader(spec))
     assert len(local) == 8
-    assert hashes(ls.Loader(spec, workers=pool())) == local
+    assert hashes(ls.Loader(spec, workers=shared)) == local
 
 
 # Joins the running cluster (RAY_ADDRESS), resumes from a saved state, and hashes the rest of
@@ -123,19 +137,17 @@ print("\\n".join(hashes(loader, epochs=(state["epoch"], state["epoch"] + 1))))
 """
 
 
-def test_a_mid_epoch_resume_in_a_new_process_continues_with_the_local_batches(cluster, real, tmp_path):
+def test_a_mid_epoch_resume_in_a_new_process_continues_with_the_local_batches(cluster, shared, real, tmp_path):
     spec = image_spec(real)
     uninterrupted = hashes(ls.Loader(spec), epochs=(1, 2))
-    remote = ls.Loader(spec, workers=pool())
+    remote = ls.Loader(spec, workers=shared)
     remote.set_epoch(1)
     it = iter(remote)
     for _ in range(2):
         next(it)
     state = remote.state_dict()
     assert state["epoch"] == 1 and state["batches"] == 2
-    it.close()
-    for a in remote.spec.workers.actors():  # this process's pool goes; the child brings its own
-        ray.kill(a)
+    it.close()  # the child brings its own workers, on the two free slots
     (tmp_path / "job.pkl").write_bytes(pickle.dumps((spec, state)))
     r = subprocess.run([sys.executable, "-c", CHILD, str(tmp_path / "job.pkl")], capture_output=True, text=True,
                        timeout=600, env={**__import__("os").environ, "RAY_ADDRESS": cluster})
@@ -172,14 +184,18 @@ class Blocker:
         return True
 
 
-def test_every_worker_lost_is_a_clear_error_after_the_pools_wait(cluster, real):
+def test_every_worker_lost_is_a_clear_error_after_the_pools_wait(shared, real):
+    from loadscope._ray_pool import pool_state
+
+    pool_state(shared).start()  # the shared pool holds two slots, whatever ran before
     spec = image_spec(real)
     workers = pool(wait=10)  # time to start two workers (torch imported) on 2 busy cores, too
     it = iter(ls.Loader(spec, workers=workers))
     next(it)
     for a in workers.actors():
         ray.kill(a)
-    # Their slots are taken before Ray could place new workers there.
+    # Their slots are taken before Ray could place new workers there (the shared pool holds
+    # the other two).
     blocker = Blocker.remote()
     assert ray.get(blocker.ready.remote(), timeout=120)
     with pytest.raises(ls.ray.WorkersLost, match=r"every remote worker died and none could be placed again within "
@@ -189,17 +205,16 @@ def test_every_worker_lost_is_a_clear_error_after_the_pools_wait(cluster, real):
     ray.kill(blocker)
 
 
-def test_a_bad_sample_on_a_worker_follows_on_error_as_locally(cluster, real, tmp_path):
+def test_a_bad_sample_on_a_worker_follows_on_error_as_locally(shared, real, tmp_path):
     bad = tmp_path / "broken.jpg"
     bad.write_bytes(real_jpegs(real)[0].read_bytes()[:300])
     files = ls.Files([(str(p), 0) for p in real_jpegs(real)[:4]] + [(str(bad), 1)])
     spec = ls.Spec(files, fields={"jpg": ls.Image(32), "cls": ls.Int()}, batch_size=2)
-    workers = pool()
     with pytest.raises(ls.DecodeError, match="broken.jpg"):
-        for _ in ls.Loader(spec, workers=workers):
+        for _ in ls.Loader(spec, workers=shared):
             pass
     skip = spec.replace(on_error="skip")
-    remote = ls.Loader(skip, workers=workers)  # the same workers: a loader of another spec each
+    remote = ls.Loader(skip, workers=shared)  # the same workers: a loader of another spec each
     assert hashes(remote, epochs=(0,)) == hashes(ls.Loader(skip), epochs=(0,))
     assert [s["key"] for s in remote.stats()["skipped"]] == [str(bad)]
 
