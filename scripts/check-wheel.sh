@@ -147,7 +147,12 @@ PY
    --step mine.train:step --repo . --samples 64 --warmup-samples 32 --repetitions 1 --out results/b --quiet) \
   > "$tmp/baseline.txt" 2>&1 || { echo "check-wheel: bench baseline failed with only torch and the wheel:" >&2; tail -30 "$tmp/baseline.txt" >&2; exit 1; }
 for f in diagnosis.md next-experiment.toml env.json; do
-  [ -s "$tmp/torchonly/results/b/$f" ] || { echo "check-wheel: the baseline wrote no $f" >&2; exit 1; }
+  [ -s "$tmp/torchonly/results/b/$f" ] || {
+    echo "check-wheel: the baseline wrote no $f; its output and diagnosis:" >&2
+    tail -30 "$tmp/baseline.txt" >&2
+    grep -n -A3 -i "withheld\|could not\|failed" "$tmp/torchonly/results/b/diagnosis.md" >&2 || true
+    exit 1
+  }
 done
 "$tmp/venv/bin/python" -c "import importlib.util as u; assert u.find_spec('torchvision') is None and u.find_spec('PIL') is None"
 "$tmp/venv/bin/loadscope" --version | tail -1
