@@ -182,7 +182,7 @@ class Snapshot:
                          + ", ".join(f"{th['role']} {th['cpu_seconds']:.2f} s" for th in d["threads"] if th["cpu_seconds"]))
         if "io" in d:
             lines += self._storage_lines()
-        if "workers" in d:
+        if isinstance(d.get("workers"), dict):  # a Ray pool's (a watched DataLoader's is its worker count)
             lines += self._workers_lines()
         return "\n".join(lines)
 
