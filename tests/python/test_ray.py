@@ -5,7 +5,6 @@ faults that lose nothing: a worker killed mid-epoch (its batches made again, cou
 worker killed (a clear error after the pool's wait), a bad sample (on_error as locally). A real
 Ray cluster, started here on this machine's cores."""
 
-import hashlib
 import inspect
 import pickle
 import subprocess
@@ -15,20 +14,9 @@ import time
 import pytest
 
 import loadscope as ls
+from test_spec import batch_hash, batch_hashes as hashes  # one definition of what "the same batches" is
 
 import ray  # requirements-dev.txt installs it: a missing Ray fails here, it is never skipped
-
-
-def hashes(loader, epochs=(0, 1)):
-    out = []
-    for epoch in epochs:
-        loader.set_epoch(epoch)
-        for b in loader:
-            h = hashlib.sha256(repr(b["__key__"]).encode())
-            for k, v in sorted(b.items()):
-                h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
-            out.append(h.hexdigest())
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -129,11 +117,12 @@ def test_two_workers_make_the_local_video_clips(shared, real):
 
 # Joins the running cluster (RAY_ADDRESS), resumes from a saved state, and hashes the rest of
 # that epoch and the next one.
-CHILD = "import hashlib, pickle, sys\nimport loadscope as ls\n" + inspect.getsource(hashes) + """
+CHILD = ("import hashlib, pickle, sys\nimport loadscope as ls\n" + inspect.getsource(batch_hash)
+         + inspect.getsource(hashes)) + """
 spec, state = pickle.load(open(sys.argv[1], "rb"))
 loader = ls.Loader(spec, workers=ls.ray.Workers(2, resources={"slot": 1}))
 loader.load_state_dict(state)
-print("\\n".join(hashes(loader, epochs=(state["epoch"], state["epoch"] + 1))))
+print("\\n".join(batch_hashes(loader, epochs=(state["epoch"], state["epoch"] + 1))))
 """
 
 
@@ -162,10 +151,7 @@ def test_a_worker_killed_mid_epoch_loses_nothing_and_its_batches_are_made_again(
     loader = ls.Loader(spec, workers=workers)
     got = []
     for i, b in enumerate(loader):
-        h = hashlib.sha256(repr(b["__key__"]).encode())
-        for k, v in sorted(b.items()):
-            h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
-        got.append(h.hexdigest())
+        got.append(batch_hash(b))
         if i == 1:
             ray.kill(workers.actors()[1])
     assert got == local  # no gap, no duplicate, no reorder

@@ -759,6 +759,14 @@ def test_bad_remote_settings_say_what_is_allowed(tmp_path):
         ls.WebDataset("s3://b/a.tar", remote={"endpoint": "http://x"})
 
 
+def holds_exactly(cache, shards):
+    """The node cache directory holds one copy of each shard, byte for byte, and nothing else."""
+    for p in shards:
+        copies = list(cache.glob(f"*-{p.name}"))
+        assert len(copies) == 1 and copies[0].read_bytes() == p.read_bytes(), (cache, p.name)
+    assert len(list(cache.glob("*.tar"))) == len(shards)
+
+
 def test_each_loader_keeps_its_objects_in_its_own_node_cache(s3, s3_demo, tmp_path, monkeypatch):
     """Loader(cache_dir=) is the loader's, not the process's: two loaders of one process,
     iterated in turn, keep the shards each reads in its own directory (byte for byte the shards
@@ -786,11 +794,8 @@ def test_each_loader_keeps_its_objects_in_its_own_node_cache(s3, s3_demo, tmp_pa
     _native.reset_network_stats()
     assert batches(plain) == want
     assert _native.network_stats()["cache_misses"] == 0 and _native.network_stats()["bytes"] > 0
-    for d, read in ((tmp_path / "a", s3_demo), (tmp_path / "b", s3_demo[:2])):
-        for p in read:
-            copies = list(d.glob(f"*-{p.name}"))
-            assert len(copies) == 1 and copies[0].read_bytes() == p.read_bytes(), (d, p.name)
-        assert len(list(d.glob("*.tar"))) == len(read)
+    holds_exactly(tmp_path / "a", s3_demo)
+    holds_exactly(tmp_path / "b", s3_demo[:2])
     assert _native.remote_cache_settings()[0] == ""  # the process's cache: none, untouched
     own = ls.Loader(ls.WebDataset(urls[:1], index="scan", remote=ls.Remote(cache_dir=tmp_path / "own")),
                     fields=fields, batch_size=8, cache_dir=tmp_path / "loader")
@@ -810,11 +815,8 @@ def test_each_source_keeps_its_objects_in_its_own_node_cache(s3, s3_demo, tmp_pa
     b = ls.Remote(cache_dir=tmp_path / "b", cache_limit="1GB")
     assert digest(ls.WebDataset(urls, remote=a)) == want
     assert digest(ls.WebDataset(urls[:2], remote=b)) == digest(ls.WebDataset([str(p) for p in s3_demo[:2]]))
-    for d, read in ((tmp_path / "a", s3_demo), (tmp_path / "b", s3_demo[:2])):
-        for p in read:
-            copies = list(d.glob(f"*-{p.name}"))
-            assert len(copies) == 1 and copies[0].read_bytes() == p.read_bytes(), (d, p.name)
-        assert len(list(d.glob("*.tar"))) == len(read)
+    holds_exactly(tmp_path / "a", s3_demo)
+    holds_exactly(tmp_path / "b", s3_demo[:2])
     assert _native.remote_cache_settings()[0] == ""  # the process's cache: none, untouched
     with pytest.raises(ls.ConfigError, match="Remote.cache_limit needs a cache_dir"):
         ls.Remote(cache_limit="1GB")

@@ -18,21 +18,26 @@ from servers import put_bucket
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def batch_hashes(loader):
+def batch_hash(b):
+    """One batch, every entry's bytes (tensors) or repr (keys, records), as one hash."""
+    h = hashlib.sha256(repr(b["__key__"]).encode())
+    for k, v in sorted(b.items()):
+        h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
+    return h.hexdigest()
+
+
+def batch_hashes(loader, epochs=(0, 1)):
     out = []
-    for epoch in (0, 1):
+    for epoch in epochs:
         loader.set_epoch(epoch)
-        for b in loader:
-            h = hashlib.sha256(repr(b["__key__"]).encode())
-            for k, v in sorted(b.items()):
-                h.update(k.encode() + (v.numpy().tobytes() if hasattr(v, "numpy") else repr(v).encode()))
-            out.append(h.hexdigest())
+        out += [batch_hash(b) for b in loader]
     return out
 
 
 # Runs in a fresh interpreter: the spec from a pickle file, two epochs, one hash per batch
-# (batch_hashes above, by its source: one definition of what is compared).
-CHILD = "import hashlib, pickle, sys\nimport loadscope as ls\n" + inspect.getsource(batch_hashes) + """
+# (the functions above, by their source: one definition of what is compared).
+CHILD = ("import hashlib, pickle, sys\nimport loadscope as ls\n" + inspect.getsource(batch_hash)
+         + inspect.getsource(batch_hashes)) + """
 print("\\n".join(batch_hashes(ls.Loader(pickle.load(open(sys.argv[1], "rb"))))))
 """
 
