@@ -93,3 +93,15 @@ def test_experiment_runs_small_and_passes_its_checks(path, small_demo, tmp_path,
             assert all(f["kind"] == "cache" and f["bytes"] > 0 for f in fills)
     if any(a.config.get("storage", "local") != "local" for a in exp.arms):
         assert "object storage, measured phase" in report
+    # Emulated nodes and Ray clusters are made for a repetition and gone after it.
+    from loadscope.bench import cluster, nodes
+
+    assert not nodes.ours() and not cluster.ours() and not glob.glob("/tmp/loadscope-ray-*")
+    for arm in exp.arms:
+        if arm.config.get("ray_workers", 0) and arm.config.get("cpu_nodes"):
+            b = summary["remote_bound"][arm.name]  # the bound predicted from the local arm, and the pool's share
+            assert b["bound"] > 0 and b["share"] > 0 and b["trainer_cpu_share"] > 0
+            assert f"capacity of the CPU nodes ({arm.name})" in report
+            assert json.load(open(tmp_path / "out" / "env.json"))["topology"][arm.name]["cpu_nodes"] == arm.config["cpu_nodes"]
+            quotas = [r["quotas"] for r in rows if r["arm"] == arm.name]
+            assert all([q["cores"] for q in x] == [arm.config["node_cores"], arm.config["cpu_node_cores"]] for x in quotas)

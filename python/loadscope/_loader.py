@@ -135,9 +135,9 @@ class Loader:
         # cycle, and a loader in a cycle keeps its native threads until the garbage collector
         # runs (a fork meanwhile copies them mid-work: DataLoader workers hung in a full test run).
         # With a Ray pool, the workers' side: its state, not the loader (no cycle either).
-        workers = pool_state(self.workers).section if isinstance(self.workers, Workers) else None
+        pool = pool_state(self.workers) if isinstance(self.workers, Workers) else None
         self._telemetry = LoaderTelemetry(self._pipeline, self._telemetry_on, self._transfer, self._config(),
-                                          self._tuner, workers)
+                                          self._tuner, pool)
         self._loop = self._telemetry.loop
         outputs = [(name, name + suffix, kind, tuple(shape), at, key)
                    for i, name in enumerate(self.fields) for suffix, kind, shape, at, key in self._pipeline.outputs(i)]

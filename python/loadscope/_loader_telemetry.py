@@ -19,9 +19,11 @@ class LoaderTelemetry:
     """``config``: the loader's settings as the snapshot reports them (fixed when it is made)."""
 
     def __init__(self, pipeline, enabled: bool, transfer, config: Dict[str, Any], tuner=None,
-                 workers: Optional[Callable[[], Dict[str, Any]]] = None) -> None:
+                 pool: Optional[Any] = None) -> None:
         self.pipeline = pipeline
-        self.workers = workers  # a Ray pool's section (_ray_pool.PoolState.section), or None
+        # A Ray pool's state (_ray_pool.PoolState): its snapshot section and its workers' spans.
+        self.pool = pool
+        self.workers: Optional[Callable[[], Dict[str, Any]]] = pool.section if pool is not None else None
         self.tuner = tuner  # the auto controller (_native.Tuner) or None
         self.enabled = enabled
         self.transfer = transfer
@@ -93,6 +95,8 @@ class LoaderTelemetry:
         self.pipeline.take_trace_depth()
         self.loop.spans, self.loop.max_spans, self.loop.spans_dropped = [], int_arg("max_spans", max_spans, 1), 0
         self.pipeline.set_tracing(True, max_spans)
+        if self.pool is not None:
+            self.pool.start_trace(max_spans)
 
     def stop_trace(self) -> Optional[str]:
         if self.trace_path is None:
@@ -100,6 +104,8 @@ class LoaderTelemetry:
         dropped = self.pipeline.telemetry_snapshot()["spans_dropped"] + self.loop.spans_dropped
         self.pipeline.set_tracing(False)
         native = self.pipeline.take_spans()
+        if self.pool is not None:  # each worker's threads, on this process's clock
+            native = native + self.pool.stop_trace()
         depth = self.pipeline.take_trace_depth()  # the queue's changes while tracing
         path = telemetry.chrome_trace(native, self.loop.spans or [], depth, self.pipeline.telemetry_created_ns(),
                                       self.trace_path, dropped, self.tuner.decisions() if self.tuner else None)

@@ -4,6 +4,7 @@ order. Ray is imported only here, and only when a pool is used."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
 import time
@@ -70,6 +71,7 @@ class _Worker:
     def __init__(self) -> None:
         self._streams: Dict[int, Any] = {}       # stream -> (its iteration, its Position)
         self._loaders: Dict[bytes, List[Any]] = {}  # a spec (pickled: specs are not hashable) -> loaders
+        self._tracing: Optional[int] = None        # max spans while a trace is recorded
 
     def where(self) -> Dict[str, Any]:
         import ray
@@ -87,6 +89,28 @@ class _Worker:
                             "failures": d["failures"]})
         return out
 
+    def start_trace(self, max_spans: int) -> None:
+        """Records the spans of its loaders, those it makes later included, until stop_trace."""
+        self._tracing = max_spans
+        for L in self._all():
+            L._telemetry.pipeline.take_spans()
+            L._telemetry.pipeline.set_tracing(True, max_spans)
+
+    def stop_trace(self) -> List[Any]:
+        """Its loaders' spans since start_trace: (thread role, spans) pairs, on its monotonic clock."""
+        self._tracing = None
+        out: List[Any] = []
+        for L in self._all():
+            L._telemetry.pipeline.set_tracing(False)
+            out += L._telemetry.pipeline.take_spans()
+        return out
+
+    def clock(self) -> int:
+        return time.monotonic_ns()
+
+    def _all(self) -> List[Any]:
+        return [L for loaders in self._loaders.values() for L in loaders]
+
     def start(self, stream: int, loader_cls: Any, spec: Any, epoch: int, worker: int, workers: int,
               start: int) -> int:
         """Starts making batches `start`, ... of the rank's epoch that are worker `worker`'s of
@@ -97,6 +121,8 @@ class _Worker:
         loader = free[0] if free else loader_cls(spec)  # a loader runs one epoch at a time
         if not free:
             mine.append(loader)
+            if self._tracing:
+                loader._telemetry.pipeline.set_tracing(True, self._tracing)
         position = Position()
         self._streams[stream] = (loader._start_run(epoch, start, worker, workers, position), position)
         return os.getpid()
@@ -137,6 +163,7 @@ class PoolState:
         self.per_actor: Dict[int, Dict[str, int]] = {}
         self.answers: Dict[int, Any] = {}         # each worker's last telemetry, and when it was asked
         self.asked_at = -1e9
+        self.tracing: Optional[int] = None         # max spans while the trainer records a trace
 
     def start(self) -> None:
         if not self.actors:
@@ -144,11 +171,41 @@ class PoolState:
             self.add(actors, placed(self.pool, actors))
 
     def add(self, actors: List[Any], where: Sequence[Optional[Dict[str, Any]]]) -> List[int]:
+        if self.tracing:  # a worker started while a trace is recorded is in it too
+            for a in actors:
+                a.start_trace.remote(self.tracing)
         base = len(self.actors)
         self.actors += actors
         self.alive += [True] * len(actors)
         self.where += where
         return list(range(base, len(self.actors)))
+
+    def start_trace(self, max_spans: int) -> None:
+        ray = require_ray()
+        self.tracing = max_spans
+        live = self.live()
+        ray.wait([self.actors[a].start_trace.remote(max_spans) for a in live], num_returns=len(live),
+                 timeout=self.pool.wait)
+
+    def stop_trace(self) -> List[Any]:
+        """Every live worker's spans as rows of the trainer's trace ("worker 0: decode 1", ...),
+        moved onto this process's clock: each worker's offset is estimated by a round trip (its
+        clock read half-way), which on another machine is right to within half that trip."""
+        ray = require_ray()
+        self.tracing = None
+        rows: List[Any] = []
+        for a in self.live():
+            actor = self.actors[a]
+            try:
+                t0 = time.monotonic_ns()
+                theirs = ray.get(actor.clock.remote(), timeout=self.pool.wait)
+                offset = theirs - (t0 + time.monotonic_ns()) // 2
+                spans = ray.get(actor.stop_trace.remote(), timeout=self.pool.wait)
+            except Exception:  # died or did not answer: its rows are missing, the trace is not
+                continue
+            for role, got in spans:
+                rows.append((f"worker {a}: {role}", [(n, start - offset, dur, arg) for n, start, dur, arg in got]))
+        return rows
 
     def live(self) -> List[int]:
         return [a for a in range(len(self.actors)) if self.alive[a]]
@@ -213,6 +270,9 @@ def pool_state(pool: Workers) -> PoolState:
     return state
 
 
+_stream_ids = itertools.count(1)
+
+
 class RayEpoch:
     """One epoch of a rank through a pool, as the trainer sees it: batch j is asked of worker
     j % n (at most `in_flight` ahead per worker) and handed out in order."""
@@ -237,7 +297,6 @@ class RayEpoch:
         self._serving = [live[w % len(live)] for w in range(n)]  # stream w is made by this actor
         self._queues: List[List[Any]] = [[] for _ in range(n)]  # refs of requested batches, in order
         self._stream_ids = [0] * n
-        self._next_id = 0
         self._ended = self._finished = self._failed = False
         self._stats: Dict[str, Any] = {"remade_batches": 0, "workers_lost": 0}
         for w in range(n):
@@ -247,8 +306,8 @@ class RayEpoch:
 
     def _start_stream(self, w: int) -> None:
         """(Re)starts stream w on its actor from the first of its batches not handed out."""
-        self._next_id += 1
-        self._stream_ids[w] = sid = id(self) * 1000 + self._next_id  # unique per actor: loaders share actors
+        # Unique in this process, so on every actor: loaders, ranks and epochs share actors.
+        self._stream_ids[w] = sid = next(_stream_ids)
         actor = self._state.actors[self._serving[w]]
         actor.start.remote(sid, type(self._owner), self._spec, self.epoch, w, self._pool.n, self.delivered)
         self._queues[w] = [actor.next.remote(sid) for _ in range(self._pool.in_flight)]
@@ -317,13 +376,17 @@ class RayEpoch:
                 state.wait_ns += t1 - t0
                 state.transfer_ns += time.monotonic_ns() - t1
                 break
-            except self._ray.exceptions.RayActorError as e:
+            except (self._ray.exceptions.RayActorError, self._ray.exceptions.ObjectLostError) as e:
+                # The worker died, or its node with the batch it had made (ObjectLostError: a
+                # batch is made once, never reconstructed): either way, made again elsewhere.
                 self._lost(w, e)
             except self._ray.exceptions.RayTaskError as e:
                 self._failed = True
                 self.close()
                 raise e.cause if isinstance(e.cause, BaseException) else e from None
         self._queues[w].pop(0)
+        if got is not None:
+            self._pull_ahead()
         if got is None:
             self._finished = True
             self.close()
@@ -349,6 +412,15 @@ class RayEpoch:
             now = time.monotonic_ns()
             self._loop.delivered(enter, now, now, index)
         return out
+
+    def _pull_ahead(self) -> None:
+        """Starts pulling the batches requested next to this node while the trainer uses this
+        one: a batch is only fetched when asked for, and asking one at a time would leave the
+        link idle during every step. At most n * in_flight batches: the bound on what the node's
+        object store holds for this rank."""
+        refs = [r for q in self._queues for r in q]
+        if refs:
+            self._ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=True)
 
     def stats(self) -> Dict[str, Any]:
         return dict(self._stats, batches=self.delivered - self._start_delivered)

@@ -98,6 +98,11 @@ def test_explicit_arms_that_change_only_the_factor_are_accepted(demo):
       "dataset": {"url": "s3://b/p"}}, "layout='folder' lists a local directory"),
     ({"factor": {"name": "shard_index", "values": ["auto", "off"]}, "pipeline": {"layout": "shards", "world_size": 2}},
      "which one rank only can do"),
+    ({"factor": {"name": "ray_workers", "values": [0, "ray"]}}, r"\[factor\] ray_workers = 'ray': must be an integer >=0"),
+    ({"factor": {"name": "ray_workers", "values": [0, 2]}, "pipeline": {"loader": "torch"}},
+     "ray_workers = 2 is a pool of loadscope workers on Ray; loader = 'torch' has its own"),
+    ({"factor": {"name": "ray_workers", "values": [0, 2]}, "pipeline": {"cpu_node_cores": 1.5}},
+     "cpu_node_cores = 1.5 is the CPU quota of each CPU node, and cpu_nodes = 0"),
 ])
 def test_bad_experiments_fail_early_with_what_is_allowed(demo, change, message):
     with pytest.raises(ConfigError, match=message):

@@ -185,5 +185,30 @@ def test_the_all_reduce_timer_on_nccl_times_every_bucket_and_keeps_the_gradients
         assert c.bytes == sum(p.numel() * 4 for p in timed.parameters()) and c.buckets >= 1 and c.busy > 0
         for a, b in zip(plain.parameters(), timed.parameters()):
             assert torch.equal(a.grad, b.grad)  # the hook does what DDP's default does
+        # The host clock against the GPU's: the same steps under torch.profiler, whose NCCL
+        # kernels' time is what the GPU spent all-reducing. The timer's busy time holds that,
+        # plus the enqueue and the completion's callback on the host.
+        from torch.profiler import ProfilerActivity, profile
+
+        timer.take()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(20):
+                timed_ddp(x).square().mean().backward()
+            torch.cuda.synchronize()
+        host = timer.take()
+        kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and "nccl" in e.name.lower()]
+        gpu_s = sum(getattr(e, "device_time_total", None) or e.cuda_time_total for e in kernels) * 1e-6  # from µs
+        print(f"CommTimer on NCCL: host busy {host.busy * 1e3:.3f} ms over {host.buckets} buckets; "
+              f"the profiler's NCCL kernels {gpu_s * 1e3:.3f} ms over {len(kernels)} kernels")
+        assert host.buckets >= 20
+        # One rank's all-reduce may launch no kernel at all (NCCL copies, or does nothing, for a
+        # world of one): then there is nothing on the GPU to compare with, and the line says so.
+        if kernels:
+            assert host.busy >= gpu_s * 0.9  # the kernels' time, and the enqueue and callback beside it
     finally:
+        # The models hold the NCCL process group: freed before it is destroyed. A DDP freed
+        # after destroy_process_group (by a later garbage collection) tears down a
+        # communicator that is gone: the suspect of the SIGSEGV of 2026-12-04 (docs/gpu.md).
+        plain_ddp = timed_ddp = timer = None  # noqa: F841
+        gc.collect()
         dist.destroy_process_group()

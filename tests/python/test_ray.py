@@ -70,6 +70,8 @@ def end_pools():
     _pools.clear()
     # Until every slot but the shared pool's is free again (Ray ends a killed actor soon after).
     held = sum(len(p.actors()) for p in _shared)
+    if not ray.is_initialized():  # a test of its own cluster (emulated nodes)
+        return
     deadline = time.monotonic() + 120  # a hang guard only
     while ray.available_resources().get("slot", 0) < 4 - held and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -105,14 +107,28 @@ def test_two_workers_make_the_local_batches_of_random_crops_and_color_jitter(clu
     assert len(workers.actors()) == 2  # shared, not started again
 
 
-def test_two_workers_make_the_local_video_clips(shared, real):
+def test_two_workers_make_the_local_video_clips(shared, real, tmp_path):
     videos = [real / "vision/test/assets/videos/SOX5yA1l24A.mp4", real / "vision/test/assets/videos/R6llTwEh07w.mp4"]
     files = ls.Files([(str(p), i) for i, p in enumerate(videos)] * 2, label="cls")
     spec = ls.Spec(files, fields={"mp4": ls.VideoClip(48, frames=4, stride=3, position="random"), "cls": ls.Int()},
                    batch_size=1, shuffle=True, seed=3)
     local = hashes(ls.Loader(spec))
     assert len(local) == 8
-    assert hashes(ls.Loader(spec, workers=shared)) == local
+    remote = ls.Loader(spec, workers=shared)
+    remote.start_trace(tmp_path / "trace.json")
+    assert hashes(remote) == local
+    # The trace has each worker's threads as rows of their own, on the trainer's clock: within
+    # the trainer's training-loop spans (a round trip estimates each worker's clock).
+    import json
+
+    events = json.load(open(remote.stop_trace()))["traceEvents"]
+    lanes = {e["tid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "thread_name"}
+    spans = [e for e in events if e.get("ph") == "X"]
+    theirs = [e for e in spans if lanes[e["tid"]].startswith("worker ")]
+    assert {lanes[e["tid"]].split(":")[0] for e in theirs} == {"worker 0", "worker 1"}
+    loop = [e for e in spans if lanes[e["tid"]] == "training loop"]
+    assert loop and min(e["ts"] for e in loop) - 50e3 <= min(e["ts"] for e in theirs)
+    assert max(e["ts"] + e["dur"] for e in theirs) <= max(e["ts"] + e["dur"] for e in loop) + 50e3
 
 
 # Joins the running cluster (RAY_ADDRESS), resumes from a saved state, and hashes the rest of
@@ -226,3 +242,80 @@ def test_workers_arguments_are_checked_with_what_is_allowed():
         ls.ray.Workers(0)
     with pytest.raises(ls.ConfigError, match="workers='ray': allowed are 'local', or loadscope.ray.Workers"):
         ls.Spec(ls.Files([("/x.jpg", 0)]), fields={"jpg": ls.Image(8)}, batch_size=1, workers="ray")
+
+
+# On the trainer node of an emulated cluster: the batches through a pool of two workers, one
+# per CPU node; after two, it waits until the test has killed a CPU node.
+NODE_CHILD = ("import hashlib, json, pickle, sys\nimport loadscope as ls\n" + inspect.getsource(batch_hash)) + """
+spec = pickle.load(open(sys.argv[1], "rb"))
+workers = ls.ray.Workers(2, resources={"cpunode": 1}, in_flight=1)
+loader = ls.Loader(spec, workers=workers)
+got = []
+for i, b in enumerate(loader):
+    got.append(batch_hash(b))
+    if i == 1:
+        import ray
+        print(json.dumps([w["node"] for w in ray.get([a.where.remote() for a in workers.actors()])]), flush=True)
+        sys.stdin.readline()
+w = loader.telemetry()["workers"]
+print(json.dumps({"hashes": got, "stats": {k: loader.stats()[k] for k in ("workers_lost", "remade_batches")},
+                  "lost": w["lost"], "alive": w["alive"], "notes": w["lost_notes"]}), flush=True)
+"""
+
+
+def running(pid):
+    """A process that still runs (a zombie, waiting for its parent to reap it, runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(__import__("os").geteuid() != 0, reason="emulated nodes need root (CI runs as root)")
+def test_a_cpu_node_killed_with_its_raylet_and_worker_loses_nothing(real, tmp_path):
+    """Two emulated CPU nodes (namespaces, CPU quotas, a shaped link) and the trainer node, a
+    real Ray cluster across them started by the harness's own code (bench/cluster.py); every
+    process of one CPU node killed mid-epoch: the batches are still the local ones, each once,
+    and nothing of the cluster is left afterwards."""
+    import glob
+    import json
+    import os
+
+    from loadscope.bench import cluster as cl
+    from loadscope.bench import nodes
+
+    spec = image_spec(real, repeat=6, threads=1)  # 22 batches
+    local = hashes(ls.Loader(spec), epochs=(0,))
+    (tmp_path / "spec.pkl").write_bytes(pickle.dumps(spec))
+    config = {"cpu_nodes": 2, "ray_workers": 2, "ray_worker_cpus": 1, "node_cores": 0.5, "cpu_node_cores": 0.7,
+              "link_mbit": 1000}
+    with cl.Cluster(config, dict(os.environ)) as where:
+        folder = where.folder
+        child = subprocess.Popen(where.command(0, [sys.executable, "-c", NODE_CHILD, str(tmp_path / "spec.pkl")]),
+                                 env={**os.environ, **where.environ(0)}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            placed = json.loads(child.stdout.readline() or "null")
+            assert placed is not None and len(set(placed)) == 2, child.stderr.read()[-3000:]  # one per CPU node
+            victims = where.quotas[2].pids()  # CPU node 2: its raylet, its worker, Ray's agents
+            assert victims
+            for pid in victims:
+                os.kill(pid, 9)
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            out, err = child.communicate(timeout=600)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        assert child.returncode == 0, err[-3000:]
+        got = json.loads(out.splitlines()[-1])
+        assert got["hashes"] == local  # every batch once, in order, the local bytes
+        assert got["stats"]["workers_lost"] == 1 and got["stats"]["remade_batches"] >= 1
+        assert (got["lost"], got["alive"]) == (1, 1)
+        every = [p for q in where.quotas for p in q.pids()]  # the head, the live CPU node
+        assert every
+    # Nothing left: namespaces, cgroups, Ray's folders, processes.
+    assert not nodes.ours() and not cl.ours() and not os.path.exists(folder)
+    assert not glob.glob(f"/sys/fs/cgroup/cpuacct/{nodes.PREFIX}*")
+    assert not [p for p in victims + every if running(p)]

@@ -43,6 +43,16 @@ PIPELINE: Dict[str, Tuple[Any, Any]] = {
     # namespaces joined by links of `link_mbit` Mbit/s each way (0: not shaped).
     "nodes": ("int>=1", 1),
     "link_mbit": ("float>=0", 0.0),
+    # Batches made by a pool of loadscope workers on Ray (ls.ray.Workers(ray_workers, cpus_per_worker=
+    # ray_worker_cpus)), or by the trainer itself (0); on `cpu_nodes` emulated CPU-only nodes
+    # beside the training nodes, the Ray cluster started by the runner for each repetition
+    # (bench/cluster.py). CPU quotas (cgroup v1 cpu bandwidth, root only) make a node's cores:
+    # node_cores for each training node, cpu_node_cores for each CPU node (0: no quota).
+    "ray_workers": ("int>=0", 0),
+    "ray_worker_cpus": ("float>0", 1.0),
+    "cpu_nodes": ("int>=0", 0),
+    "node_cores": ("float>=0", 0.0),
+    "cpu_node_cores": ("float>=0", 0.0),
     "size": ("int>=1", 224),
     "crop": (("random_resized", "center"), "random_resized"),
     "flip": ("float[0,1]", 0.5),
@@ -59,6 +69,8 @@ AUTO_CORRECTNESS = {
     "threads": "identical", "prefetch": "identical", "batch_size": "identical", "pin_memory": "identical",
     "staging": "identical", "world_size": "identical", "layout": "identical", "partition": "identical",
     "storage": "identical", "shard_index": "identical", "nodes": "identical", "link_mbit": "identical",
+    "ray_workers": "identical", "ray_worker_cpus": "identical", "cpu_nodes": "identical", "node_cores": "identical",
+    "cpu_node_cores": "identical",
     "loader": "tolerance", "decode": "tolerance", "grad_accum": "identical",
     "size": "none", "crop": "none", "flip": "none", "shuffle": "none", "seed": "none",
 }
@@ -107,7 +119,8 @@ STEP = {"compute": (("none", "sleep", "model", "matmul", "user"), "none"), "comp
 # the factory. sample_ids and batch_size_of say how to read an arm's batches, so [[arms]] may
 # set them beside the factor (they change no data).
 USER_PIPELINE = {"factory": "str", "sample_ids": "str", "batch_size_of": "str", "world_size": "int>=1",
-                 "nodes": "int>=1", "link_mbit": "float>=0", "grad_accum": "int>=1"}
+                 "nodes": "int>=1", "link_mbit": "float>=0", "grad_accum": "int>=1",
+                 **{k: PIPELINE[k][0] for k in ("ray_workers", "ray_worker_cpus", "cpu_nodes", "node_cores", "cpu_node_cores")}}
 # [step] settings that may be the factor (of any pipeline): an arm then carries its own value.
 STEP_FACTORS = ("grad_accum",)
 USER_READING = ("sample_ids", "batch_size_of")
@@ -137,12 +150,12 @@ REQUIRES = ("cuda",)
 def _check(section: str, key: str, value: Any, rule: Any) -> Any:
     """Validates one value against its rule; returns it (ints promoted to float where wanted)."""
     where = f"[{section}] {key} = {value!r}"
-    if isinstance(rule, str) and rule.endswith("|auto"):
-        if value == "auto":
+    if isinstance(rule, str) and "|" in rule:  # "int>=1|auto": a number or that word
+        rule, word = rule.split("|")
+        if value == word:
             return value
-        rule = rule[:-5]
         if isinstance(value, str):
-            raise ConfigError(f"{where}: must be an integer {rule[3:]} or 'auto'")
+            raise ConfigError(f"{where}: must be an integer {rule[3:]} or {word!r}")
     if isinstance(rule, tuple):
         if isinstance(value, bool) != isinstance(rule[0], bool) or value not in rule:
             raise ConfigError(f"{where}: allowed are {', '.join(repr(r) for r in rule)}")
@@ -548,9 +561,10 @@ def from_dict(raw: Dict[str, Any], source: Optional[str] = None) -> Experiment:
         repo = raw["training_repo"] = _resolve_path(repo, base_dir)
     for a in arms:
         _check_placement(a, "" if user else str((raw.get("dataset") or {}).get("url") or ""))
-    if any(a.config.get("link_mbit") for a in arms) and all(a.config.get("nodes", 1) == 1 for a in arms):
-        raise ConfigError("link_mbit shapes the link between emulated nodes, and no arm has nodes > 1 (one node's "
-                          "ranks talk over its loopback): give nodes = 2 or more")
+    if any(a.config.get("link_mbit") for a in arms) and \
+            all(a.config.get("nodes", 1) + a.config.get("cpu_nodes", 0) == 1 for a in arms):
+        raise ConfigError("link_mbit shapes the link between emulated nodes, and no arm has nodes > 1 or cpu_nodes "
+                          "(one node's ranks talk over its loopback): give nodes = 2 or more, or cpu_nodes = 1 or more")
     if user:
         given = raw.get("dataset")
         if given is not None:
@@ -611,8 +625,16 @@ def _check_placement(arm: Arm, url: str = "") -> None:
     if nodes > 1 and world % nodes:
         raise ConfigError(f"arm {arm.name}: world_size = {world} ranks do not spread evenly over nodes = {nodes}: "
                           "give a world size that is a multiple of the nodes")
-    if nodes > 1 and c.get("storage", "local") != "local" and not url.startswith("s3://"):
-        raise ConfigError(f"arm {arm.name}: storage = {c['storage']!r} with nodes = {nodes}: emulated nodes reach object "
+    # cpu_nodes with ray_workers = 0 is the local arm of a ray_workers experiment: they stand idle.
+    workers, cpu_nodes = c.get("ray_workers", 0), c.get("cpu_nodes", 0)
+    if c.get("cpu_node_cores") and not cpu_nodes:
+        raise ConfigError(f"arm {arm.name}: cpu_node_cores = {c['cpu_node_cores']:g} is the CPU quota of each CPU node, "
+                          "and cpu_nodes = 0: give cpu_nodes = 1 or more")
+    if workers and c.get("loader", "loadscope") != "loadscope":
+        raise ConfigError(f"arm {arm.name}: ray_workers = {workers} is a pool of loadscope workers on Ray; "
+                          f"loader = {c['loader']!r} has its own (use ray_workers = 0)")
+    if nodes + cpu_nodes > 1 and c.get("storage", "local") != "local" and not url.startswith("s3://"):
+        raise ConfigError(f"arm {arm.name}: storage = {c['storage']!r} with emulated nodes: they reach object "
                           f"storage through a forwarder to an s3:// endpoint on this machine (AWS_ENDPOINT_URL); "
                           f"[dataset] url is {url!r}")
 

@@ -154,7 +154,7 @@ class LoadscopePipeline(Pipeline):
         self.loader = Loader(source, fields={"jpg": image, "cls": Int()}, batch_size=c["batch_size"],
                              threads=c["threads"], prefetch=c["prefetch"], shuffle=c["shuffle"], seed=c["seed"],
                              device=self.device if c["pin_memory"] else "cpu", rank=self.rank, world_size=self.world,
-                             partition=c["partition"], cache_dir=self.cache_dir)
+                             partition=c["partition"], cache_dir=self.cache_dir, workers=ray_workers(c) or "local")
         self._gpu = None
         if c["decode"] == "gpu":  # loadscope reads the bytes; nvJPEG decodes them (loadscope.gpu)
             from ..gpu import JpegDecoder
@@ -341,6 +341,15 @@ class UserPipeline(Pipeline):
         self._ids = user.resolve(config["sample_ids"], "[pipeline] sample_ids") if config.get("sample_ids") else None
         self._size = user.resolve(config["batch_size_of"], "[pipeline] batch_size_of") if config.get("batch_size_of") else None
         self.obj = factory(**kwargs)
+        pool = ray_workers(config)
+        if pool is not None:  # the factory's Loader, its batches made by the pool (the same bytes)
+            from .._loader import Loader as _Loader
+
+            if not isinstance(self.obj, _Loader):
+                raise ConfigError(f"ray_workers = {config['ray_workers']}: {config['factory']} returned "
+                                  f"{type(self.obj).__name__}, and a pool of workers makes a loadscope Loader's "
+                                  "batches: return the Loader itself")
+            self.obj = _Loader(self.obj.spec.replace(workers=pool))
         # A loadscope Loader knows which epoch batch each of its batches is: the factory's own,
         # or the one behind a loadscope Dataset (in a DataLoader, whose workers take the rank's
         # batches in turn, so its k-th batch is still the rank's k-th).
@@ -475,6 +484,17 @@ def rebuild(dl: Any, *, persistent: bool, batches: Optional[int] = None) -> Any:
     else:
         kw.update(sampler=short(dl.sampler), batch_size=None)
     return torch.utils.data.DataLoader(**kw)
+
+
+def ray_workers(config: Dict[str, Any]) -> Any:
+    """The arm's pool of Ray workers (its `ray_workers` and `ray_worker_cpus`), or None for 0. The
+    cluster is the one the runner started for the repetition (RAY_ADDRESS; bench/cluster.py)."""
+    n = config.get("ray_workers", 0)
+    if not n:
+        return None
+    from ..ray import Workers
+
+    return Workers(n, cpus_per_worker=config.get("ray_worker_cpus", 1.0))
 
 
 def make(root: str, config: Dict[str, Any], rank: int = 0, world: int = 1, shards: Optional[List[str]] = None,

@@ -304,6 +304,60 @@ def step_parts(wait: float, h2d: float, call: float, parts: Dict[str, float], co
     return row
 
 
+def _nodes_cpu() -> Optional[Tuple[float, float]]:
+    """On emulated nodes (bench/cluster.py): CPU seconds so far of the processes in this
+    process's node, and in all of the run's nodes, each node a cpuacct cgroup named after the
+    run (…-n0, -n1, ...). Read from /proc (inside a node's namespace /sys has no cgroups); a
+    process that ended since the last read takes its time with it. None elsewhere."""
+    def acct(pid: str) -> Optional[str]:
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                for line in f:
+                    _, controllers, path = line.rstrip("\n").split(":", 2)
+                    if "cpuacct" in controllers.split(","):
+                        return path
+        except OSError:
+            pass
+        return None
+
+    mine = acct("self") or ""
+    name = mine.rsplit("/", 1)[-1]
+    if not name.startswith("loadscope-") or "-n" not in name:
+        return None
+    prefix = mine.rsplit("-n", 1)[0] + "-n"
+    tick = os.sysconf("SC_CLK_TCK")
+    node = every = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        path = acct(pid)
+        if path is None or not path.startswith(prefix):
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        t = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        every += t
+        if path == mine:
+            node += t
+    return node, every
+
+
+def _pool_cpu(pipe: Any) -> Optional[float]:
+    """CPU seconds a loader's Ray pool has spent so far (each worker asked: a round trip), or
+    None without one."""
+    loader = getattr(pipe, "loader", None)
+    if loader is None or getattr(loader, "workers", "local") == "local":
+        return None
+    from .._ray_pool import pool_state
+
+    state = pool_state(loader.workers)
+    state.asked_at = -1e9  # now, not the answer of up to a second ago
+    return sum(r["cpu_seconds"] for r in state.section()["per_worker"])
+
+
 def _seed_everything(seed: int = 0) -> None:
     import random
 
@@ -631,11 +685,11 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
-    io0, machine0, net0 = _tree_io(), machine_cpu(), _native.network_stats()
+    io0, machine0, net0, pool0, nodes0 = _tree_io(), machine_cpu(), _native.network_stats(), _pool_cpu(pipe), _nodes_cpu()
     measured_ids: List[str] = []
     cpu: Dict[str, float] = {}
     n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids, cpu=cpu)
-    io1, machine1, net1 = _tree_io(), machine_cpu(), _native.network_stats()
+    io1, machine1, net1, pool1, nodes1 = _tree_io(), machine_cpu(), _native.network_stats(), _pool_cpu(pipe), _nodes_cpu()
     if world > 1:
         # A rank that finished its pipeline phase first would start the step's warm-up (the
         # model's forward and backward) inside the others' measured windows: their "rest of the
@@ -658,8 +712,16 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         "staging_seconds": staging["seconds"] if staging else None, "staging": staging,
         # The rest of the machine while this repetition measured (other ranks are in "own"
         # only for themselves: their CPU counts as others' here, so read rank 0's with care).
-        "machine": machine_load(machine0, machine1, cpu["seconds"], secs),
+        # This run's own: on emulated nodes every process of its nodes (Ray's included); else
+        # its process tree and a local Ray pool's workers.
+        "machine": machine_load(machine0, machine1, nodes1[1] - nodes0[1] if nodes0 and nodes1 else
+                                cpu["seconds"] + (pool1 - pool0 if pool0 is not None and pool1 is not None else 0.0),
+                                secs),
     }
+    if pool0 is not None and pool1 is not None:  # what the pool's workers spent on the measured samples
+        result["pool_cpu_per_sample"] = (pool1 - pool0) / n * 1e3
+    if nodes0 and nodes1:  # the trainer's whole node: this process, and Ray's head and object transfer
+        result["node_cpu_per_sample"] = (nodes1[0] - nodes0[0]) / n * 1e3
     if step_def["compute"] != "none":
         phase("the end-to-end phase (next() and the step)")
         # Whole optimizer steps: the warm-up ends on a boundary, and with accumulation it holds two

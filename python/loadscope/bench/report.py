@@ -86,6 +86,7 @@ def analyze(out_dir: str, exp: Experiment, *, correctness: Dict[str, Any], failu
     summary["per_node"] = {a: by_arm[a][0]["per_node"] for a in arms if by_arm[a] and by_arm[a][0].get("per_node")}
     summary["verdicts"] = {a: _verdict(exp, a, summary) for a in arms[1:]}
     summary["capacity"] = _capacities(exp, per_arm, by_arm, out_dir)
+    summary["remote_bound"] = _remote_bounds(exp, per_arm, by_arm)
     summary["hypotheses"] = _hypotheses(summary, by_arm, out_dir)
     summary["rerun"] = rerun_command(os.path.join(out_dir, "experiment.effective.json"), out_dir)
     return summary
@@ -377,6 +378,69 @@ def capacity_lines(cap: Dict[str, Any], who: str = "") -> Tuple[str, Optional[st
                   "so fewer cores are needed.")
 
 
+def remote_bound(cpu_ms: Optional[float], bytes_per_sample: Optional[float], cpu_nodes: int, cores_per_node: float,
+                 link_mbit: Optional[float]) -> Optional[Dict[str, Any]]:
+    """What a pool of workers on CPU nodes can deliver at most, predicted from what the trainer
+    measured doing the work itself (part 23's capacity): the CPU nodes' cores at its CPU per
+    sample, and the trainer's link at the bytes a sample ships; the smaller binds."""
+    if not cpu_ms or not cpu_nodes or not cores_per_node:
+        return None
+    cpu_rate = cpu_nodes * cores_per_node / (cpu_ms / 1e3)
+    link_rate = link_mbit * 1e6 / 8 / bytes_per_sample if link_mbit and bytes_per_sample else None
+    bound = min(cpu_rate, link_rate) if link_rate else cpu_rate
+    return {"cpu_ms": cpu_ms, "cpu_nodes": cpu_nodes, "cores_per_node": cores_per_node, "cpu_rate": cpu_rate,
+            "link_mbit": link_mbit or None, "bytes_per_sample": bytes_per_sample, "link_rate": link_rate,
+            "bound": bound, "binds": "link" if link_rate is not None and link_rate < cpu_rate else "cpu"}
+
+
+def _remote_bounds(exp: Experiment, per_arm: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]]) -> Dict[str, Any]:
+    """Each arm whose batches a pool on emulated CPU nodes made: the bound predicted from the
+    first arm that made its own (its CPU per sample and bytes per sample), the throughput it
+    measured against it, and the trainer's own CPU per sample against that arm's."""
+    local = next((a for a in exp.arms if not a.config.get("ray_workers", 0)), None)
+    if local is None or "cpu_per_sample" not in per_arm.get(local.name, {}):
+        return {}
+    ref = per_arm[local.name]
+    out = {}
+    for a in exp.arms:
+        c = a.config
+        if not c.get("ray_workers", 0) or not c.get("cpu_nodes"):
+            continue
+        shipped = next((r["bytes_per_sample"] for r in by_arm[local.name] if r.get("bytes_per_sample")), None)
+        b = remote_bound(ref["cpu_per_sample"]["median"], shipped,
+                         c["cpu_nodes"], c.get("cpu_node_cores") or 0.0,
+                         (c.get("link_mbit") or 0.0) * c.get("nodes", 1))
+        if b is None:
+            continue
+        got = per_arm[a.name].get("throughput", {}).get("median")
+        mine = per_arm[a.name].get("cpu_per_sample", {}).get("median")
+        pool = stats.summarize([r.get("pool_cpu_per_sample") for r in by_arm[a.name]])["median"]
+        node = stats.summarize([r.get("node_cpu_per_sample") for r in by_arm[a.name]])["median"]
+        b.update(reference=local.name, throughput=got, share=got / b["bound"] if got else None,
+                 trainer_cpu_ms=mine, trainer_cpu_share=mine / b["cpu_ms"] if mine else None, pool_cpu_ms=pool,
+                 node_cpu_ms=node, node_cpu_share=node / b["cpu_ms"] if node else None)
+        out[a.name] = b
+    return out
+
+
+def remote_bound_line(arm: str, b: Dict[str, Any]) -> str:
+    link = (f"; the link {b['link_mbit']:g} Mbit/s / {b['bytes_per_sample'] / 1e3:.0f} kB a sample = "
+            f"{_fmt(b['link_rate'], 'samples/s')}/s" if b["link_rate"] else "")
+    got = (f"; measured {_fmt(b['throughput'], 'samples/s')}/s = **{b['share']:.0%} of the bound**"
+           if b["share"] is not None else "")
+    cpu = (f"; the trainer's own CPU per sample {_fmt(b['trainer_cpu_ms'], 'ms')} ms = {b['trainer_cpu_share']:.0%} of "
+           f"{b['reference']}'s" if b["trainer_cpu_share"] is not None else "")
+    if b.get("node_cpu_share") is not None:
+        cpu += (f"; its node's (Ray's head and object transfer included) {_fmt(b['node_cpu_ms'], 'ms')} ms = "
+                f"**{b['node_cpu_share']:.0%}**")
+    if b.get("pool_cpu_ms"):
+        cpu += f"; the workers' {_fmt(b['pool_cpu_ms'], 'ms')} ms"
+    return (f"capacity of the CPU nodes ({arm}), predicted from {b['reference']}: {b['cpu_nodes']} x "
+            f"{b['cores_per_node']:g} cores at {_fmt(b['cpu_ms'], 'ms')} ms of CPU per sample = "
+            f"{_fmt(b['cpu_rate'], 'samples/s')}/s{link}: bound {_fmt(b['bound'], 'samples/s')}/s ({b['binds']} binds)"
+            f"{got}{cpu}")
+
+
 def _usable(out_dir: str) -> Optional[int]:
     try:
         with open(os.path.join(out_dir, "env.json")) as f:
@@ -409,7 +473,7 @@ def _hypotheses(s: Dict[str, Any], by_arm: Dict[str, List[Dict[str, Any]]], out_
         e = s["effects"][arm]
         tp, cpu = e.get("throughput", {}).get("effect"), e.get("cpu_per_sample", {}).get("effect")
         cpu_sig = stats.significant(e.get("cpu_per_sample", {})) is True
-        if s["factor"] in ("world_size", "nodes", "link_mbit"):
+        if s["factor"] in ("world_size", "nodes", "link_mbit", "ray_workers"):
             continue  # more ranks split the work and add processes: the per-sample CPU and memory rules misread it
         if tp is not None and cpu is not None:
             if cpu < -0.1 and cpu_sig:  # only from a difference the interval shows
@@ -780,6 +844,9 @@ def write(out_dir: str, summary: Dict[str, Any]) -> None:
     caps = summary.get("capacity") or {}
     if caps:
         L += [""] + [f"- {capacity_lines(cap, f' ({a})')[0]}" for a, cap in caps.items()]
+    bounds = summary.get("remote_bound") or {}
+    if bounds:
+        L += [""] + [f"- {remote_bound_line(a, b)}" for a, b in bounds.items()]
     L += ["", "### Correctness", ""]
     corr = summary["correctness"]
     if corr.get("note"):

@@ -24,7 +24,7 @@ import torch
 from .. import _native
 from .._errors import ConfigError
 from . import env as envmod
-from . import nodes, pipelines, report, scaling
+from . import cluster, nodes, pipelines, report, scaling
 from .report import rerun_command
 from .experiment import DEALS_THE_EPOCH, PIPELINE, USER_PIPELINE, Experiment
 
@@ -111,8 +111,21 @@ def _last_phase(log_path: str) -> Optional[str]:
     return marks[-1] if marks else None
 
 
+def _rank_environ(repo: Optional[str]) -> Dict[str, str]:
+    """A rank's environment (and its Ray workers'): the user's, with the repository first on
+    PYTHONPATH, and this loadscope where it is a source checkout."""
+    from .user import environ_for
+
+    env = environ_for(repo)
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if repo and os.path.basename(here) not in ("site-packages", "dist-packages"):
+        # A source checkout: the rank imports this loadscope whatever its working directory.
+        env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], here])
+    return env
+
+
 def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: float,
-            repo: Optional[str] = None, net: Optional[nodes.Nodes] = None) -> int:
+            repo: Optional[str] = None, net: Optional[cluster.Cluster] = None) -> int:
     """Starts one repetition: one process, or `world` ranks with torchrun's environment
     (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; rendezvous on localhost), which is
     all torch.distributed's env:// initialisation reads. (torchrun itself is not used: the
@@ -125,18 +138,14 @@ def _launch(spec_path: str, out_path: str, world: int, log_path: str, timeout: f
     With a training repository, the ranks run in it (its relative paths mean what they mean
     there) with it first on PYTHONPATH. With emulated nodes (`net`), the ranks are spread over
     them in order (node k runs ranks k*per_node ...), each started inside its node's network
-    namespace, with torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK for its node."""
-    from .user import environ_for
+    namespace and CPU quota, with torchrun's LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK for its
+    node (and RAY_ADDRESS, where the arm's Ray cluster runs: bench/cluster.py)."""
 
     cmd = [sys.executable, "-m", "loadscope.bench.rep", spec_path, out_path]
     port = _free_port()
     procs, logs = [], []
     for rank in range(world):
-        env = environ_for(repo)
-        here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        if repo and os.path.basename(here) not in ("site-packages", "dist-packages"):
-            # A source checkout: the rank imports this loadscope whatever its working directory.
-            env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], here])
+        env = _rank_environ(repo)
         per_node = world // net.nodes if net else world
         node = rank // per_node
         if world > 1:
@@ -188,12 +197,13 @@ def repetition(spec: Dict[str, Any], spec_path: str, out_path: str, log_path: st
     the user's traceback, or the log's end)."""
     with open(spec_path, "w") as f:
         json.dump(spec, f)
-    n_nodes = spec["config"].get("nodes", 1)
-    if n_nodes > 1:
+    quotas: List[Dict[str, Any]] = []
+    if cluster.needed(spec["config"]):
         store = spec.get("url") if spec["config"].get("storage", "local") != "local" else None
         endpoint = (os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")) if store else None
-        with nodes.Nodes(n_nodes, spec["config"].get("link_mbit") or 0.0, endpoint) as net:
+        with cluster.Cluster(spec["config"], _rank_environ(repo), endpoint) as net:
             code = _launch(spec_path, out_path, world, log_path, timeout, repo, net)
+            quotas = net.quota_stats()
     else:
         code = _launch(spec_path, out_path, world, log_path, timeout, repo)
     results = []
@@ -202,6 +212,8 @@ def repetition(spec: Dict[str, Any], spec_path: str, out_path: str, log_path: st
         if os.path.exists(p):
             with open(p) as f:
                 results.append(json.load(f))
+    if quotas and results:
+        results[0]["quotas"] = quotas
     errors = [r for r in results if "error" in r]
     if code == 0 and not errors and len(results) == world:
         return results, None
@@ -402,9 +414,11 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
     from .env import require
 
     require()
-    if any(a.config.get("nodes", 1) > 1 for a in exp.arms):
-        nodes.require()  # before anything is written: emulated nodes need root, ip and tc
-        if any(a.config.get("nodes", 1) > 1 and a.config.get("storage", "local") != "local" for a in exp.arms):
+    for a in exp.arms:  # before anything is written: emulated nodes need root, ip and tc; workers need Ray
+        cluster.require(a.config)
+    if any(a.config.get("nodes", 1) + a.config.get("cpu_nodes", 0) > 1 for a in exp.arms):
+        if any(a.config.get("nodes", 1) + a.config.get("cpu_nodes", 0) > 1 and a.config.get("storage", "local") != "local"
+               for a in exp.arms):
             nodes.loopback_endpoint(os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or
                                     "(AWS_ENDPOINT_URL is not set: AWS itself)")
     if exp.user:  # the user's callables exist and take the arms' arguments, before anything runs
@@ -467,7 +481,8 @@ def run(exp: Experiment, out_dir: Optional[str] = None, *, quiet: bool = False) 
                   for a in exp.arms)
     environment = envmod.record(root, files, exp.training_repo, stage_parent if staging else None)
     # Where each arm's ranks ran: on one node (the host), or spread over emulated ones.
-    environment["topology"] = {a.name: nodes.topology(a.config) for a in exp.arms if a.config.get("world_size", 1) > 1}
+    environment["topology"] = {a.name: cluster.topology(a.config) for a in exp.arms
+                               if a.config.get("world_size", 1) > 1 or cluster.needed(a.config)}
     with open(os.path.join(out_dir, "env.json"), "w") as f:
         json.dump(environment, f, indent=1)
     epoch = (environment["dataset"] or {}).get("samples")

@@ -41,7 +41,7 @@ def chrome_trace(native_spans: List[tuple], loop_spans: List[tuple], depth: List
         if not spans:
             continue
         t = lane(role)
-        cat = role.split()[0]
+        cat = role.split(": ", 1)[-1].split()[0]  # a Ray worker's rows: "worker 0: <its role>"
         for name, start, dur, arg in sorted(spans, key=lambda s: s[1]):
             x(name, start, dur, t, arg, cat)
     for d in decisions or ():
