@@ -89,8 +89,10 @@ test-python: build
 	@$(PY) -m pytest tests/python -q
 
 # Every built-in A/B experiment at a small size: valid, correct between arms, report written.
+# Two at a time (pytest-xdist): the figures of a run this small mean nothing, and each
+# experiment's namespaces, cgroups, servers and folders are its own.
 test-bench: build
-	@$(PY) -m pytest benchmarks -q
+	@$(PY) -m pytest benchmarks -q -n 2
 
 # Debian's torch 1.13, the oldest torch supported: a smoke run of the loader, the harness and
 # the user-pipeline path (the main suite runs on torch 2.x in .venv).

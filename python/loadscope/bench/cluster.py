@@ -209,7 +209,7 @@ class Cluster:
 
     def _make(self) -> None:
         # Short: Ray's sockets live under it, and a socket's path is 107 bytes at most.
-        self.folder = tempfile.mkdtemp(prefix="loadscope-ray-", dir="/tmp")
+        self.folder = tempfile.mkdtemp(prefix=f"loadscope-ray-{os.getpid()}-", dir="/tmp")
         if self._root:
             nodes_mod.require()
             reap()
