@@ -181,26 +181,31 @@ class PoolState:
         return list(range(base, len(self.actors)))
 
     def start_trace(self, max_spans: int) -> None:
-        ray = require_ray()
-        self.tracing = max_spans
+        self.tracing = max_spans  # workers not started yet are told when they are (add)
         live = self.live()
-        ray.wait([self.actors[a].start_trace.remote(max_spans) for a in live], num_returns=len(live),
-                 timeout=self.pool.wait)
+        if live:
+            require_ray().wait([self.actors[a].start_trace.remote(max_spans) for a in live], num_returns=len(live),
+                               timeout=self.pool.wait)
 
     def stop_trace(self) -> List[Any]:
         """Every live worker's spans as rows of the trainer's trace ("worker 0: decode 1", ...),
         moved onto this process's clock: each worker's offset is estimated by a round trip (its
-        clock read half-way), which on another machine is right to within half that trip."""
+        clock read half-way), the shortest of three, which on another machine is right to within
+        half that trip."""
         ray = require_ray()
         self.tracing = None
         rows: List[Any] = []
         for a in self.live():
             actor = self.actors[a]
             try:
-                t0 = time.monotonic_ns()
-                theirs = ray.get(actor.clock.remote(), timeout=self.pool.wait)
-                offset = theirs - (t0 + time.monotonic_ns()) // 2
-                spans = ray.get(actor.stop_trace.remote(), timeout=self.pool.wait)
+                spans = ray.get(actor.stop_trace.remote(), timeout=self.pool.wait)  # after its queued batches
+                probes = []
+                for _ in range(3):
+                    t0 = time.monotonic_ns()
+                    theirs = ray.get(actor.clock.remote(), timeout=self.pool.wait)
+                    t1 = time.monotonic_ns()
+                    probes.append((t1 - t0, theirs - (t0 + t1) // 2))
+                offset = min(probes)[1]
             except Exception:  # died or did not answer: its rows are missing, the trace is not
                 continue
             for role, got in spans:
@@ -318,6 +323,10 @@ class RayEpoch:
         dead = self._serving[w]
         if self._state.alive[dead]:
             self._stats["workers_lost"] += 1
+            try:  # gone with its node, or (a batch lost, the actor not) ended here: its CPUs back
+                self._ray.kill(self._state.actors[dead])
+            except Exception:
+                pass
         self._state.died(dead, error)
         for s in range(self._pool.n):
             if self._serving[s] != dead:
@@ -376,6 +385,8 @@ class RayEpoch:
                 state.wait_ns += t1 - t0
                 state.transfer_ns += time.monotonic_ns() - t1
                 break
+            except self._ray.exceptions.ObjectFetchTimedOutError:
+                raise  # slow, not lost (a subclass of ObjectLostError): the worker lives
             except (self._ray.exceptions.RayActorError, self._ray.exceptions.ObjectLostError) as e:
                 # The worker died, or its node with the batch it had made (ObjectLostError: a
                 # batch is made once, never reconstructed): either way, made again elsewhere.

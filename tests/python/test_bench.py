@@ -103,6 +103,8 @@ def test_explicit_arms_that_change_only_the_factor_are_accepted(demo):
      "ray_workers = 2 is a pool of loadscope workers on Ray; loader = 'torch' has its own"),
     ({"factor": {"name": "ray_workers", "values": [0, 2]}, "pipeline": {"cpu_node_cores": 1.5}},
      "cpu_node_cores = 1.5 is the CPU quota of each CPU node, and cpu_nodes = 0"),
+    ({"factor": {"name": "ray_workers", "values": [0, 2]}, "pipeline": {"world_size": 2}},
+     "a pool of workers is measured for one rank on one training node"),
 ])
 def test_bad_experiments_fail_early_with_what_is_allowed(demo, change, message):
     with pytest.raises(ConfigError, match=message):

@@ -209,6 +209,6 @@ def test_the_all_reduce_timer_on_nccl_times_every_bucket_and_keeps_the_gradients
         # The models hold the NCCL process group: freed before it is destroyed. A DDP freed
         # after destroy_process_group (by a later garbage collection) tears down a
         # communicator that is gone: the suspect of the SIGSEGV of 2026-12-04 (docs/gpu.md).
-        plain_ddp = timed_ddp = timer = None  # noqa: F841
+        plain_ddp = timed_ddp = model = timer = None  # noqa: F841
         gc.collect()
         dist.destroy_process_group()

@@ -79,23 +79,32 @@ class CpuQuota:
     def __init__(self, name: str, cores: float) -> None:
         self.path = os.path.join(CGROUP_CPU, name)
         self.cores = cores
+        self.acct: Optional[str] = None
         os.mkdir(self.path)
-        self.acct = os.path.join(CGROUP_CPUACCT, name) if os.path.isdir(CGROUP_CPUACCT) else None
-        if self.acct:
-            os.mkdir(self.acct)
-        if cores:
-            # The period first: the kernel checks the quota against it.
-            _write(os.path.join(self.path, "cpu.cfs_period_us"), PERIOD_US)
-            _write(os.path.join(self.path, "cpu.cfs_quota_us"), max(1000, int(round(cores * PERIOD_US))))
+        try:
+            if os.path.isfile(os.path.join(self.path, "cpuacct.usage")):  # cpu,cpuacct mounted together
+                self.acct = self.path
+            elif os.path.isdir(CGROUP_CPUACCT):
+                self.acct = os.path.join(CGROUP_CPUACCT, name)
+                os.mkdir(self.acct)
+            if cores:
+                # The period first: the kernel checks the quota against it.
+                _write(os.path.join(self.path, "cpu.cfs_period_us"), PERIOD_US)
+                _write(os.path.join(self.path, "cpu.cfs_quota_us"), max(1000, int(round(cores * PERIOD_US))))
+        except BaseException:
+            self.close()
+            raise
 
     def wrap(self, cmd: List[str]) -> List[str]:
-        if self.acct:
+        if self.acct and self.acct != self.path:
             return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
                     self.path, self.acct, *cmd]
         return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', self.path, *cmd]
 
     def cpu_seconds(self) -> Optional[float]:
         """CPU time of every process that ran in the node (cpuacct.usage)."""
+        if not self.acct:
+            return None
         try:
             with open(os.path.join(self.acct or "", "cpuacct.usage")) as f:
                 return int(f.read()) * 1e-9
@@ -129,7 +138,7 @@ class CpuQuota:
                 except ProcessLookupError:
                     pass
             try:
-                for path in (self.acct, self.path):  # EBUSY until its last process is gone
+                for path in dict.fromkeys((self.acct, self.path)):  # EBUSY until its last process is gone
                     if path and os.path.isdir(path):
                         os.rmdir(path)
                 return
@@ -190,7 +199,7 @@ class Cluster:
             if self.head_address:
                 env.update(RAY_ADDRESS=self.head_address, RAY_AUTH_MODE="disabled")
             else:  # the rank starts Ray itself: its files in this repetition's folder
-                env["RAY_TMPDIR"] = os.path.join(self.folder, "local")
+                env["RAY_TMPDIR"] = self.folder
                 env["RAY_ADDRESS"] = ""
         return env
 
@@ -215,9 +224,12 @@ class Cluster:
             reap()
             if self.net:
                 self.net.__enter__()
-            tag = f"{os.getpid()}-{id(self) & 0xffff:x}"
-            for i, cores in enumerate(self.cores):
-                self.quotas.append(CpuQuota(f"{nodes_mod.PREFIX}{tag}-n{i}", cores))
+            # A group per node where cgroup v1's cpu controller is (require() refuses quotas
+            # elsewhere): its quota, and the node's processes named for the accounting and teardown.
+            if os.path.isdir(CGROUP_CPU):
+                tag = f"{os.getpid()}-{id(self) & 0xffff:x}"
+                for i, cores in enumerate(self.cores):
+                    self.quotas.append(CpuQuota(f"{nodes_mod.PREFIX}{tag}-n{i}", cores))
         if self.workers and self.cpu_nodes:
             self._start_ray()
 
@@ -244,8 +256,9 @@ class Cluster:
                          "--resources", json.dumps({"cpunode": 1})]
             log = os.path.join(self.folder, f"ray-start-n{node}.log")
             with open(log, "w") as f:
-                r = subprocess.run(self.command(node, args), stdout=f, stderr=subprocess.STDOUT, env=self.env,
-                                   timeout=120)
+                # The node's own environment too: its workers reach object storage as its ranks do.
+                r = subprocess.run(self.command(node, args), stdout=f, stderr=subprocess.STDOUT,
+                                   env={**self.env, **self.net.environ(node)}, timeout=120)
             if r.returncode != 0:
                 with open(log, errors="replace") as f:
                     tail = f.read()[-2000:]
@@ -257,14 +270,19 @@ class Cluster:
                  "cpu_seconds": q.cpu_seconds(), **q.throttled()} for i, q in enumerate(self.quotas)]
 
     def close(self) -> None:
-        if self.net:  # kills whatever runs in the namespaces, then deletes them
-            self.net.close()
-        for q in self.quotas:
-            q.close()
-        self.quotas = []
+        """Every part removed, whichever fails; the first failure raised after the rest."""
+        parts: List[Any] = ([self.net.close] if self.net else []) + [q.close for q in self.quotas]
         if self.folder:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = ""
+            parts.append(lambda folder=self.folder: shutil.rmtree(folder, ignore_errors=True))
+        self.quotas, self.folder = [], ""
+        error: Optional[BaseException] = None
+        for close in parts:  # the namespaces first: that kills what runs in them
+            try:
+                close()
+            except BaseException as e:  # noqa: B036 - every part is tried before any is raised
+                error = error or e
+        if error is not None:
+            raise error
 
 
 def reap() -> List[str]:

@@ -630,6 +630,11 @@ def _check_placement(arm: Arm, url: str = "") -> None:
     if c.get("cpu_node_cores") and not cpu_nodes:
         raise ConfigError(f"arm {arm.name}: cpu_node_cores = {c['cpu_node_cores']:g} is the CPU quota of each CPU node, "
                           "and cpu_nodes = 0: give cpu_nodes = 1 or more")
+    if workers and (world > 1 or nodes > 1):
+        # Each rank would make a pool of its own, on CPU nodes sized for one; and ranks on
+        # other training nodes than the head's would reach the cluster through its node.
+        raise ConfigError(f"arm {arm.name}: ray_workers = {workers} with world_size = {world} and nodes = {nodes}: a "
+                          "pool of workers is measured for one rank on one training node (world_size = 1, nodes = 1)")
     if workers and c.get("loader", "loadscope") != "loadscope":
         raise ConfigError(f"arm {arm.name}: ray_workers = {workers} is a pool of loadscope workers on Ray; "
                           f"loader = {c['loader']!r} has its own (use ray_workers = 0)")

@@ -345,19 +345,6 @@ def _nodes_cpu() -> Optional[Tuple[float, float]]:
     return node, every
 
 
-def _pool_cpu(pipe: Any) -> Optional[float]:
-    """CPU seconds a loader's Ray pool has spent so far (each worker asked: a round trip), or
-    None without one."""
-    loader = getattr(pipe, "loader", None)
-    if loader is None or getattr(loader, "workers", "local") == "local":
-        return None
-    from .._ray_pool import pool_state
-
-    state = pool_state(loader.workers)
-    state.asked_at = -1e9  # now, not the answer of up to a second ago
-    return sum(r["cpu_seconds"] for r in state.section()["per_worker"])
-
-
 def _seed_everything(seed: int = 0) -> None:
     import random
 
@@ -685,11 +672,11 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         take(batches_for(plan["warmup_samples"]), False)
     if world > 1:
         dist.barrier()
-    io0, machine0, net0, pool0, nodes0 = _tree_io(), machine_cpu(), _native.network_stats(), _pool_cpu(pipe), _nodes_cpu()
+    io0, machine0, net0, nodes0 = _tree_io(), machine_cpu(), _native.network_stats(), _nodes_cpu()
     measured_ids: List[str] = []
     cpu: Dict[str, float] = {}
     n, secs, waits, _, timeline = take(batches_for(plan["samples"]), False, measured_ids, cpu=cpu)
-    io1, machine1, net1, pool1, nodes1 = _tree_io(), machine_cpu(), _native.network_stats(), _pool_cpu(pipe), _nodes_cpu()
+    io1, machine1, net1, nodes1 = _tree_io(), machine_cpu(), _native.network_stats(), _nodes_cpu()
     if world > 1:
         # A rank that finished its pipeline phase first would start the step's warm-up (the
         # model's forward and backward) inside the others' measured windows: their "rest of the
@@ -713,15 +700,16 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
         # The rest of the machine while this repetition measured (other ranks are in "own"
         # only for themselves: their CPU counts as others' here, so read rank 0's with care).
         # This run's own: on emulated nodes every process of its nodes (Ray's included); else
-        # its process tree and a local Ray pool's workers.
-        "machine": machine_load(machine0, machine1, nodes1[1] - nodes0[1] if nodes0 and nodes1 else
-                                cpu["seconds"] + (pool1 - pool0 if pool0 is not None and pool1 is not None else 0.0),
+        # its process tree (a Ray the rank started itself is in it).
+        "machine": machine_load(machine0, machine1, nodes1[1] - nodes0[1] if nodes0 and nodes1 else cpu["seconds"],
                                 secs),
     }
-    if pool0 is not None and pool1 is not None:  # what the pool's workers spent on the measured samples
-        result["pool_cpu_per_sample"] = (pool1 - pool0) / n * 1e3
-    if nodes0 and nodes1:  # the trainer's whole node: this process, and Ray's head and object transfer
+    if nodes0 and nodes1:
+        result["machine"]["own_is_nodes"] = True  # every rank's CPU is in it already
+        # This rank's whole node (Ray's head and object transfer included), and the run's other
+        # nodes (with a pool: the CPU nodes' workers and raylets).
         result["node_cpu_per_sample"] = (nodes1[0] - nodes0[0]) / n * 1e3
+        result["other_nodes_cpu_per_sample"] = ((nodes1[1] - nodes1[0]) - (nodes0[1] - nodes0[0])) / n * 1e3
     if step_def["compute"] != "none":
         phase("the end-to-end phase (next() and the step)")
         # Whole optimizer steps: the warm-up ends on a boundary, and with accumulation it holds two

@@ -407,14 +407,15 @@ def _remote_bounds(exp: Experiment, per_arm: Dict[str, Any], by_arm: Dict[str, L
         if not c.get("ray_workers", 0) or not c.get("cpu_nodes"):
             continue
         shipped = next((r["bytes_per_sample"] for r in by_arm[local.name] if r.get("bytes_per_sample")), None)
+        # The CPU nodes that hold a worker (ray.Workers spreads them), and the trainer's one link
+        # (a pool arm has one training node: experiment._check_placement).
         b = remote_bound(ref["cpu_per_sample"]["median"], shipped,
-                         c["cpu_nodes"], c.get("cpu_node_cores") or 0.0,
-                         (c.get("link_mbit") or 0.0) * c.get("nodes", 1))
+                         min(c["cpu_nodes"], c["ray_workers"]), c.get("cpu_node_cores") or 0.0, c.get("link_mbit") or 0.0)
         if b is None:
             continue
         got = per_arm[a.name].get("throughput", {}).get("median")
         mine = per_arm[a.name].get("cpu_per_sample", {}).get("median")
-        pool = stats.summarize([r.get("pool_cpu_per_sample") for r in by_arm[a.name]])["median"]
+        pool = stats.summarize([r.get("other_nodes_cpu_per_sample") for r in by_arm[a.name]])["median"]
         node = stats.summarize([r.get("node_cpu_per_sample") for r in by_arm[a.name]])["median"]
         b.update(reference=local.name, throughput=got, share=got / b["bound"] if got else None,
                  trainer_cpu_ms=mine, trainer_cpu_share=mine / b["cpu_ms"] if mine else None, pool_cpu_ms=pool,
@@ -434,7 +435,7 @@ def remote_bound_line(arm: str, b: Dict[str, Any]) -> str:
         cpu += (f"; its node's (Ray's head and object transfer included) {_fmt(b['node_cpu_ms'], 'ms')} ms = "
                 f"**{b['node_cpu_share']:.0%}**")
     if b.get("pool_cpu_ms"):
-        cpu += f"; the workers' {_fmt(b['pool_cpu_ms'], 'ms')} ms"
+        cpu += f"; the CPU nodes' (workers and raylets) {_fmt(b['pool_cpu_ms'], 'ms')} ms"
     return (f"capacity of the CPU nodes ({arm}), predicted from {b['reference']}: {b['cpu_nodes']} x "
             f"{b['cores_per_node']:g} cores at {_fmt(b['cpu_ms'], 'ms')} ms of CPU per sample = "
             f"{_fmt(b['cpu_rate'], 'samples/s')}/s{link}: bound {_fmt(b['bound'], 'samples/s')}/s ({b['binds']} binds)"

@@ -255,7 +255,9 @@ def _merge_ranks(results: List[Dict[str, Any]]) -> Dict[str, Any]:
     r0["network_bytes"] = sum(r.get("network_bytes") or 0 for r in results)
     r0["network_requests"] = sum(r.get("network_requests") or 0 for r in results)
     r0["network_bytes_run"] = sum(r.get("network_bytes_run") or 0 for r in results)
-    if results[0].get("machine"):  # the other ranks are this run, not other processes
+    if results[0].get("machine") and not results[0]["machine"].get("own_is_nodes"):
+        # The other ranks are this run, not other processes (on emulated nodes, rank 0 counted
+        # every process of the run's nodes as its own already).
         m = dict(results[0]["machine"])
         m["other_cores"] = max(0.0, m["other_cores"] - sum(r["cpu_seconds"] for r in results[1:])
                                / max(results[0]["seconds"], 1e-9))
