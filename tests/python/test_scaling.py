@@ -256,3 +256,25 @@ def test_a_run_stopped_by_sigterm_leaves_no_namespace_and_no_rank(demo, tmp_path
     assert [n for n in nodes.ours() if f"{nodes.PREFIX}{run.pid}-" in n] == []
     ranks = subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True, text=True).stdout.split()
     assert ranks == []
+
+
+@needs_root
+def test_cpu_groups_left_by_a_process_that_died_are_reaped():
+    from loadscope.bench import cluster
+
+    if not os.path.isdir(cluster.CGROUP_CPU):
+        pytest.skip("no cgroup v1 cpu controller here")
+    p = subprocess.Popen(["true"])
+    p.wait()  # its pid names a maker that no longer runs
+    name = f"{nodes.PREFIX}{p.pid}-dead-n0"
+    os.mkdir(os.path.join(cluster.CGROUP_CPU, name))
+    mine = f"{nodes.PREFIX}{os.getpid()}-live-n0"  # this process's: kept
+    os.mkdir(os.path.join(cluster.CGROUP_CPU, mine))
+    try:
+        assert name in cluster.reap()
+        assert not os.path.exists(os.path.join(cluster.CGROUP_CPU, name))
+        assert os.path.isdir(os.path.join(cluster.CGROUP_CPU, mine))
+    finally:
+        for n in (name, mine):
+            if os.path.isdir(os.path.join(cluster.CGROUP_CPU, n)):
+                os.rmdir(os.path.join(cluster.CGROUP_CPU, n))

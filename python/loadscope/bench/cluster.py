@@ -95,6 +95,15 @@ class CpuQuota:
             self.close()
             raise
 
+    @classmethod
+    def left_behind(cls, name: str) -> "CpuQuota":
+        """The group `name` as a process that died left it, to be closed."""
+        q = cls.__new__(cls)
+        q.path, q.cores = os.path.join(CGROUP_CPU, name), 0.0
+        acct = os.path.join(CGROUP_CPUACCT, name)
+        q.acct = acct if os.path.isdir(acct) else None
+        return q
+
     def wrap(self, cmd: List[str]) -> List[str]:
         if self.acct and self.acct != self.path:
             return ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && echo $$ > "$1/cgroup.procs" && shift && exec "$@"',
@@ -288,18 +297,9 @@ class Cluster:
 def reap() -> List[str]:
     """Removes the cgroups of loadscope processes that no longer run (their namespaces go with
     nodes.reap); returns their names."""
-    gone = []
-    for name in ours():
-        try:
-            pid = int(name[len(nodes_mod.PREFIX):].split("-", 1)[0])
-        except ValueError:
-            continue
-        if not os.path.exists(f"/proc/{pid}"):
-            q = CpuQuota.__new__(CpuQuota)
-            q.path, q.cores = os.path.join(CGROUP_CPU, name), 0.0
-            q.acct = os.path.join(CGROUP_CPUACCT, name)
-            q.close()
-            gone.append(name)
+    gone = nodes_mod.orphaned(ours())
+    for name in gone:
+        CpuQuota.left_behind(name).close()
     return gone
 
 

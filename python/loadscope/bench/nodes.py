@@ -65,17 +65,25 @@ def ours() -> List[str]:
     return [line.split()[0] for line in out.splitlines() if line.startswith(PREFIX)]
 
 
-def reap() -> List[str]:
-    """Deletes the namespaces of loadscope processes that no longer run; returns their names."""
-    gone = []
-    for ns in ours():
+def orphaned(names: List[str]) -> List[str]:
+    """Of loadscope's names (PREFIX + the maker's pid + ...: namespaces, cgroups), those whose
+    maker no longer runs."""
+    out = []
+    for name in names:
         try:
-            pid = int(ns[len(PREFIX):].split("-", 1)[0])
+            pid = int(name[len(PREFIX):].split("-", 1)[0])
         except ValueError:
             continue
         if not os.path.exists(f"/proc/{pid}"):
-            _delete(ns)
-            gone.append(ns)
+            out.append(name)
+    return out
+
+
+def reap() -> List[str]:
+    """Deletes the namespaces of loadscope processes that no longer run; returns their names."""
+    gone = orphaned(ours())
+    for ns in gone:
+        _delete(ns)
     return gone
 
 
