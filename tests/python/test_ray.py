@@ -255,10 +255,10 @@ for i, b in enumerate(loader):
     got.append(batch_hash(b))
     if i == 1:
         import ray
-        print(json.dumps([w["node"] for w in ray.get([a.where.remote() for a in workers.actors()])]), flush=True)
+        print("PLACED", json.dumps([w["node"] for w in ray.get([a.where.remote() for a in workers.actors()])]), flush=True)
         sys.stdin.readline()
 w = loader.telemetry()["workers"]
-print(json.dumps({"hashes": got, "stats": {k: loader.stats()[k] for k in ("workers_lost", "remade_batches")},
+print("RESULT", json.dumps({"hashes": got, "stats": {k: loader.stats()[k] for k in ("workers_lost", "remade_batches")},
                   "lost": w["lost"], "alive": w["alive"], "notes": w["lost_notes"]}), flush=True)
 """
 
@@ -297,7 +297,12 @@ def test_a_cpu_node_killed_with_its_raylet_and_worker_loses_nothing(real, tmp_pa
                                  env={**os.environ, **where.environ(0)}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=errors, text=True)
         try:
-            placed = json.loads(child.stdout.readline() or "null")
+            # Ray may print lines of its own (a lost node's warnings) beside the child's.
+            line = ""
+            for line in child.stdout:
+                if line.startswith("PLACED "):
+                    break
+            placed = json.loads(line[len("PLACED "):]) if line.startswith("PLACED ") else None
             assert placed is not None and len(set(placed)) == 2, (tmp_path / "child.err").read_text()[-3000:]
             victims = where.quotas[2].pids()  # CPU node 2: its raylet, its worker, Ray's agents
             assert victims
@@ -311,7 +316,9 @@ def test_a_cpu_node_killed_with_its_raylet_and_worker_loses_nothing(real, tmp_pa
                 child.kill()
             errors.close()
         assert child.returncode == 0, (tmp_path / "child.err").read_text()[-3000:]
-        got = json.loads(out.splitlines()[-1])
+        result = next((x for x in out.splitlines() if x.startswith("RESULT ")), None)
+        assert result, out[-3000:]
+        got = json.loads(result[len("RESULT "):])
         assert got["hashes"] == local  # every batch once, in order, the local bytes
         assert got["stats"]["workers_lost"] == 1 and got["stats"]["remade_batches"] >= 1
         assert (got["lost"], got["alive"]) == (1, 1)
