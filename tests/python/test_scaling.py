@@ -203,7 +203,7 @@ def test_two_nodes_of_two_ranks_read_remote_shards_through_one_cache_per_node(de
                              run={"repetitions": 1, "samples": 48, "warmup_samples": 8, "check_samples": 16,
                                   "trace_batches": 0, "warmup_round": False}))
     summary = bench.run(exp, str(tmp_path / "out"), quiet=True)
-    assert nodes.ours() == []
+    assert [n for n in nodes.ours() if n.startswith(f"{nodes.PREFIX}{os.getpid()}-")] == []  # others' run beside
     # every rank's share, merged: the same samples, byte for byte, as the ranks reading local shards
     assert summary["correctness"]["arms"]["storage=remote-cache"]["ok"] is True
     cached = [r for r in rows(tmp_path / "out") if r["arm"] == "storage=remote-cache"][0]
