@@ -358,6 +358,12 @@ class VideoClip(Image):
             converting to RGB, as the ffmpeg CLI and torchcodec do (their frames are reproduced
             byte for byte). ``False``: swscale's defaults (BT.601, range from the pixel format),
             which is what PyAV and ``torchvision.io.read_video`` return.
+        hwaccel: ``"cuda"`` or ``"cuda:N"``: decode on the GPU's NVDEC (FFmpeg's CUDA hwaccel);
+            the frames are copied back and cropped, resized and converted as the CPU's are, so
+            the batch is the same layout, on the device the loader's ``device`` says. A video
+            whose codec or profile NVDEC does not take is decoded by the CPU, counted in
+            ``video.cpu_fallbacks`` and reported as a warning naming it. Without a GPU the
+            field fails when the loader is made. docs/video.md.
     """
 
     size: Size = 224
@@ -373,6 +379,7 @@ class VideoClip(Image):
     rotate: bool = True
     color_tags: bool = True
     start: Optional[str] = None
+    hwaccel: Optional[str] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -405,6 +412,7 @@ class VideoClip(Image):
             _int(n, "decoder_threads", self.decoder_threads)
         _bool(n, "rotate", self.rotate)
         _bool(n, "color_tags", self.color_tags)
+        self._cuda_device()
         if self.dct_scaling:
             raise ConfigError("VideoClip: dct_scaling applies to JPEG images only")
         if self.dtype != "uint8":
@@ -421,6 +429,19 @@ class VideoClip(Image):
             raise ConfigError(f"VideoClip: frames x clips x size is {per_sample / 2**30:.1f} GiB per sample; "
                               "more than 4 GiB is refused")
 
+    def _cuda_device(self) -> int:
+        """The CUDA device NVDEC decodes on, -1 for the CPU."""
+        hw = self.hwaccel
+        if hw is None:
+            return -1
+        if isinstance(hw, str) and (hw == "cuda" or (hw.startswith("cuda:") and hw[5:].isdigit())):
+            if hw != "cuda":
+                return int(hw[5:])
+            import torch  # the device training uses (torch.cuda.set_device(local_rank) under torchrun)
+
+            return torch.cuda.current_device() if torch.cuda.is_available() else 0
+        raise ConfigError(f"VideoClip.hwaccel={hw!r}: allowed are None (the CPU decodes), 'cuda' and 'cuda:N'")
+
     def _native(self, name: str, native, on_device: bool = False):
         keys = _keys(self.keys, name)
         if self.keys is None and name.lower() in VIDEO_MEMBERS + ("video", "clip"):
@@ -436,6 +457,7 @@ class VideoClip(Image):
             stream=-1 if self.stream is None else int(self.stream),
             decoder_threads=-1 if self.decoder_threads == "auto" else int(self.decoder_threads), rotate=self.rotate, color_tags=self.color_tags,
             optional=self.optional, max_pixels=int(self.max_pixels), start=self.start or "",
+            cuda_device=self._cuda_device(),
         )
 
 

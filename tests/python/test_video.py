@@ -741,3 +741,80 @@ def test_video_benchmark_arms_agree_on_a_video_that_does_not_start_at_0(tmp_path
             bench_arms.video_ceiling_arm(rows, threads=1, frames=4, stride=2, plans=plans)]
     res = bench_arms.measured(arms, reps=1, warmup=0)
     assert {res[a.name][0]["read"] for a in arms} == {plans(0).digest()}
+
+
+def _ffmpeg_decoders_with_cuda():
+    """{codec: [its decoders whose `ffmpeg -h decoder=` lists the cuda device]}, from the ffmpeg
+    CLI (the same libavcodec): the reference for which codecs NVDEC decodes. The *_cuvid
+    wrappers are left out, as VideoClip(hwaccel=) leaves them (they seek and skip frames on
+    their own terms)."""
+    listing = subprocess.run(["ffmpeg", "-hide_banner", "-decoders"], capture_output=True, text=True, check=True).stdout
+    by_codec = {}
+    for line in listing.splitlines():
+        m = re.match(r"^ V\S{5} (\S+)\s+(.*)$", line)
+        if not m or m.group(1).endswith("_cuvid"):
+            continue
+        name, text = m.groups()
+        codec = re.search(r"\(codec (\S+)\)$", text)
+        by_codec.setdefault(codec.group(1) if codec else name, []).append(name)
+    out = {}
+    for codec, decoders in by_codec.items():
+        out[codec] = [d for d in decoders
+                      if re.search(r"Supported hardware devices:.*\bcuda\b",
+                                   subprocess.run(["ffmpeg", "-hide_banner", "-h", f"decoder={d}"],
+                                                  capture_output=True, text=True).stdout)]
+    return out
+
+
+def test_nvdec_decodes_the_codecs_ffmpeg_lists_with_cuda_and_av1_through_ffmpegs_own_decoder(real):
+    with_cuda = _ffmpeg_decoders_with_cuda()
+    codecs = {_native.video_index(str(real / rel))["codec"] for rel in VIDEOS}
+    assert {"h264", "hevc", "av1", "vp8", "vp9", "mpeg4"} <= codecs  # what the real videos hold
+    for codec in sorted(codecs | {"h264", "hevc", "vp8", "vp9", "av1", "mpeg2video", "mpeg4", "theora", "prores"}):
+        got = _native.video_nvdec_decoder(codec)
+        if with_cuda.get(codec):
+            assert got in with_cuda[codec], (codec, got, with_cuda[codec])
+        else:
+            assert got == "", (codec, got)  # the CPU decodes it, counted as a fallback
+    # FFmpeg prefers libdav1d for AV1, which has no hwaccel; its own av1 decoder has NVDEC's.
+    assert _native.video_nvdec_decoder("av1") == "av1"
+    assert _native.video_nvdec_decoder("h264") == "h264" and _native.video_nvdec_decoder("theora") == ""
+
+
+def test_hwaccel_takes_cuda_only_and_fails_when_the_loader_is_made_without_a_gpu(real, tmp_path):
+    for bad in ("vaapi", "cuda:", "cuda:-1", "gpu", 0, True):
+        with pytest.raises(ls.ConfigError, match=r"allowed are None \(the CPU decodes\), 'cuda' and 'cuda:N'"):
+            ls.VideoClip(32, frames=4, hwaccel=bad)
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: test_cuda.py decodes on it")
+    src = write_manifest(tmp_path, [real / "vision/test/assets/videos/R6llTwEh07w.mp4"] * 2)
+    for hw, device in (("cuda", 0), ("cuda:1", 1)):
+        with pytest.raises(ls.ConfigError, match=rf"field 'mp4': hwaccel='cuda:{device}': FFmpeg could not open CUDA "
+                                                 rf"device {device} \(.*\). Leave hwaccel unset to decode on the CPU"):
+            ls.Loader(src, fields={"mp4": ls.VideoClip(32, frames=4, hwaccel=hw)}, batch_size=2)
+
+
+def test_the_nvdec_check_videos_hold_what_test_cuda_expects_of_them(tmp_path):
+    """datasets.gpu_check_videos (carried to the GPU machine): ffprobe's codec, profile and pixel
+    format of each agree with whether NVDEC should take it: a codec with an NVDEC decoder and
+    4:2:0 (NVDEC's H.264 has no 4:4:4 to Hopper), else the reason the loader gives."""
+    from loadscope import datasets
+
+    listed = datasets.gpu_check_videos(str(tmp_path))
+    assert json.loads((tmp_path / "videos.json").read_text()) == listed
+    for v in listed:
+        probe = json.loads(subprocess.run(["ffprobe", "-v", "error", "-select_streams", "v:0", "-show_entries",
+                                           "stream=codec_name,profile,pix_fmt,width,height", "-of", "json",
+                                           str(tmp_path / v["file"])], capture_output=True, text=True, check=True).stdout)
+        st = probe["streams"][0]
+        takes = _native.video_nvdec_decoder(st["codec_name"]) != "" and st["pix_fmt"] == "yuv420p"
+        assert takes == v["nvdec"], (v, st)
+        if not v["nvdec"]:
+            assert v["why"] == ("FFmpeg has no NVDEC path for theora" if st["codec_name"] == "theora"
+                                else "NVDEC did not take this stream"), (v, st)
+        if v["file"].startswith("h264-444"):
+            assert st["profile"] == "High 4:4:4 Predictive"
+        # every one decodes on the CPU (the fallback's path)
+        ix = _native.video_index(str(tmp_path / v["file"]))
+        assert len(ix["pts"]) == 60 and (ix["width"], ix["height"]) == (st["width"], st["height"])
+        assert len(decode(tmp_path / v["file"], ix["pts"][:3], 32, 32)) == 3

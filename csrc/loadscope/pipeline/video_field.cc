@@ -20,7 +20,8 @@ const telemetry::Kind kVideo("video");
 const struct {
   telemetry::Counter clips{"video.clips"}, frames_shown{"video.frames_shown"},
       frames_decoded{"video.frames_decoded"}, packets{"video.packets"}, seeks{"video.seeks"},
-      open_ns{"video.open_ns"};
+      open_ns{"video.open_ns"}, gpu_frames{"video.gpu_frames"},
+      cpu_fallbacks{"video.cpu_fallbacks"};
 } kCounts;
 
 decode::VideoDecoder& decoder() {
@@ -99,6 +100,15 @@ void VideoField::validate(const std::string& name) const {
     throw ConfigError("field '" + name + "': start= gives one clip's start; clips must be 1");
   }
   validate_image(name, frame_, true);
+  // Before any sample: a machine without a GPU (or FFmpeg without CUDA) is a configuration
+  // error, not a failure of every sample.
+  if (v.cuda_device >= 0) {
+    const std::string why = decode::VideoDecoder::hwaccel_unavailable(v.cuda_device);
+    if (!why.empty()) {
+      throw ConfigError("field '" + name + "': hwaccel='cuda:" + std::to_string(v.cuda_device) +
+                        "': " + why + ". Leave hwaccel unset to decode on the CPU");
+    }
+  }
 }
 
 size_t VideoField::scratch_bytes() const {
@@ -122,6 +132,7 @@ void VideoField::fill(FieldCall& call) const {
   // not depend on its thread count, so neither do the clip's bytes.
   const int threads =
       v.decoder_threads == VideoSpec::kAutoDecoderThreads ? ctx.decoder_threads : v.decoder_threads;
+  dec.set_hwaccel(v.cuda_device);
   try {
     const decode::VideoInfo& info =
         m.whole_file() ? dec.open_file(m.path, v.stream, v.rotate, threads)
@@ -167,6 +178,11 @@ void VideoField::fill(FieldCall& call) const {
                                    : times[frames - 1] + (info.fps > 0 ? 1.0 / info.fps : 0.0);
       span.set = true;
     }
+    // A video NVDEC did not take is decoded by the CPU: counted, and a warning naming it.
+    const std::string fallback = v.cuda_device >= 0 ? dec.cpu_fallback() : std::string();
+    if (!fallback.empty() && ctx.warning.empty()) {
+      ctx.warning = m.name + ": decoded on the CPU: " + fallback;
+    }
     const uint64_t read = m.whole_file() ? dec.bytes_read() : bytes.size();
     ctx.bytes_read += m.whole_file() ? read : 0;
     if (ctx.telemetry) {  // decode = open, index, seek, decode; augment = frame conversion
@@ -182,6 +198,10 @@ void VideoField::fill(FieldCall& call) const {
       t.count(*ctx.slot, kCounts.packets, w.packets);
       t.count(*ctx.slot, kCounts.seeks, w.seeks);
       t.count(*ctx.slot, kCounts.open_ns, opened - t0);
+      if (v.cuda_device >= 0) {
+        t.count(*ctx.slot, kCounts.gpu_frames, w.gpu_frames);
+        t.count(*ctx.slot, kCounts.cpu_fallbacks, fallback.empty() ? 0 : 1);
+      }
     }
     // The ".meta" record, in outputs()'s order: fixed outputs 2..8, the codec the one string.
     const auto put = [&call](size_t k, auto v) { std::memcpy(call.fixed[k], &v, sizeof v); };

@@ -24,6 +24,9 @@ struct VideoSpec {
   // A member (a manifest column, a tar member) holding the clip's start in seconds from the
   // first frame, instead of a drawn one (VideoClip(start=)): a plan given from outside.
   std::string start_key;
+  // VideoClip(hwaccel="cuda:N"): decode on NVDEC of CUDA device N (-1: the CPU); the frames are
+  // converted as the CPU's are (Note [NVDEC decodes, the CPU path converts]).
+  int cuda_device = -1;
 };
 
 class VideoField : public Field {

@@ -252,7 +252,7 @@ void register_fields(py::module_& m) {
          int width, const std::string& crop, std::pair<double, double> scale,
          std::pair<double, double> ratio, int resize, double flip, bool channels_last, int stream,
          int decoder_threads, bool rotate, bool color_tags, bool optional, int64_t max_pixels,
-         std::string start) {
+         std::string start, int cuda_device) {
         pipeline::VideoSpec video;
         auto& c = video.clip;
         c.frames = frames;
@@ -282,6 +282,7 @@ void register_fields(py::module_& m) {
         video.rotate = rotate;
         video.color_tags = color_tags;
         video.start_key = std::move(start);
+        video.cuda_device = cuda_device;
         pipeline::ImageSpec frame =
             geometry(height, width, crop, scale, ratio, resize, flip, channels_last, max_pixels);
         frame.dct_scaling = false;
@@ -295,7 +296,8 @@ void register_fields(py::module_& m) {
       py::arg("crop"), py::arg("scale"), py::arg("ratio"), py::arg("resize"), py::arg("flip"),
       py::arg("channels_last"), py::arg("stream"), py::arg("decoder_threads"), py::arg("rotate"),
       py::arg("color_tags"), py::arg("optional"),
-      py::arg("max_pixels") = pipeline::ImageSpec{}.max_pixels, py::arg("start") = "");
+      py::arg("max_pixels") = pipeline::ImageSpec{}.max_pixels, py::arg("start") = "",
+      py::arg("cuda_device") = -1);
 
   m.def(
       "audio_field",

@@ -39,10 +39,13 @@ void register_video(py::module_& m) {
   m.def(
       "decode_video_frames",
       [](const py::object& source, const std::vector<int64_t>& pts, int height, int width,
-         bool channels_last, int stream, bool rotate, bool color_tags, int threads) {
+         bool channels_last, int stream, bool rotate, bool color_tags, int threads,
+         int cuda_device) {
         // Frames shown at the given timestamps, whole frame resized to height x width, through
         // the loader's decoder (tests, tools). source: a path (str) or the file's bytes.
+        // cuda_device >= 0: on NVDEC, every frame, else a DecodeError saying why not.
         decode::VideoDecoder dec;
+        dec.set_hwaccel(cuda_device);
         std::string data, path;
         const bool in_memory = py::isinstance<py::bytes>(source);
         if (in_memory) {
@@ -71,13 +74,23 @@ void register_video(py::module_& m) {
               requests.push_back({pts[i], reinterpret_cast<uint8_t*>(out.data()) + i * frame, &o});
             }
             dec.decode(requests);
+            if (const std::string why = dec.cpu_fallback(); !why.empty()) throw DecodeFailure(why);
           });
         }
         return py::bytes(out);
       },
       py::arg("source"), py::arg("pts"), py::arg("height"), py::arg("width"),
       py::arg("channels_last") = true, py::arg("stream") = -1, py::arg("rotate") = true,
-      py::arg("color_tags") = true, py::arg("threads") = 1);
+      py::arg("color_tags") = true, py::arg("threads") = 1, py::arg("cuda_device") = -1);
+
+  m.def(
+      "video_nvdec_decoder",
+      [](const std::string& codec) {
+        // The FFmpeg decoder that VideoClip(hwaccel="cuda") uses for `codec` ("h264", "av1"),
+        // "" where it falls back to the CPU (tests, tools).
+        return decode::VideoDecoder::nvdec_decoder(codec);
+      },
+      py::arg("codec"));
 }
 
 }  // namespace loadscope::binding

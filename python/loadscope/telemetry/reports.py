@@ -27,7 +27,7 @@ _COUNTERS = (
     "network.requests", "network.bytes", "network.failures", "network.retries", "network.retries_server",
     "network.retries_network", "network.resumed", "network.busy_s",
     "video.clips", "video.frames_shown", "video.frames_decoded", "video.packets", "video.seeks", "video.open_seconds",
-    "video.bytes",
+    "video.bytes", "video.gpu_frames", "video.cpu_fallbacks",
 )
 
 

@@ -224,6 +224,10 @@ class Snapshot:
             lines.append(f"video: {v['clips']} clips; per clip {c['frames_decoded']:.1f} frames decoded for "
                          f"{c['frames_shown']:.1f} shown ({c['packets']:.1f} packets read), {c['seeks']:.2f} seeks, "
                          f"{c['bytes'] / 2**20:.2f} MiB read by path, open and index {_t(c['open_seconds'])}")
+            if v.get("gpu_frames") or v.get("cpu_fallbacks"):  # VideoClip(hwaccel="cuda")
+                lines.append(f"video on NVDEC: {v.get('gpu_frames', 0)} frames decoded there; "
+                             f"{v.get('cpu_fallbacks', 0)} videos decoded by the CPU instead (loader.stats()"
+                             f"['warning_notes'] says why)")
         t = d.get("transfer", {})
         if t.get("enabled"):
             lines.append(f"transfer: {t['batches']} batches, copy p50 {_t(t['copy']['p50'])}, "

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+struct AVCodec;
+
 namespace loadscope::decode {
 
 namespace ffmpeg {
@@ -56,6 +58,17 @@ class VideoDecoder {
   // The remote read that failed during the last decode, if one did (else empty).
   const std::string& input_error() const;
 
+  // Decode later videos on NVDEC (CUDA device `cuda_device`, -1: on the CPU), through FFmpeg's
+  // CUDA hwaccel: Note [NVDEC decodes, the CPU path converts]. A video whose codec or profile
+  // NVDEC does not take is decoded by the CPU; cpu_fallback() says why.
+  void set_hwaccel(int cuda_device);
+  // Why FFmpeg cannot open CUDA device `cuda_device` ("" if it can); asked once per process.
+  static std::string hwaccel_unavailable(int cuda_device);
+  // The FFmpeg decoder NVDEC decoding uses for a codec ("h264"), "" if none (the CPU decodes).
+  static std::string nvdec_decoder(const std::string& codec);
+  // After decode(), with set_hwaccel: why the CPU decoded this video's frames ("" if NVDEC did).
+  std::string cpu_fallback() const;
+
   // Presentation timestamps of the stream's frames, ascending, in time_base ticks.
   //
   // Note [timestamps from the decoder]
@@ -88,6 +101,7 @@ class VideoDecoder {
     uint64_t packets = 0;  // packets of the stream read (skipped non-reference ones included)
     uint64_t frames_decoded = 0;  // frames the decoder produced
     uint64_t seeks = 0;
+    uint64_t gpu_frames = 0;  // frames NVDEC decoded (decoded frames in GPU memory)
   };
   const Work& work() const { return work_; }
   // Time spent converting frames (crop, resize, colour) since open(), ns.
@@ -103,10 +117,13 @@ class VideoDecoder {
   uint64_t convert_ns_ = 0;
   Work work_;
   void open_common(int stream, bool rotate, int threads);
+  void open_codec(const AVCodec* codec, int threads);
+  int threads_ = 1;
   const VideoInfo& open_custom(const char* url, int stream, bool rotate, int threads);
   void scan_index(const ffmpeg::LogCapture& log);
   void index_by_decoding();
   std::string cache_key_;  // set for files opened by path: see Note [index cache]
+  std::string nvdec_missing_;  // why this video's codec cannot use NVDEC (set_hwaccel only)
 };
 
 }  // namespace loadscope::decode

@@ -130,6 +130,28 @@ const VideoInfo& VideoDecoder::open_custom(const char* url, int stream, bool rot
   return s_->info;
 }
 
+// A decoder of the open stream, `s.nvdec` saying whether on NVDEC.
+void VideoDecoder::open_codec(const AVCodec* codec, int threads) {
+  ffmpeg::LogCapture log;
+  State& s = *s_;
+  threads_ = threads;
+  s.codec.reset(avcodec_alloc_context3(codec));
+  if (!s.codec) throw std::bad_alloc();
+  int rc = avcodec_parameters_to_context(s.codec.get(), s.stream->codecpar);
+  if (rc < 0) throw DecodeFailure("video: bad codec parameters: " + error_string(rc));
+  s.codec->thread_count = std::max(threads, 0);  // 0: FFmpeg chooses
+  if (s.nvdec) video_parts::attach_cuda(s.codec.get(), s.cuda_device);
+  // Bitstream errors fail the decode instead of being concealed: a clip never silently
+  // contains a damaged frame.
+  s.codec->err_recognition |= AV_EF_EXPLODE;
+  s.codec->pkt_timebase = s.stream->time_base;
+  rc = avcodec_open2(s.codec.get(), codec, nullptr);
+  if (rc < 0)
+    throw DecodeFailure(with_log(
+        "video: cannot open the " + std::string(codec->name) + " decoder: " + error_string(rc),
+        log));
+}
+
 void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   ffmpeg::LogCapture log;
   convert_ns_ = 0;
@@ -158,20 +180,14 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   for (unsigned i = 0; i < s.fmt->nb_streams; ++i) {
     if (static_cast<int>(i) != rc) s.fmt->streams[i]->discard = AVDISCARD_ALL;  // audio, subtitles
   }
-  s.codec.reset(avcodec_alloc_context3(codec));
-  if (!s.codec) throw std::bad_alloc();
-  rc = avcodec_parameters_to_context(s.codec.get(), s.stream->codecpar);
-  if (rc < 0) throw DecodeFailure("video: bad codec parameters: " + error_string(rc));
-  s.codec->thread_count = std::max(threads, 0);  // 0: FFmpeg chooses
-  // Bitstream errors fail the decode instead of being concealed: a clip never silently
-  // contains a damaged frame.
-  s.codec->err_recognition |= AV_EF_EXPLODE;
-  s.codec->pkt_timebase = s.stream->time_base;
-  rc = avcodec_open2(s.codec.get(), codec, nullptr);
-  if (rc < 0)
-    throw DecodeFailure(with_log(
-        "video: cannot open the " + std::string(codec->name) + " decoder: " + error_string(rc),
-        log));
+  nvdec_missing_.clear();
+  s.nvdec = false;
+  if (s.cuda_device >= 0) {
+    const AVCodec* hw = video_parts::nvdec_decoder(codec, &nvdec_missing_);
+    s.nvdec = hw != nullptr;
+    codec = hw ? hw : codec;
+  }
+  open_codec(codec, threads);
 
   CachedIndex cached;
   if (!cache_key_.empty() && IndexCache::instance().get(cache_key_, cached)) {

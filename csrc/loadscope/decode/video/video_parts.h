@@ -46,6 +46,16 @@ struct Extrapolate {
 void convert(ffmpeg::SwsPtr& sws, std::vector<uint8_t>& scratch, const AVFrame* f, int rotation,
              const FrameOutput& out, uint8_t* dst);
 
+// NVDEC (video_hw.cc, Note [NVDEC decodes, the CPU path converts]).
+// The decoder of `preferred`'s codec that decodes on NVDEC in this FFmpeg build, else nullptr
+// and why.
+const AVCodec* nvdec_decoder(const AVCodec* preferred, std::string* why);
+// Sets up `ctx` (not yet opened) to decode on the process's CUDA device `cuda_device`; a
+// stream NVDEC cannot take (profile, bit depth, size) is then decoded by the CPU.
+void attach_cuda(AVCodecContext* ctx, int cuda_device);
+// `f` where it is in host memory; a GPU frame copied into `host` otherwise.
+const AVFrame* to_host(const AVFrame* f, AVFrame* host);
+
 }  // namespace video_parts
 
 struct VideoDecoder::State {
@@ -65,6 +75,9 @@ struct VideoDecoder::State {
   ffmpeg::FramePtr frame{av_frame_alloc()};
   ffmpeg::FramePtr last{av_frame_alloc()};
   ffmpeg::SwsPtr sws;        // reused while the conversion does not change
+  int cuda_device = -1;      // VideoDecoder::set_hwaccel: decode on NVDEC
+  bool nvdec = false;        // this video's decoder was set up for NVDEC
+  ffmpeg::FramePtr host{av_frame_alloc()};  // a GPU frame copied back for conversion
   std::vector<uint8_t> rgb;  // converted pixels before they are placed; see convert()
 
   ~State() { close(); }
