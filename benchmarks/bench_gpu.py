@@ -171,6 +171,11 @@ def summary(root: str) -> str:
             rel = f" ({v['pinned_gbps'] / nominal:.0%} of the link's nominal {nominal} GB/s)" if nominal else ""
             lines.append(f"- {k}: pinned {v['pinned_gbps']} GB/s{rel}, pageable {v['pageable_gbps']} GB/s")
         lines.append(f"- FFmpeg and NVDEC: {json.dumps(p.get('ffmpeg_cuda'))}")
+    cross = os.path.join(root, "crossover", "crossover.md")  # benchmarks/crossover.py
+    if os.path.exists(cross):
+        with open(cross) as f:
+            lines += ["", "### Crossover: CPU decode at n loader threads against GPU decode (e2e samples/s)", "",
+                      f.read()]
     return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ def small_videos(tmp_path_factory) -> Path:
 def test_every_experiment_is_listed():
     names = {Path(p).stem for p in EXPERIMENTS}
     assert {"loader", "threads", "prefetch", "batch_size", "pin_memory", "staging", "layout", "decode",
-            "world_size", "peers", "storage", "remote-shards", "video", "audio", "remote-workers",
+            "world_size", "peers", "storage", "remote-shards", "video", "audio", "remote-workers", "decode-video",
             "remote-workers-images"} <= names
 
 

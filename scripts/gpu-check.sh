@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
 # The GPU machine's check, in one call (docs/gpu.md): builds loadscope there against its own
-# torch with the Debian libraries from .gpu/prefix.tar.xz (made here by scripts/gpu-prefix.sh),
-# runs the CUDA tests, measures the copies, runs the GPU experiments (decode location with a
-# synthetic matmul step, pinned memory), runs the whole Python suite as a torch 2.x check, and
-# prints a table last. Writes everything to $OUT (default results/gpu-check): log.txt,
-# env.txt, cuda-tests.txt, suite.txt, probe.json, summary.md, results.tar.gz.
+# torch with the Debian libraries from .gpu/prefix.tar.xz (made here by scripts/gpu-prefix.sh,
+# with the videos of .gpu/data.tar), runs the CUDA tests (NVDEC and NCCL included), measures the
+# copies, runs the crossover matrix (CPU decode at 2/4/8/16 threads against GPU decode, images
+# and clips at two sizes, benchmarks/crossover.py) and the pinned-memory experiment, and prints
+# a table last. Writes everything to $OUT (default results/gpu-check): log.txt, env.txt,
+# cuda-tests.txt, probe.json, crossover.md, summary.md, results.tar.gz. Sized for 8 minutes
+# (the crossover runs the budgets' extremes first; a rerun of the stage fills in the rest).
 #
-#   GPU_CHECK_REPS=5 GPU_CHECK_SAMPLES=2048 scripts/gpu-check.sh
-#   GPU_CHECK_ONLY=cuda,pin_memory scripts/gpu-check.sh   # a rerun of some stages (after the build):
-#                                        cuda, probe, decode, pin_memory, suite
+#   scripts/gpu-check.sh                                   # carry .gpu
+#   GPU_CHECK_ONLY=crossover scripts/gpu-check.sh          # a rerun of some stages (after the build):
+#                                        cuda, probe, data, crossover, pin_memory, decode, suite
+#   GPU_CHECK_REPS, GPU_CHECK_SAMPLES (pin_memory, decode), GPU_CHECK_CROSSOVER_S, GPU_CHECK_SUITE_S
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/gpu-check}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
 PY=${PYTHON:-python3}
-REPS=${GPU_CHECK_REPS:-5}
-SAMPLES=${GPU_CHECK_SAMPLES:-2048}
+REPS=${GPU_CHECK_REPS:-3}
+SAMPLES=${GPU_CHECK_SAMPLES:-1024}
 RES=results/gpu
 T0=$(date +%s)
 step() { echo "== +$(( $(date +%s) - T0 ))s $*"; }
@@ -83,16 +86,22 @@ missing=$(ldd python/loadscope/_native*.so | grep "not found")
 [ -z "$missing" ] || { BUILD="built, but libraries are missing: $missing"; exit 1; }
 $PY -c "import loadscope, loadscope._native as n; print('loadscope', loadscope.__version__, n.library_versions())" || { BUILD="built, import FAILED"; exit 1; }
 
+if want cuda || want data || want crossover; then
+  step "data: the carried videos, the images made here (PIL; no ffmpeg CLI on this machine)"
+  mkdir -p data && tar -C data -xf .gpu/data.tar || echo "no .gpu/data.tar: NVDEC tests and clips cells will fail"
+fi
+
 if want cuda; then
   step "CUDA tests"
-  timeout 300 $PY -m pytest tests/python -m cuda -v -rs -p no:cacheprovider > "$OUT/cuda-tests.txt" 2>&1
+  LOADSCOPE_GPU_VIDEOS=$PWD/data/nvdec timeout 300 $PY -m pytest tests/python -m cuda -v -s -rs -p no:cacheprovider \
+    > "$OUT/cuda-tests.txt" 2>&1
   rc=$?
   if [ $rc -gt 128 ] && [ $rc != 137 ]; then  # killed by a signal: name the test it was in
     CUDA_TESTS="CRASHED (signal $((rc - 128))) in $(grep -oE 'test_[a-z_]+\.py::[^ ]+' "$OUT/cuda-tests.txt" | tail -1)"
   else
     CUDA_TESTS="$(tail -1 "$OUT/cuda-tests.txt")"
   fi
-  grep -E "PASSED|FAILED|SKIPPED|ERROR|GPU vs CPU" "$OUT/cuda-tests.txt"
+  grep -E "PASSED|FAILED|SKIPPED|ERROR|GPU vs CPU|NVDEC against|CommTimer on NCCL" "$OUT/cuda-tests.txt"
 fi
 
 if want probe; then
@@ -100,20 +109,37 @@ if want probe; then
   timeout 120 $PY benchmarks/bench_gpu.py probe "$RES/probe.json" > /dev/null 2>&1 || echo "probe failed"
 fi
 
-if want decode || want pin_memory; then
-  step "demo data (images only: no ffmpeg CLI here)"
+if want data || want crossover || want decode || want pin_memory; then
+  step "demo images (ImageNet sizes) and 1080p photos"
   timeout 300 $PY -m loadscope.datasets --out data/demo --videos 0 || echo "data generation failed"
+  timeout 300 $PY -m loadscope.datasets --out data/photos-1080p --images 512 --videos 0 --image-short 1080 \
+    || echo "1080p photo generation failed"
 fi
 
-for exp in decode pin_memory; do
+if want crossover; then
+  # The budgets' extremes first, every workload; then the middle ones, while time is left.
+  # Cells already done are kept (benchmarks/crossover.py resumes), so a rerun fills in the rest.
+  step "crossover matrix (${GPU_CHECK_CROSSOVER_S:-240} s at most)"
+  end=$(( $(date +%s) + ${GPU_CHECK_CROSSOVER_S:-240} ))
+  for t in 2,16 4,8; do
+    left=$(( end - $(date +%s) )); [ "$left" -gt 20 ] || break
+    timeout "$left" $PY benchmarks/crossover.py --out "$RES/crossover" --threads "$t" --repetitions "${GPU_CHECK_CROSSOVER_REPS:-3}" \
+      > "$RES/crossover-$t.txt" 2>&1 || echo "crossover ($t threads) exited $? (cells done are kept)"
+  done
+  cp "$RES/crossover/crossover.md" "$OUT/" 2>/dev/null
+fi
+
+for exp in pin_memory decode; do
   want "$exp" || continue
+  # decode alone is the crossover's images cell at 4 threads: only when asked for by name.
+  [ "$exp" = decode ] && [ -z "${GPU_CHECK_ONLY:-}" ] && continue
   step "experiment $exp ($REPS repetitions of $SAMPLES samples)"
-  timeout "${GPU_CHECK_EXP_S:-200}" $PY -m loadscope bench run "benchmarks/experiments/$exp.toml" --out "$RES/$exp" \
+  timeout "${GPU_CHECK_EXP_S:-60}" $PY -m loadscope bench run "benchmarks/experiments/$exp.toml" --out "$RES/$exp" \
     --repetitions "$REPS" --samples "$SAMPLES" --quiet > "$RES/$exp.txt" 2>&1 || echo "experiment $exp exited $?"
   tail -5 "$RES/$exp.txt"
 done
 
-if want suite; then
+if want suite && [ -n "${GPU_CHECK_ONLY:-}" ]; then  # a torch-version check: only when asked for by name
   step "the whole Python suite under this torch"
   timeout "${GPU_CHECK_SUITE_S:-120}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider > "$OUT/suite.txt" 2>&1
   rc=$?

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs the Debian packages loadscope needs into .gpu/prefix.tar.xz, for a machine that has
-# none of them and no package registry (the GPU machine: scripts/gpu-check.sh unpacks it there).
+# none of them and no package registry (the GPU machine: scripts/gpu-check.sh unpacks it there),
+# and the videos its checks read into .gpu/data.tar (it has no ffmpeg CLI to make them).
 # Run here, on Debian 12 with `make build` done: the runtime packages are those whose libraries
 # the built extension loads (ldd), less the C and C++ runtimes and zlib, which every Linux with
 # a Python has; the build needs the -dev packages' headers, pkg-config files and TBB's CMake
@@ -51,3 +52,21 @@ done
 tar -C "$root" -cf - . | xz -T0 -6 > "$out/prefix.tar.xz"
 echo "gpu-prefix: $out/prefix.tar.xz, $(du -m "$out/prefix.tar.xz" | cut -f1) MB ($(du -sm "$root" | cut -f1) MB unpacked)"
 rm -rf "$out/debs" "$out/root"
+
+# The videos (about 8 MB: with the prefix and the tree, under the 64 MiB a device call carries): the NVDEC
+# checks' set (tests/python/test_cuda.py) and the crossover's clips at 360p and 1080p
+# (benchmarks/crossover.py). The clips' shards are left out: the experiments read the files.
+PY=${PYTHON:-.venv/bin/python}
+data=$out/data
+rm -rf "$data" && mkdir -p "$data"
+$PY -c "import sys; from loadscope import datasets; datasets.gpu_check_videos(sys.argv[1])" "$data/nvdec"
+$PY -m loadscope.datasets --out "$data/video-360p" --images 1 --videos 12 --video-profile 360p >/dev/null
+$PY -m loadscope.datasets --out "$data/video-1080p" --images 1 --videos 8 --video-profile 1080p >/dev/null
+rm -rf "$data"/video-*/shards "$data"/video-*/video_shards
+tar -C "$data" -cf "$out/data.tar" .
+rm -rf "$data"
+# What a device call sends: the tracked and untracked-not-ignored files, and .gpu.
+bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
+bytes=$(( bytes + $(stat -c %s "$out/prefix.tar.xz") + $(stat -c %s "$out/data.tar") ))
+echo "gpu-prefix: $out/data.tar, $(( $(stat -c %s "$out/data.tar") >> 20 )) MiB; a device call carrying .gpu sends $(( bytes >> 20 )) MiB of 64"
+[ "$bytes" -le $(( 64 << 20 )) ] || { echo "gpu-prefix: over the 64 MiB a device call carries" >&2; exit 1; }

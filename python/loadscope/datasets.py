@@ -32,6 +32,7 @@ import io
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tarfile
 import time
@@ -55,6 +56,10 @@ VIDEO_PROFILES: Dict[str, Dict[str, Any]] = {
     "realistic": {"sizes": [(1280, 720), (640, 360)], "gops": [60], "seconds": 10, "fps": 30},
     "dataset": {"sizes": [(340, 256), (480, 360), (640, 360), (854, 480), (1280, 720)], "gops": [250, 60, 30],
                 "seconds": (8, 12), "fps": [24, 25, 30], "codecs": ["h264", "hevc", "vp9"] + ["h264"] * 7},
+    # One size each, for where GPU decoding starts to win (scripts/gpu-check.sh's crossover):
+    # a small source, where NVDEC's fixed costs dominate, and a large one.
+    "360p": {"sizes": [(640, 360)], "gops": [30], "seconds": 3, "fps": 30},
+    "1080p": {"sizes": [(1920, 1080)], "gops": [30], "seconds": 3, "fps": 30},
 }
 
 # How each codec is encoded: (file extension, encoder arguments for a GOP of g frames).
@@ -100,7 +105,7 @@ def _load_photos() -> List[np.ndarray]:
     return photos
 
 
-def _make_image(photo: np.ndarray, rng: np.random.Generator):
+def _make_image(photo: np.ndarray, rng: np.random.Generator, short_side: Optional[int] = None):
     from PIL import Image
 
     h, w = photo.shape[:2]
@@ -115,7 +120,8 @@ def _make_image(photo: np.ndarray, rng: np.random.Generator):
     y = int(rng.integers(0, h - ch + 1))
     x = int(rng.integers(0, w - cw + 1))
     crop = photo[y : y + ch, x : x + cw]
-    short = int(rng.integers(256, 513))
+    short = int(rng.integers(256, 513))  # ImageNet's range
+    short = short_side or short
     out_w, out_h = (short, int(round(short * aspect))) if aspect >= 1 else (int(round(short / aspect)), short)
     img = Image.fromarray(crop).resize((out_w, out_h), Image.BICUBIC)
     if rng.random() < 0.5:
@@ -212,7 +218,6 @@ def _video_jobs(tmp: str, videos: int, rng: np.random.Generator, photos: List[np
 def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_size: int, quiet: bool,
                  profile: str = "demo", audio: bool = False) -> int:
     import concurrent.futures
-    import subprocess
 
     if videos <= 0:
         return 0
@@ -271,8 +276,43 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
     return total
 
 
+# The NVDEC checks' videos (tests/python/test_cuda.py): (file, ffmpeg output arguments, whether
+# NVDEC decodes it, else the reason the loader reports). 4:4:4 H.264 is a profile NVDEC does not
+# decode (to Hopper); Theora is a codec FFmpeg has no NVDEC path for.
+_GPU_CHECK_VIDEOS = [
+    ("h264-360p.mp4", "640x360", ["-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-bf", "2", "-pix_fmt", "yuv420p"],
+     ""),
+    ("h264-720p.mp4", "1280x720", ["-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-bf", "2",
+                                   "-pix_fmt", "yuv420p"], ""),
+    ("hevc-360p.mp4", "640x360", ["-c:v", "libx265", "-preset", "ultrafast", "-tag:v", "hvc1", "-pix_fmt", "yuv420p",
+                                  "-x265-params", "keyint=30:bframes=2:log-level=error"], ""),
+    ("vp9-360p.webm", "640x360", ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-g", "30",
+                                  "-pix_fmt", "yuv420p"], ""),
+    ("h264-444-360p.mp4", "640x360", ["-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-pix_fmt", "yuv444p"],
+     "NVDEC did not take this stream"),
+    ("theora-360p.ogv", "640x360", ["-c:v", "libtheora", "-g", "30", "-pix_fmt", "yuv420p"],
+     "FFmpeg has no NVDEC path for theora"),
+]
+
+
+def gpu_check_videos(out: str) -> List[Dict[str, Any]]:
+    """Writes the NVDEC checks' videos (2 s of FFmpeg's testsrc2 each) and out/videos.json
+    listing them: [{"file", "nvdec", "why"}]. Needs the ffmpeg CLI (not on the GPU machine:
+    scripts/gpu-prefix.sh makes them here and gpu-check.sh carries them)."""
+    os.makedirs(out, exist_ok=True)
+    listed = []
+    for name, size, args, why in _GPU_CHECK_VIDEOS:
+        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", f"testsrc2=size={size}:rate=30:duration=2",
+                        *args, "-an", os.path.join(out, name)], check=True)
+        listed.append({"file": name, "nvdec": not why, "why": why})
+    with open(os.path.join(out, "videos.json"), "w") as f:
+        json.dump(listed, f, indent=1)
+    return listed
+
+
 def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200, quiet: bool = False,
-             videos: int = 24, video_shard_size: int = 8, video_profile: str = "demo", audio: bool = False) -> dict:
+             videos: int = 24, video_shard_size: int = 8, video_profile: str = "demo", audio: bool = False,
+             image_short: Optional[int] = None) -> dict:
     """Writes the demo dataset to `out` (replacing a demo dataset there) and returns its
     metadata. Refuses a non-empty directory that is not a demo dataset: it would be deleted."""
     if video_profile not in VIDEO_PROFILES:
@@ -297,7 +337,7 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
             tar = tarfile.open(os.path.join(tmp, "shards", f"train-{i // shard_size:06d}.tar"), "w", format=tarfile.USTAR_FORMAT)
         cls = int(rng.integers(0, len(PHOTOS)))
         name, _, thing = PHOTOS[cls]
-        jpg, (w, h), quality, crop = _make_image(photos[cls], rng)
+        jpg, (w, h), quality, crop = _make_image(photos[cls], rng, image_short)
         key = f"{i:07d}"
         caption = f"a {ADJECTIVES[int(rng.integers(0, len(ADJECTIVES)))]} photo of {thing}"
         meta = {"class": name, "width": w, "height": h, "quality": quality, "source": PHOTOS[cls][1], "crop_xywh": list(crop)}
@@ -330,6 +370,7 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
         "generator_version": GENERATOR_VERSION, "images": images, "seed": seed, "shards": n_shards,
         "shard_size": shard_size, "classes": sorted(p[0] for p in PHOTOS), "jpeg_bytes": total_bytes,
         "videos": videos, "video_profile": video_profile, "audio": audio, "video_bytes": video_bytes,
+        "image_short": image_short,
         "seconds": round(time.time() - t0, 1),
     }
     with open(os.path.join(tmp, "dataset.json"), "w") as f:
@@ -340,20 +381,22 @@ def generate(out: str, images: int = 2000, seed: int = 0, shard_size: int = 200,
 
 
 def ensure(out: str, images: int = 2000, seed: int = 0, quiet: bool = False, videos: int = 24,
-           video_profile: str = "demo", audio: bool = False) -> dict:
+           video_profile: str = "demo", audio: bool = False, image_short: Optional[int] = None) -> dict:
     """Generates the dataset unless `out` already holds this exact one."""
     try:
         with open(os.path.join(out, "dataset.json")) as f:
             info = json.load(f)
         if (info.get("generator_version") == GENERATOR_VERSION and info.get("images") == images
                 and info.get("seed") == seed and info.get("videos") == videos
-                and info.get("video_profile", "demo") == video_profile and info.get("audio", False) == audio):
+                and info.get("video_profile", "demo") == video_profile and info.get("audio", False) == audio
+                and info.get("image_short") == image_short):
             return info
     except (OSError, ValueError):
         pass
     if not quiet:
         print(f"generating {images} demo images and {videos} videos in {out} ...", file=sys.stderr)
-    return generate(out, images=images, seed=seed, quiet=quiet, videos=videos, video_profile=video_profile, audio=audio)
+    return generate(out, images=images, seed=seed, quiet=quiet, videos=videos, video_profile=video_profile, audio=audio,
+                    image_short=image_short)
 
 
 def main(argv=None, prog: str = "python -m loadscope.datasets") -> int:
@@ -366,12 +409,15 @@ def main(argv=None, prog: str = "python -m loadscope.datasets") -> int:
                    help="demo: 5 s videos of every size and GOP; realistic: 10 s, GOP 60, 720p/360p; "
                         "dataset: 8-12 s, 256p-720p, GOP 250/60/30, some HEVC, VP9 and rotated (for 500+ videos)")
     p.add_argument("--audio", action="store_true", help="give the videos a soundtrack (48 kHz stereo AAC; Opus in WebM)")
+    p.add_argument("--image-short", type=int, default=None,
+                   help="every image's shorter side in pixels (default: drawn from 256-512, ImageNet's sizes; "
+                        "1080: photos as a phone takes them, for where GPU decoding wins)")
     p.add_argument("--force", action="store_true", help="regenerate even if present")
     a = p.parse_args(argv)
-    if a.images < 1 or a.videos < 0:
-        p.error("--images must be >= 1 and --videos >= 0")
-    info = (generate(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile, audio=a.audio) if a.force
-            else ensure(a.out, a.images, a.seed, videos=a.videos, video_profile=a.video_profile, audio=a.audio))
+    if a.images < 1 or a.videos < 0 or (a.image_short is not None and not 16 <= a.image_short <= 8192):
+        p.error("--images must be >= 1, --videos >= 0 and --image-short in 16-8192")
+    kw = dict(videos=a.videos, video_profile=a.video_profile, audio=a.audio, image_short=a.image_short)
+    info = generate(a.out, a.images, a.seed, **kw) if a.force else ensure(a.out, a.images, a.seed, **kw)
     print(json.dumps(info))
     return 0
 

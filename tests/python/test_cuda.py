@@ -212,3 +212,74 @@ def test_the_all_reduce_timer_on_nccl_times_every_bucket_and_keeps_the_gradients
         plain_ddp = timed_ddp = model = timer = None  # noqa: F841
         gc.collect()
         dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def gpu_videos(tmp_path_factory):
+    """The videos of the NVDEC checks (loadscope.datasets.gpu_check_videos): the folder
+    scripts/gpu-check.sh carries (LOADSCOPE_GPU_VIDEOS: the GPU machine has no ffmpeg CLI to
+    make them), else made here."""
+    import os
+    from pathlib import Path
+
+    from loadscope import datasets
+
+    given = os.environ.get("LOADSCOPE_GPU_VIDEOS")
+    if given:
+        return Path(given)
+    out = tmp_path_factory.mktemp("gpu_videos")
+    datasets.gpu_check_videos(str(out))
+    return out
+
+
+# Stated tolerance between NVDEC's frames and the CPU's, through the same swscale conversion:
+# the decoding is exact (H.264, HEVC, VP9 and AV1 by their specifications), so only swscale's
+# reading of NV12 against planar 4:2:0 may differ.
+NVDEC_MAX_DIFF = 2
+
+
+def test_nvdec_frames_equal_the_cpu_paths_within_tolerance(gpu_videos):
+    import json
+
+    import numpy as np
+
+    from loadscope import _native
+
+    device = torch.cuda.current_device()
+    for v in json.loads((gpu_videos / "videos.json").read_text()):
+        if not v["nvdec"]:
+            continue
+        path = str(gpu_videos / v["file"])
+        pts = _native.video_index(path)["pts"][::7][:10]
+        cpu = np.frombuffer(_native.decode_video_frames(path, pts, 224, 224), np.uint8).astype(np.int16)
+        gpu = np.frombuffer(_native.decode_video_frames(path, pts, 224, 224, cuda_device=device), np.uint8)
+        diff = np.abs(cpu - gpu)
+        print(f"NVDEC against the CPU, {v['file']}: max |diff| {diff.max()}, mean {diff.mean():.4f}, "
+              f"identical {float((diff == 0).mean()):.2%}")
+        assert diff.max() <= NVDEC_MAX_DIFF, (v["file"], diff.max())
+
+
+def test_nvdec_clips_through_the_loader_count_and_name_every_cpu_fallback(gpu_videos, tmp_path):
+    import json
+
+    videos = json.loads((gpu_videos / "videos.json").read_text())
+    manifest = tmp_path / "v.jsonl"
+    manifest.write_text("".join(json.dumps({"mp4": str(gpu_videos / v["file"]), "cls": i}) + "\n"
+                                for i, v in enumerate(videos)))
+
+    def clips(**kw):
+        loader = ls.Loader(ls.FileList(manifest), fields={"mp4": ls.VideoClip(112, frames=8, stride=3, crop="center", **kw),
+                                                          "cls": ls.Int()}, batch_size=len(videos), threads=2, shuffle=False)
+        batches = list(loader)
+        return torch.cat([b["mp4"] for b in batches]), loader
+
+    cpu, _ = clips()
+    gpu, loader = clips(hwaccel="cuda")
+    assert gpu.shape == cpu.shape and (gpu.int() - cpu.int()).abs().max() <= NVDEC_MAX_DIFF
+    falls = [v for v in videos if not v["nvdec"]]
+    video = loader.telemetry().to_dict()["video"]
+    assert video["cpu_fallbacks"] == len(falls) and video["gpu_frames"] > 0, video
+    notes = {n["key"]: n["reason"] for n in loader.stats()["warning_notes"]}
+    for v in falls:  # each named, with why: no NVDEC path for the codec, or a profile it refuses
+        reason = next(r for k, r in notes.items() if v["file"] in k or v["file"] in r)
+        assert "decoded on the CPU" in reason and v["why"] in reason, (v, reason)
