@@ -204,7 +204,7 @@ def decode_limits() -> dict:
     """
     What a header may claim before anything is decoded (decode/limits.h): audio sample rate and channels, the resampling ratio either way, video frame pixels and side.
     """
-def decode_video_frames(source: typing.Any, pts: list[int], height: int, width: int, channels_last: bool = True, stream: int = -1, rotate: bool = True, color_tags: bool = True, threads: int = 1) -> bytes:
+def decode_video_frames(source: typing.Any, pts: list[int], height: int, width: int, channels_last: bool = True, stream: int = -1, rotate: bool = True, color_tags: bool = True, threads: int = 1, cuda_device: int = -1) -> bytes:
     ...
 def epoch_geometry(n: int, batch: int, row: int, drop_last: typing.Any, rank: int = 0) -> tuple:
     """
@@ -316,9 +316,11 @@ def tables_first_difference(a: SampleTable, b: SampleTable, member: str) -> int:
     """
 def turbojpeg_decode_only(jpegs: list[str] | list[bytes], threads: int, repeat: int = 1) -> tuple:
     ...
-def video_field(name: str, keys: list[str], frames: int, stride: int, fps: float, position: str, clips: int, short: str, height: int, width: int, crop: str, scale: tuple[float, float], ratio: tuple[float, float], resize: int, flip: float, channels_last: bool, stream: int, decoder_threads: int, rotate: bool, color_tags: bool, optional: bool, max_pixels: int = 178956970, start: str = '') -> FieldSpec:
+def video_field(name: str, keys: list[str], frames: int, stride: int, fps: float, position: str, clips: int, short: str, height: int, width: int, crop: str, scale: tuple[float, float], ratio: tuple[float, float], resize: int, flip: float, channels_last: bool, stream: int, decoder_threads: int, rotate: bool, color_tags: bool, optional: bool, max_pixels: int = 178956970, start: str = '', cuda_device: int = -1) -> FieldSpec:
     ...
 def video_index(path: str, stream: int = -1, rotate: bool = True) -> dict:
+    ...
+def video_nvdec_decoder(codec: str) -> str:
     ...
 def webp_decode_only(webps: list[str] | list[bytes], crops: list[list[int]], threads: int) -> tuple:
     ...
