@@ -131,7 +131,7 @@ def summary(root: str) -> str:
         d = os.path.join(root, name)
         sp = os.path.join(d, "summary.json")
         if not os.path.exists(sp):
-            lines += [f"{name}: no summary (see the log)", ""]
+            lines += [f"{name}: not run (see the log)", ""]
             continue
         with open(sp) as f:
             s = json.load(f)

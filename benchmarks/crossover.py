@@ -13,8 +13,8 @@ workload, the largest thread count at which GPU decoding still wins.
 
 Workloads and the data each reads (made by `python -m loadscope.datasets`; the GPU machine
 has no ffmpeg CLI, so scripts/gpu-prefix.sh makes the videos here and gpu-check.sh carries them):
-  images        data/demo             ImageNet sizes (shorter side 256-512)
-  photos-1080p  data/photos-1080p     --images 2000 --videos 0 --image-short 1080
+  images        data/demo             ImageNet sizes (shorter side 256-512): --images 1000 --videos 0
+  photos-1080p  data/photos-1080p     --images 256 --videos 0 --image-short 1080
   clips-360p    data/video-360p       --images 1 --videos 12 --video-profile 360p
   clips-1080p   data/video-1080p      --images 1 --videos 8 --video-profile 1080p
 """
@@ -92,10 +92,11 @@ def wins(r: Dict[str, Any]) -> Optional[bool]:
 def crossover(rows: List[Dict[str, Any]], workload: str) -> str:
     """Where GPU decoding stops winning for one workload, in words: the largest CPU budget at
     which it wins, and the next one measured, where it ties or loses."""
-    cells = sorted((r for r in rows if r["workload"] == workload), key=lambda r: r["threads"])
+    mine = [r for r in rows if r["workload"] == workload]
+    cells = sorted((r for r in mine if r["status"] == "ok"), key=lambda r: r["threads"])
     won = [r["threads"] for r in cells if wins(r) is True]
     if not cells:
-        return f"{workload}: not run"
+        return f"{workload}: not run" + (f" ({', '.join(sorted({str(r['status']) for r in mine}))})" if mine else "")
     if not won:
         return f"{workload}: GPU decoding wins at none of {[r['threads'] for r in cells]} threads"
     after = [r for r in cells if r["threads"] > max(won)]

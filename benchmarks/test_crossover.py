@@ -42,6 +42,9 @@ def test_the_crossover_is_the_largest_budget_where_the_whole_interval_is_a_gain(
     assert crossover.crossover(rows[:2], "clips-1080p").endswith("wins at every budget measured, up to 4 threads")
     assert crossover.crossover(rows[2:], "clips-1080p").endswith("wins at none of [8, 16] threads")
     assert crossover.crossover(rows, "images") == "images: not run"
+    skipped = [dict(r, status="skipped") for r in rows]
+    assert crossover.crossover(skipped, "clips-1080p") == "clips-1080p: not run (skipped)"
+    assert crossover.crossover(skipped[:1] + rows[1:], "clips-1080p").startswith("clips-1080p: GPU decoding wins up to 4")
     failed = {"workload": "images", "threads": 2, "status": "failed: no data", "cpu": crossover.row("images", 2, {})["cpu"],
               "gpu": crossover.row("images", 2, {})["gpu"], "effect": (None, None, None), "verdict": None}
     text = crossover.table(rows + [failed])

@@ -111,16 +111,16 @@ fi
 
 if want data || want crossover || want decode || want pin_memory; then
   step "demo images (ImageNet sizes) and 1080p photos"
-  timeout 300 $PY -m loadscope.datasets --out data/demo --videos 0 || echo "data generation failed"
-  timeout 300 $PY -m loadscope.datasets --out data/photos-1080p --images 512 --videos 0 --image-short 1080 \
+  timeout 300 $PY -m loadscope.datasets --out data/demo --images 1000 --videos 0 || echo "data generation failed"
+  timeout 300 $PY -m loadscope.datasets --out data/photos-1080p --images 256 --videos 0 --image-short 1080 \
     || echo "1080p photo generation failed"
 fi
 
 if want crossover; then
   # The budgets' extremes first, every workload; then the middle ones, while time is left.
   # Cells already done are kept (benchmarks/crossover.py resumes), so a rerun fills in the rest.
-  step "crossover matrix (${GPU_CHECK_CROSSOVER_S:-240} s at most)"
-  end=$(( $(date +%s) + ${GPU_CHECK_CROSSOVER_S:-240} ))
+  step "crossover matrix (${GPU_CHECK_CROSSOVER_S:-210} s at most)"
+  end=$(( $(date +%s) + ${GPU_CHECK_CROSSOVER_S:-210} ))
   for t in 2,16 4,8; do
     left=$(( end - $(date +%s) )); [ "$left" -gt 20 ] || break
     timeout "$left" $PY benchmarks/crossover.py --out "$RES/crossover" --threads "$t" --repetitions "${GPU_CHECK_CROSSOVER_REPS:-3}" \

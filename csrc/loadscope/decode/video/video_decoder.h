@@ -122,7 +122,7 @@ class VideoDecoder {
   const VideoInfo& open_custom(const char* url, int stream, bool rotate, int threads);
   void scan_index(const ffmpeg::LogCapture& log);
   void index_by_decoding();
-  std::string cache_key_;  // set for files opened by path: see Note [index cache]
+  std::string cache_key_;      // set for files opened by path: see Note [index cache]
   std::string nvdec_missing_;  // why this video's codec cannot use NVDEC (set_hwaccel only)
 };
 

@@ -11,11 +11,15 @@
 // links neither CUDA nor libtorch, and FFmpeg 5.1's CUDA filters convert between YUV formats
 // only. The first GPU run measures whether the copy back or the conversion binds.
 //
-// FFmpeg's CUDA device is made once per process and device on the CUDA primary context, the
-// one torch uses: no second context (each costs hundreds of MB of device memory), and every
-// loader thread's decoder shares it. The driver (libcuda) is loaded by FFmpeg at run time: the
-// build needs no CUDA, and a machine without a GPU gets FFmpeg's reason from
-// hwaccel_unavailable() before any sample is read.
+// FFmpeg's CUDA device is made once per process and device, and every loader thread's decoder
+// shares it. It is a context of its own, not the primary one torch uses: FFmpeg retains the
+// primary context only with blocking-sync scheduling, so it refuses one torch already made
+// ("Primary context already active with incompatible flags"), and made first it would impose
+// that scheduling on every synchronisation of the training. Frames leave it through FFmpeg's
+// own copy to host memory, so no pointer crosses contexts; the cost is one context's device
+// memory per process. The driver (libcuda) is loaded by FFmpeg at run time: the build needs no
+// CUDA, and a machine without a GPU gets FFmpeg's reason from hwaccel_unavailable() before any
+// sample is read.
 
 #include <map>
 #include <mutex>
@@ -32,12 +36,9 @@ extern "C" {
 namespace loadscope::decode {
 namespace {
 
-// libavutil/hwcontext_cuda.h's flag; that header includes the CUDA toolkit's cuda.h.
-constexpr int kUsePrimaryContext = 1 << 0;
-
 struct CudaDevices {
   std::mutex mu;
-  std::map<int, AVBufferRef*> made;       // kept for the process's life
+  std::map<int, AVBufferRef*> made;        // kept for the process's life
   std::map<int, std::string> unavailable;  // FFmpeg's reason, asked once
 
   static CudaDevices& instance() {
@@ -54,8 +55,7 @@ struct CudaDevices {
     }
     AVBufferRef* ref = nullptr;
     const int rc = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA,
-                                          std::to_string(index).c_str(), nullptr,
-                                          kUsePrimaryContext);
+                                          std::to_string(index).c_str(), nullptr, 0);
     if (rc < 0) {
       *why = unavailable[index] = "FFmpeg could not open CUDA device " + std::to_string(index) +
                                   " (" + ffmpeg::error_string(rc) +
@@ -154,7 +154,8 @@ const AVFrame* to_host(const AVFrame* f, AVFrame* host) {
   av_frame_unref(host);
   int rc = av_hwframe_transfer_data(host, f, 0);
   if (rc >= 0) rc = av_frame_copy_props(host, f);  // colour tags, timestamps
-  if (rc < 0) throw DecodeFailure("video: copying a frame from the GPU failed: " + ffmpeg::error_string(rc));
+  if (rc < 0)
+    throw DecodeFailure("video: copying a frame from the GPU failed: " + ffmpeg::error_string(rc));
   return host;
 }
 

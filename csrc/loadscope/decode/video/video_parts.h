@@ -74,9 +74,9 @@ struct VideoDecoder::State {
   ffmpeg::PacketPtr packet{av_packet_alloc()};
   ffmpeg::FramePtr frame{av_frame_alloc()};
   ffmpeg::FramePtr last{av_frame_alloc()};
-  ffmpeg::SwsPtr sws;        // reused while the conversion does not change
-  int cuda_device = -1;      // VideoDecoder::set_hwaccel: decode on NVDEC
-  bool nvdec = false;        // this video's decoder was set up for NVDEC
+  ffmpeg::SwsPtr sws;                       // reused while the conversion does not change
+  int cuda_device = -1;                     // VideoDecoder::set_hwaccel: decode on NVDEC
+  bool nvdec = false;                       // this video's decoder was set up for NVDEC
   ffmpeg::FramePtr host{av_frame_alloc()};  // a GPU frame copied back for conversion
   std::vector<uint8_t> rgb;  // converted pixels before they are placed; see convert()
 
