@@ -53,6 +53,10 @@ def cell(workload: str, threads: int, repetitions: Optional[int] = None, samples
     raw = json.loads(json.dumps(raw))  # a copy
     raw["name"] = f"crossover-{workload}-t{threads}"
     raw["dataset"]["path"] = data
+    if "factory" not in raw["pipeline"]:
+        # Data that is not there fails the cell; it is never made in its place (the harness
+        # would make ImageNet-size demo images where 1080p photos were meant).
+        raw["dataset"]["generate"] = False
     raw["pipeline"]["threads"] = threads
     if "root" in raw["pipeline"]:  # the clips factory reads its videos from root
         raw["pipeline"]["root"] = data
@@ -100,6 +104,9 @@ def crossover(rows: List[Dict[str, Any]], workload: str) -> str:
     if not won:
         return f"{workload}: GPU decoding wins at none of {[r['threads'] for r in cells]} threads"
     after = [r for r in cells if r["threads"] > max(won)]
+    below = [r["threads"] for r in cells if r["threads"] < max(won) and wins(r) is not True]
+    if below:  # not one crossover: say what was measured
+        return f"{workload}: mixed: GPU decoding wins at {won} threads, not at {below}"
     if not after:
         return f"{workload}: GPU decoding wins at every budget measured, up to {max(won)} threads"
     nxt = after[0]
@@ -119,7 +126,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
              "step ms CPU / GPU | GPU idle CPU / GPU | verdict |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         e, lo, hi = r["effect"]
-        eff = "—" if e is None else f"{e:+.1%} [{lo:+.1%}, {hi:+.1%}]"
+        eff = "—" if e is None else f"{e:+.1%} [{f(lo, '+.1%')}, {f(hi, '+.1%')}]"
         c, g = r["cpu"], r["gpu"]
         lines.append(f"| {r['workload']} | {r['threads']} | {ci(c)} | {ci(g)} | {eff} | "
                      f"{f(c['step_ms'], '.2f')} / {f(g['step_ms'], '.2f')} | "
@@ -144,7 +151,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     # Cells already in --out are kept and not run again: a run stopped by its time limit goes on
     # where it stopped, and a second call with other thread counts fills the matrix in.
     done = os.path.join(a.out, "crossover.json")
-    rows = json.load(open(done)) if os.path.exists(done) else []
+    try:
+        with open(done) as fh:
+            rows = json.load(fh)
+    except (OSError, ValueError):  # none yet (or cut short: it is written by rename)
+        rows = []
     os.makedirs(a.out, exist_ok=True)
     for w, t, exp in plan:  # every cell planned (and its config checked) before any runs
         if any(r["workload"] == w and r["threads"] == t and r["status"] == "ok" for r in rows):
@@ -159,10 +170,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             summary = {"status": f"failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}"}
         rows.append(row(w, t, summary))
         rows.sort(key=lambda r: (list(WORKLOADS).index(r["workload"]), r["threads"]))
-        with open(done, "w") as fh:
-            json.dump(rows, fh, indent=1)
-        with open(os.path.join(a.out, "crossover.md"), "w") as fh:
-            fh.write(table(rows))
+        # Written beside and renamed: a run stopped by its time limit leaves whole files.
+        for name, text in (("crossover.json", json.dumps(rows, indent=1)), ("crossover.md", table(rows))):
+            with open(os.path.join(a.out, name + ".tmp"), "w") as fh:
+                fh.write(text)
+            os.replace(os.path.join(a.out, name + ".tmp"), os.path.join(a.out, name))
     print(table(rows))
     return 0
 

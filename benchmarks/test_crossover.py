@@ -20,6 +20,8 @@ def test_every_cell_is_its_workloads_experiment_at_its_cpu_budget():
             assert exp.factor == "decode" and [a.name for a in exp.arms] == ["decode=cpu", "decode=gpu"]
             assert all(a.config["threads"] == threads for a in exp.arms) and exp.dataset["path"].endswith(data)
             assert exp.run["samples"] == samples and exp.run["repetitions"] == 3
+            if name == "decode.toml":  # missing images fail the cell, never made in its place
+                assert exp.dataset["generate"] is False
             assert exp.step["compute"] == "matmul" and exp.needs_cuda()  # skipped, with the reason, without a GPU
             if name == "decode-video.toml":
                 assert all(a.config["root"].endswith(data) for a in exp.arms) and exp.correctness_mode == "tolerance"
@@ -42,6 +44,10 @@ def test_the_crossover_is_the_largest_budget_where_the_whole_interval_is_a_gain(
     assert crossover.crossover(rows[:2], "clips-1080p").endswith("wins at every budget measured, up to 4 threads")
     assert crossover.crossover(rows[2:], "clips-1080p").endswith("wins at none of [8, 16] threads")
     assert crossover.crossover(rows, "images") == "images: not run"
+    assert crossover.crossover([_row(2, 0.0, -0.1, 0.1), _row(4, 0.3, 0.1, 0.5)], "clips-1080p") == \
+        "clips-1080p: mixed: GPU decoding wins at [4] threads, not at [2]"
+    one_rep = dict(rows[0], effect=(0.8, None, None))  # one repetition: no interval
+    assert crossover.wins(one_rep) is None and "| +80.0% [—, —] |" in crossover.table([one_rep])
     skipped = [dict(r, status="skipped") for r in rows]
     assert crossover.crossover(skipped, "clips-1080p") == "clips-1080p: not run (skipped)"
     assert crossover.crossover(skipped[:1] + rows[1:], "clips-1080p").startswith("clips-1080p: GPU decoding wins up to 4")

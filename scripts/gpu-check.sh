@@ -11,7 +11,8 @@
 #   scripts/gpu-check.sh                                   # carry .gpu
 #   GPU_CHECK_ONLY=crossover scripts/gpu-check.sh          # a rerun of some stages (after the build):
 #                                        cuda, probe, data, crossover, pin_memory, decode, suite
-#   GPU_CHECK_REPS, GPU_CHECK_SAMPLES (pin_memory, decode), GPU_CHECK_CROSSOVER_S, GPU_CHECK_SUITE_S
+#   GPU_CHECK_S (the whole call, default 540), GPU_CHECK_REPS, GPU_CHECK_SAMPLES (pin_memory, decode),
+#   GPU_CHECK_CROSSOVER_S, GPU_CHECK_SUITE_S
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-results/gpu-check}
@@ -22,6 +23,11 @@ REPS=${GPU_CHECK_REPS:-3}
 SAMPLES=${GPU_CHECK_SAMPLES:-1024}
 RES=results/gpu
 T0=$(date +%s)
+# One deadline for the whole call (a device call is killed at its limit, and then no summary
+# is written): each stage gets its own limit or what is left before the deadline, less 20 s
+# for the summary, whichever is shorter.
+DEADLINE=$(( T0 + ${GPU_CHECK_S:-540} ))
+left() { local l=$(( DEADLINE - $(date +%s) - 20 )); [ "$l" -lt "$1" ] || l=$1; [ "$l" -gt 1 ] || l=1; echo "$l"; }
 step() { echo "== +$(( $(date +%s) - T0 ))s $*"; }
 want() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ ",$GPU_CHECK_ONLY," == *",$1,"* ]]; }
 finish() {
@@ -93,7 +99,7 @@ fi
 
 if want cuda; then
   step "CUDA tests"
-  LOADSCOPE_GPU_VIDEOS=$PWD/data/nvdec timeout 300 $PY -m pytest tests/python -m cuda -v -s -rs -p no:cacheprovider \
+  LOADSCOPE_GPU_VIDEOS=$PWD/data/nvdec timeout "$(left 300)" $PY -m pytest tests/python -m cuda -v -s -rs -p no:cacheprovider \
     > "$OUT/cuda-tests.txt" 2>&1
   rc=$?
   if [ $rc -gt 128 ] && [ $rc != 137 ]; then  # killed by a signal: name the test it was in
@@ -106,13 +112,13 @@ fi
 
 if want probe; then
   step "copies and NVDEC probe"
-  timeout 120 $PY benchmarks/bench_gpu.py probe "$RES/probe.json" > /dev/null 2>&1 || echo "probe failed"
+  timeout "$(left 120)" $PY benchmarks/bench_gpu.py probe "$RES/probe.json" > /dev/null 2>&1 || echo "probe failed"
 fi
 
 if want data || want crossover || want decode || want pin_memory; then
   step "demo images (ImageNet sizes) and 1080p photos"
-  timeout 300 $PY -m loadscope.datasets --out data/demo --images 1000 --videos 0 || echo "data generation failed"
-  timeout 300 $PY -m loadscope.datasets --out data/photos-1080p --images 256 --videos 0 --image-short 1080 \
+  timeout "$(left 300)" $PY -m loadscope.datasets --out data/demo --images 1000 --videos 0 || echo "data generation failed"
+  timeout "$(left 300)" $PY -m loadscope.datasets --out data/photos-1080p --images 256 --videos 0 --image-short 1080 \
     || echo "1080p photo generation failed"
 fi
 
@@ -120,10 +126,10 @@ if want crossover; then
   # The budgets' extremes first, every workload; then the middle ones, while time is left.
   # Cells already done are kept (benchmarks/crossover.py resumes), so a rerun fills in the rest.
   step "crossover matrix (${GPU_CHECK_CROSSOVER_S:-210} s at most)"
-  end=$(( $(date +%s) + ${GPU_CHECK_CROSSOVER_S:-210} ))
+  end=$(( $(date +%s) + $(left "${GPU_CHECK_CROSSOVER_S:-210}") ))
   for t in 2,16 4,8; do
-    left=$(( end - $(date +%s) )); [ "$left" -gt 20 ] || break
-    timeout "$left" $PY benchmarks/crossover.py --out "$RES/crossover" --threads "$t" --repetitions "${GPU_CHECK_CROSSOVER_REPS:-3}" \
+    cells=$(( end - $(date +%s) )); [ "$cells" -gt 20 ] || break
+    timeout "$cells" $PY benchmarks/crossover.py --out "$RES/crossover" --threads "$t" --repetitions "${GPU_CHECK_CROSSOVER_REPS:-3}" \
       > "$RES/crossover-$t.txt" 2>&1 || echo "crossover ($t threads) exited $? (cells done are kept)"
   done
   cp "$RES/crossover/crossover.md" "$OUT/" 2>/dev/null
@@ -134,14 +140,14 @@ for exp in pin_memory decode; do
   # decode alone is the crossover's images cell at 4 threads: only when asked for by name.
   [ "$exp" = decode ] && [ -z "${GPU_CHECK_ONLY:-}" ] && continue
   step "experiment $exp ($REPS repetitions of $SAMPLES samples)"
-  timeout "${GPU_CHECK_EXP_S:-60}" $PY -m loadscope bench run "benchmarks/experiments/$exp.toml" --out "$RES/$exp" \
+  timeout "$(left "${GPU_CHECK_EXP_S:-60}")" $PY -m loadscope bench run "benchmarks/experiments/$exp.toml" --out "$RES/$exp" \
     --repetitions "$REPS" --samples "$SAMPLES" --quiet > "$RES/$exp.txt" 2>&1 || echo "experiment $exp exited $?"
   tail -5 "$RES/$exp.txt"
 done
 
 if want suite && [ -n "${GPU_CHECK_ONLY:-}" ]; then  # a torch-version check: only when asked for by name
   step "the whole Python suite under this torch"
-  timeout "${GPU_CHECK_SUITE_S:-120}" $PY -m pytest tests/python -q -rfE -p no:cacheprovider > "$OUT/suite.txt" 2>&1
+  timeout "$(left "${GPU_CHECK_SUITE_S:-120}")" $PY -m pytest tests/python -q -rfE -p no:cacheprovider > "$OUT/suite.txt" 2>&1
   rc=$?
   if [ $rc = 124 ]; then
     SUITE="stopped at ${GPU_CHECK_SUITE_S:-120} s: $(grep -E '^[.FEsxX]+ *(\[|$)' "$OUT/suite.txt" | tr -cd '.FEs' | awk '{print gsub(/\./,"") " passed, " gsub(/F/,"") " failed, " gsub(/E/,"") " errors, " gsub(/s/,"") " skipped so far"}')"

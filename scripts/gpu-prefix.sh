@@ -66,7 +66,8 @@ rm -rf "$data"/video-*/shards "$data"/video-*/video_shards
 tar -C "$data" -cf "$out/data.tar" .
 rm -rf "$data"
 # What a device call sends: the tracked and untracked-not-ignored files, and .gpu.
-bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 stat -c %s 2>/dev/null | awk '{s+=$1} END {print s+0}')
+bytes=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | { xargs -0 stat -c %s 2>/dev/null || true; } |
+        awk '{s+=$1} END {print s+0}')
 bytes=$(( bytes + $(stat -c %s "$out/prefix.tar.xz") + $(stat -c %s "$out/data.tar") ))
 echo "gpu-prefix: $out/data.tar, $(( $(stat -c %s "$out/data.tar") >> 20 )) MiB; a device call carrying .gpu sends $(( bytes >> 20 )) MiB of 64"
 [ "$bytes" -le $(( 64 << 20 )) ] || { echo "gpu-prefix: over the 64 MiB a device call carries" >&2; exit 1; }

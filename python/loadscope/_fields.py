@@ -412,7 +412,7 @@ class VideoClip(Image):
             _int(n, "decoder_threads", self.decoder_threads)
         _bool(n, "rotate", self.rotate)
         _bool(n, "color_tags", self.color_tags)
-        self._cuda_device()
+        self._cuda_device(resolve=False)
         if self.dct_scaling:
             raise ConfigError("VideoClip: dct_scaling applies to JPEG images only")
         if self.dtype != "uint8":
@@ -429,15 +429,19 @@ class VideoClip(Image):
             raise ConfigError(f"VideoClip: frames x clips x size is {per_sample / 2**30:.1f} GiB per sample; "
                               "more than 4 GiB is refused")
 
-    def _cuda_device(self) -> int:
-        """The CUDA device NVDEC decodes on, -1 for the CPU."""
+    def _cuda_device(self, resolve: bool = True) -> int:
+        """The CUDA device NVDEC decodes on, -1 for the CPU. "cuda" is torch's current device
+        (torch.cuda.set_device(local_rank) under torchrun), asked only when the loader is made:
+        a field declared in a process that forks its workers later must not start CUDA."""
         hw = self.hwaccel
         if hw is None:
             return -1
         if isinstance(hw, str) and (hw == "cuda" or (hw.startswith("cuda:") and hw[5:].isdigit())):
             if hw != "cuda":
                 return int(hw[5:])
-            import torch  # the device training uses (torch.cuda.set_device(local_rank) under torchrun)
+            if not resolve:
+                return 0
+            import torch
 
             return torch.cuda.current_device() if torch.cuda.is_available() else 0
         raise ConfigError(f"VideoClip.hwaccel={hw!r}: allowed are None (the CPU decodes), 'cuda' and 'cuda:N'")

@@ -278,7 +278,7 @@ def _make_videos(tmp: str, videos: int, rng: np.random.Generator, photos, shard_
 
 # The NVDEC checks' videos (tests/python/test_cuda.py): (file, ffmpeg output arguments, whether
 # NVDEC decodes it, else the reason the loader reports). 4:4:4 H.264 is a profile NVDEC does not
-# decode (to Hopper); Theora is a codec FFmpeg has no NVDEC path for.
+# decode (to Hopper); Theora is a codec loadscope does not send to NVDEC (nor has FFmpeg a path).
 _GPU_CHECK_VIDEOS = [
     ("h264-360p.mp4", "640x360", ["-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-bf", "2", "-pix_fmt", "yuv420p"],
      ""),
@@ -291,7 +291,7 @@ _GPU_CHECK_VIDEOS = [
     ("h264-444-360p.mp4", "640x360", ["-c:v", "libx264", "-preset", "veryfast", "-g", "30", "-pix_fmt", "yuv444p"],
      "NVDEC did not take this stream"),
     ("theora-360p.ogv", "640x360", ["-c:v", "libtheora", "-g", "30", "-pix_fmt", "yuv420p"],
-     "FFmpeg has no NVDEC path for theora"),
+     "NVDEC is used for H.264, HEVC, VP8, VP9 and AV1 only (exact decoding), not theora"),
 ]
 
 

@@ -264,7 +264,7 @@ def test_nvdec_clips_through_the_loader_count_and_name_every_cpu_fallback(gpu_vi
 
     videos = json.loads((gpu_videos / "videos.json").read_text())
     manifest = tmp_path / "v.jsonl"
-    manifest.write_text("".join(json.dumps({"mp4": str(gpu_videos / v["file"]), "cls": i}) + "\n"
+    manifest.write_text("".join(json.dumps({"path": str(gpu_videos / v["file"]), "cls": i}) + "\n"
                                 for i, v in enumerate(videos)))
 
     def clips(**kw):

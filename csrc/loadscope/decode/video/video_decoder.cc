@@ -313,7 +313,8 @@ void VideoDecoder::Pass::on_frame(AVFrame* f) {
 void VideoDecoder::Pass::emit(const AVFrame* f) {
   const Request& r = requests[order[cur]];
   const auto c0 = std::chrono::steady_clock::now();
-  convert(s.sws, s.rgb, video_parts::to_host(f, s.host.get()), s.info.rotation, *r.out, r.dst);
+  convert(s.sws, s.rgb, video_parts::to_host(f, s.copied.get(), s.planar.get()), s.info.rotation,
+          *r.out, r.dst);
   d.convert_ns_ += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - c0)
           .count());
@@ -368,12 +369,11 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
   } catch (const DecodeFailure& e) {
     // NVDEC refused the stream before its first frame (a hardware-only decoder such as
     // FFmpeg's av1 then has no software path): the CPU decodes the video from the start.
-    if (!s_->nvdec || work_.gpu_frames > 0 || !input_error().empty()) throw;
+    if (!s_->nvdec || work_.frames_decoded > 0 || !input_error().empty()) throw;
     nvdec_missing_ = std::string("NVDEC failed: ") + e.what();
     s_->nvdec = false;
     open_codec(avcodec_find_decoder(s_->stream->codecpar->codec_id), threads_);
-    work_ = Work{};
-    Pass(*this, requests).run();
+    Pass(*this, requests).run();  // its packets and seeks add to the failed pass's
   }
 }
 

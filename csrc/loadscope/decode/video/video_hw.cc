@@ -21,6 +21,10 @@
 // CUDA, and a machine without a GPU gets FFmpeg's reason from hwaccel_unavailable() before any
 // sample is read.
 
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,8 +42,9 @@ namespace {
 
 struct CudaDevices {
   std::mutex mu;
+  pid_t pid = 0;                           // the process that made `made`
   std::map<int, AVBufferRef*> made;        // kept for the process's life
-  std::map<int, std::string> unavailable;  // FFmpeg's reason, asked once
+  std::map<int, std::string> unavailable;  // why not, asked once
 
   static CudaDevices& instance() {
     static CudaDevices* d = new CudaDevices();  // never destroyed: decoders outlive statics
@@ -48,18 +53,42 @@ struct CudaDevices {
   // A new reference, or nullptr with *why set.
   AVBufferRef* get(int index, std::string* why) {
     std::lock_guard<std::mutex> lock(mu);
+    if (pid != getpid()) {
+      // A forked child cannot use its parent's CUDA context: it makes its own. The parent's
+      // references are left as they are (freeing them here would call into that context).
+      made.clear();
+      unavailable.clear();
+      pid = getpid();
+    }
     if (auto it = made.find(index); it != made.end()) return av_buffer_ref(it->second);
     if (auto it = unavailable.find(index); it != unavailable.end()) {
       *why = it->second;
       return nullptr;
     }
     AVBufferRef* ref = nullptr;
+    ffmpeg::LogCapture log;  // FFmpeg's reason goes into the message, not to stderr
     const int rc = av_hwdevice_ctx_create(&ref, AV_HWDEVICE_TYPE_CUDA,
                                           std::to_string(index).c_str(), nullptr, 0);
     if (rc < 0) {
-      *why = unavailable[index] = "FFmpeg could not open CUDA device " + std::to_string(index) +
-                                  " (" + ffmpeg::error_string(rc) +
-                                  "; is there an NVIDIA GPU and its driver's libcuda?)";
+      std::string said = log.text();  // lines; the message is one
+      while (!said.empty() && (said.back() == '\n' || said.back() == ' ')) said.pop_back();
+      for (char& c : said) c = c == '\n' ? ';' : c;
+      *why = "FFmpeg could not open CUDA device " + std::to_string(index) + " (" +
+             ffmpeg::error_string(rc) + (said.empty() ? "" : ": " + said) +
+             "; is there an NVIDIA GPU and its driver's libcuda?)";
+      if (rc != AVERROR(ENOMEM)) unavailable[index] = *why;  // out of memory may pass
+      return nullptr;
+    }
+    // FFmpeg loads libnvcuvid (NVDEC) only when a decoder first asks for the hwaccel, and its
+    // absence would then make every video a CPU fallback with a profile's reason: a container
+    // without the driver's video capability has libcuda but not libnvcuvid.
+    if (void* nvcuvid = dlopen("libnvcuvid.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+      dlclose(nvcuvid);
+    } else {
+      const char* e = dlerror();
+      *why = unavailable[index] = std::string("the driver's NVDEC library cannot be loaded (") +
+                                  (e ? e : "libnvcuvid.so.1") + ")";
+      av_buffer_unref(&ref);
       return nullptr;
     }
     made[index] = ref;
@@ -112,6 +141,20 @@ std::string VideoDecoder::hwaccel_unavailable(int cuda_device) {
 namespace video_parts {
 
 namespace {
+// Codecs whose decoding is exact by their specification, so that NVDEC's frames are the CPU's:
+// MPEG-1/2/4, VC-1 and MJPEG (which FFmpeg's NVDEC also takes) leave the IDCT's rounding to the
+// decoder, and their frames would drift from the CPU path's over a GOP.
+bool exact_codec(AVCodecID id) {
+  switch (id) {
+    case AV_CODEC_ID_H264:
+    case AV_CODEC_ID_HEVC:
+    case AV_CODEC_ID_VP8:
+    case AV_CODEC_ID_VP9:
+    case AV_CODEC_ID_AV1: return true;
+    default: return false;
+  }
+}
+
 bool has_nvdec(const AVCodec* codec) {
   // FFmpeg's *_cuvid wrappers (AV_CODEC_CAP_HARDWARE) parse and reorder on their own: skipping
   // non-reference frames and exact seeking, which decode() relies on, are the native
@@ -129,6 +172,12 @@ bool has_nvdec(const AVCodec* codec) {
 }  // namespace
 
 const AVCodec* nvdec_decoder(const AVCodec* preferred, std::string* why) {
+  if (!exact_codec(preferred->id)) {
+    *why =
+        std::string("NVDEC is used for H.264, HEVC, VP8, VP9 and AV1 only (exact decoding), not ") +
+        avcodec_get_name(preferred->id);
+    return nullptr;
+  }
   if (has_nvdec(preferred)) return preferred;
   // FFmpeg's preferred decoder may be a library without hwaccels (libdav1d for AV1), where
   // FFmpeg's own decoder of that codec has NVDEC.
@@ -136,7 +185,11 @@ const AVCodec* nvdec_decoder(const AVCodec* preferred, std::string* why) {
   while (const AVCodec* c = av_codec_iterate(&it)) {
     if (c->id == preferred->id && av_codec_is_decoder(c) && has_nvdec(c)) return c;
   }
-  *why = std::string("FFmpeg has no NVDEC path for ") + avcodec_get_name(preferred->id);
+  *why = exact_codec(preferred->id)
+             ? std::string("FFmpeg has no NVDEC path for ") + avcodec_get_name(preferred->id)
+             : std::string(
+                   "NVDEC is used for H.264, HEVC, VP8, VP9 and AV1 only (exact decoding), not ") +
+                   avcodec_get_name(preferred->id);
   return nullptr;
 }
 
@@ -149,14 +202,52 @@ void attach_cuda(AVCodecContext* ctx, int cuda_device) {
   ctx->thread_count = 1;
 }
 
-const AVFrame* to_host(const AVFrame* f, AVFrame* host) {
+const AVFrame* to_host(const AVFrame* f, AVFrame* copied, AVFrame* planar) {
   if (f->format != AV_PIX_FMT_CUDA) return f;
-  av_frame_unref(host);
-  int rc = av_hwframe_transfer_data(host, f, 0);
-  if (rc >= 0) rc = av_frame_copy_props(host, f);  // colour tags, timestamps
-  if (rc < 0)
+  // The copy's buffers are kept between frames of one size (a 1080p frame is 3 MB).
+  const auto* frames = reinterpret_cast<const AVHWFramesContext*>(f->hw_frames_ctx->data);
+  if (copied->format != frames->sw_format || copied->width != f->width ||
+      copied->height != f->height) {
+    av_frame_unref(copied);
+    copied->format = frames->sw_format;
+    copied->width = f->width;
+    copied->height = f->height;
+    if (av_frame_get_buffer(copied, 0) < 0) throw std::bad_alloc();
+  }
+  int rc = av_hwframe_transfer_data(copied, f, 0);
+  if (rc >= 0) rc = av_frame_copy_props(copied, f);  // colour tags, timestamps, crop fields
+  // A GPU frame is cropped only at its right and bottom; the top and left crop here.
+  if (rc >= 0) rc = av_frame_apply_cropping(copied, AV_FRAME_CROP_UNALIGNED);
+  if (rc < 0) {
+    av_frame_unref(copied);
     throw DecodeFailure("video: copying a frame from the GPU failed: " + ffmpeg::error_string(rc));
-  return host;
+  }
+  if (copied->format != AV_PIX_FMT_NV12) return copied;  // P010 and the like: swscale reads them
+  // NV12 to planar 4:2:0, exactly (the chroma samples only change places): swscale then takes
+  // the CPU path's own input format and converter, so the frames are the CPU path's byte for
+  // byte. Read as NV12, swscale's unscaled RGB24 converter has no NV12 case in FFmpeg 5.1 and
+  // interpolates chroma where the planar one repeats it.
+  const int w = copied->width, h = copied->height, cw = (w + 1) / 2, ch = (h + 1) / 2;
+  if (planar->width != w || planar->height != h) {
+    av_frame_unref(planar);
+    planar->format = AV_PIX_FMT_YUV420P;
+    planar->width = w;
+    planar->height = h;
+    if (av_frame_get_buffer(planar, 0) < 0) throw std::bad_alloc();
+  }
+  av_frame_copy_props(planar, copied);
+  for (int y = 0; y < h; ++y) {
+    std::memcpy(planar->data[0] + static_cast<ptrdiff_t>(y) * planar->linesize[0],
+                copied->data[0] + static_cast<ptrdiff_t>(y) * copied->linesize[0],
+                static_cast<size_t>(w));
+  }
+  for (int y = 0; y < ch; ++y) {
+    const uint8_t* uv = copied->data[1] + static_cast<ptrdiff_t>(y) * copied->linesize[1];
+    uint8_t* u = planar->data[1] + static_cast<ptrdiff_t>(y) * planar->linesize[1];
+    uint8_t* v = planar->data[2] + static_cast<ptrdiff_t>(y) * planar->linesize[2];
+    for (int x = 0; x < cw; ++x) u[x] = uv[2 * x], v[x] = uv[2 * x + 1];
+  }
+  return planar;
 }
 
 }  // namespace video_parts

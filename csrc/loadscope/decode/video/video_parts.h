@@ -53,8 +53,9 @@ const AVCodec* nvdec_decoder(const AVCodec* preferred, std::string* why);
 // Sets up `ctx` (not yet opened) to decode on the process's CUDA device `cuda_device`; a
 // stream NVDEC cannot take (profile, bit depth, size) is then decoded by the CPU.
 void attach_cuda(AVCodecContext* ctx, int cuda_device);
-// `f` where it is in host memory; a GPU frame copied into `host` otherwise.
-const AVFrame* to_host(const AVFrame* f, AVFrame* host);
+// `f` where it is in host memory; a GPU frame otherwise copied into `copied` and, from NV12,
+// made planar in `planar` (both kept between calls).
+const AVFrame* to_host(const AVFrame* f, AVFrame* copied, AVFrame* planar);
 
 }  // namespace video_parts
 
@@ -74,14 +75,16 @@ struct VideoDecoder::State {
   ffmpeg::PacketPtr packet{av_packet_alloc()};
   ffmpeg::FramePtr frame{av_frame_alloc()};
   ffmpeg::FramePtr last{av_frame_alloc()};
-  ffmpeg::SwsPtr sws;                       // reused while the conversion does not change
-  int cuda_device = -1;                     // VideoDecoder::set_hwaccel: decode on NVDEC
-  bool nvdec = false;                       // this video's decoder was set up for NVDEC
-  ffmpeg::FramePtr host{av_frame_alloc()};  // a GPU frame copied back for conversion
+  ffmpeg::SwsPtr sws;                         // reused while the conversion does not change
+  int cuda_device = -1;                       // VideoDecoder::set_hwaccel: decode on NVDEC
+  bool nvdec = false;                         // this video's decoder was set up for NVDEC
+  ffmpeg::FramePtr copied{av_frame_alloc()};  // a GPU frame copied back: to_host()
+  ffmpeg::FramePtr planar{av_frame_alloc()};
   std::vector<uint8_t> rgb;  // converted pixels before they are placed; see convert()
 
   ~State() { close(); }
   void close() {
+    av_frame_unref(last.get());  // a GPU frame holds its decoder's frame pool
     codec.reset();
     fmt.reset();
     avio.reset();
