@@ -8,6 +8,7 @@
 #include "helpers.h"
 #include "loadscope/core/error.h"
 #include "loadscope/decode/video/video_decoder.h"
+#include "loadscope/decode/video/video_parts.h"
 #include "loadscope/pipeline/clips.h"
 
 using namespace loadscope;
@@ -185,4 +186,53 @@ TEST_CASE("corrupt and truncated videos fail with FFmpeg's reason", "[video]") {
   CHECK_THROWS_AS(dec.open_memory(reinterpret_cast<const uint8_t*>(not_video.data()),
                                   not_video.size(), -1, true, 1),
                   DecodeFailure);
+}
+
+TEST_CASE("NVDEC's NV12 frames, made planar on the host, convert to the CPU path's bytes",
+          "[video][nvdec]") {
+  // What VideoClip(hwaccel="cuda") does with a frame copied back from the GPU, without a GPU:
+  // NV12 as swscale interleaves a planar 4:2:0 frame (the reference), made planar again by
+  // nv12_to_planar, must be that frame exactly, and convert as it does, at the frame's size
+  // (swscale's unscaled converter) and resized. Odd sizes: the last chroma column and row.
+  using decode::ffmpeg::FramePtr;
+  for (const auto& [w, h] : {std::pair{341, 257}, std::pair{64, 48}}) {
+    INFO(w << "x" << h);
+    FramePtr yuv{av_frame_alloc()}, nv12{av_frame_alloc()}, back{av_frame_alloc()};
+    yuv->format = AV_PIX_FMT_YUV420P, yuv->width = w, yuv->height = h;
+    nv12->format = AV_PIX_FMT_NV12, nv12->width = w, nv12->height = h;
+    REQUIRE(av_frame_get_buffer(yuv.get(), 0) == 0);
+    REQUIRE(av_frame_get_buffer(nv12.get(), 0) == 0);
+    uint32_t x = 12345;  // a fixed pseudo-random picture: every byte value, no structure
+    for (int p = 0; p < 3; ++p) {
+      for (int y = 0; y < (p ? (h + 1) / 2 : h); ++y) {
+        for (int i = 0; i < (p ? (w + 1) / 2 : w); ++i) {
+          x = x * 1664525u + 1013904223u;
+          yuv->data[p][y * yuv->linesize[p] + i] = static_cast<uint8_t>(x >> 24);
+        }
+      }
+    }
+    SwsContext* sws = sws_getContext(w, h, AV_PIX_FMT_YUV420P, w, h, AV_PIX_FMT_NV12, SWS_POINT,
+                                     nullptr, nullptr, nullptr);
+    REQUIRE(sws != nullptr);
+    REQUIRE(sws_scale(sws, yuv->data, yuv->linesize, 0, h, nv12->data, nv12->linesize) == h);
+    sws_freeContext(sws);
+    decode::video_parts::nv12_to_planar(nv12.get(), back.get());
+    REQUIRE(back->format == AV_PIX_FMT_YUV420P);
+    for (int p = 0; p < 3; ++p) {
+      for (int y = 0; y < (p ? (h + 1) / 2 : h); ++y) {
+        INFO("plane " << p << " row " << y);
+        REQUIRE(std::memcmp(back->data[p] + y * back->linesize[p],
+                            yuv->data[p] + y * yuv->linesize[p], p ? (w + 1) / 2 : w) == 0);
+      }
+    }
+    for (const auto& [ow, oh] : {std::pair{w, h}, std::pair{32, 24}}) {
+      decode::FrameOutput out;
+      out.x1 = w, out.y1 = h, out.out_w = ow, out.out_h = oh;
+      decode::ffmpeg::SwsPtr s1, s2;
+      std::vector<uint8_t> scratch, a(ow * oh * 3), b(ow * oh * 3);
+      decode::video_parts::convert(s1, scratch, yuv.get(), 0, out, a.data());
+      decode::video_parts::convert(s2, scratch, back.get(), 0, out, b.data());
+      CHECK(a == b);
+    }
+  }
 }

@@ -202,6 +202,33 @@ void attach_cuda(AVCodecContext* ctx, int cuda_device) {
   ctx->thread_count = 1;
 }
 
+// NV12 to planar 4:2:0, exactly (the chroma samples only change places): swscale then takes
+// the CPU path's own input format and converter, so the frames are the CPU path's byte for
+// byte. Read as NV12, swscale's unscaled RGB24 converter has no NV12 case in FFmpeg 5.1 and
+// interpolates chroma where the planar one repeats it.
+void nv12_to_planar(const AVFrame* nv12, AVFrame* planar) {
+  const int w = nv12->width, h = nv12->height, cw = (w + 1) / 2, ch = (h + 1) / 2;
+  if (planar->format != AV_PIX_FMT_YUV420P || planar->width != w || planar->height != h) {
+    av_frame_unref(planar);
+    planar->format = AV_PIX_FMT_YUV420P;
+    planar->width = w;
+    planar->height = h;
+    if (av_frame_get_buffer(planar, 0) < 0) throw std::bad_alloc();
+  }
+  if (av_frame_copy_props(planar, nv12) < 0) throw std::bad_alloc();
+  for (int y = 0; y < h; ++y) {
+    std::memcpy(planar->data[0] + static_cast<ptrdiff_t>(y) * planar->linesize[0],
+                nv12->data[0] + static_cast<ptrdiff_t>(y) * nv12->linesize[0],
+                static_cast<size_t>(w));
+  }
+  for (int y = 0; y < ch; ++y) {
+    const uint8_t* uv = nv12->data[1] + static_cast<ptrdiff_t>(y) * nv12->linesize[1];
+    uint8_t* u = planar->data[1] + static_cast<ptrdiff_t>(y) * planar->linesize[1];
+    uint8_t* v = planar->data[2] + static_cast<ptrdiff_t>(y) * planar->linesize[2];
+    for (int x = 0; x < cw; ++x) u[x] = uv[2 * x], v[x] = uv[2 * x + 1];
+  }
+}
+
 const AVFrame* to_host(const AVFrame* f, AVFrame* copied, AVFrame* planar) {
   if (f->format != AV_PIX_FMT_CUDA) return f;
   // The copy's buffers are kept between frames of one size (a 1080p frame is 3 MB).
@@ -223,30 +250,7 @@ const AVFrame* to_host(const AVFrame* f, AVFrame* copied, AVFrame* planar) {
     throw DecodeFailure("video: copying a frame from the GPU failed: " + ffmpeg::error_string(rc));
   }
   if (copied->format != AV_PIX_FMT_NV12) return copied;  // P010 and the like: swscale reads them
-  // NV12 to planar 4:2:0, exactly (the chroma samples only change places): swscale then takes
-  // the CPU path's own input format and converter, so the frames are the CPU path's byte for
-  // byte. Read as NV12, swscale's unscaled RGB24 converter has no NV12 case in FFmpeg 5.1 and
-  // interpolates chroma where the planar one repeats it.
-  const int w = copied->width, h = copied->height, cw = (w + 1) / 2, ch = (h + 1) / 2;
-  if (planar->width != w || planar->height != h) {
-    av_frame_unref(planar);
-    planar->format = AV_PIX_FMT_YUV420P;
-    planar->width = w;
-    planar->height = h;
-    if (av_frame_get_buffer(planar, 0) < 0) throw std::bad_alloc();
-  }
-  av_frame_copy_props(planar, copied);
-  for (int y = 0; y < h; ++y) {
-    std::memcpy(planar->data[0] + static_cast<ptrdiff_t>(y) * planar->linesize[0],
-                copied->data[0] + static_cast<ptrdiff_t>(y) * copied->linesize[0],
-                static_cast<size_t>(w));
-  }
-  for (int y = 0; y < ch; ++y) {
-    const uint8_t* uv = copied->data[1] + static_cast<ptrdiff_t>(y) * copied->linesize[1];
-    uint8_t* u = planar->data[1] + static_cast<ptrdiff_t>(y) * planar->linesize[1];
-    uint8_t* v = planar->data[2] + static_cast<ptrdiff_t>(y) * planar->linesize[2];
-    for (int x = 0; x < cw; ++x) u[x] = uv[2 * x], v[x] = uv[2 * x + 1];
-  }
+  nv12_to_planar(copied, planar);
   return planar;
 }
 

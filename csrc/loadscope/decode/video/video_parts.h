@@ -56,6 +56,8 @@ void attach_cuda(AVCodecContext* ctx, int cuda_device);
 // `f` where it is in host memory; a GPU frame otherwise copied into `copied` and, from NV12,
 // made planar in `planar` (both kept between calls).
 const AVFrame* to_host(const AVFrame* f, AVFrame* copied, AVFrame* planar);
+// An NV12 frame as planar 4:2:0 in `planar` (reallocated only when its size changes).
+void nv12_to_planar(const AVFrame* nv12, AVFrame* planar);
 
 }  // namespace video_parts
 
