@@ -85,8 +85,9 @@ test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # Two files at a time (pytest-xdist, whole files per worker: a file's session servers and
-# fixtures stay in one process): 896 s against 1411 s one at a time on 2 cores, since much of
-# the suite waits on subprocesses, servers and pipes. A test's leftovers checks look only at what
+# fixtures stay in one process): much of the suite waits on subprocesses, servers and pipes.
+# In fresh-clone CI runs on 2 cores, 898 s and 729 s against 1411 s one file at a time (runs
+# on different days, so the gain's size is approximate; each run's table says its own). A test's leftovers checks look only at what
 # its own process made (namespaces, cgroups and Ray folders carry the maker's pid).
 test-python: build
 	@$(PY) -c "import sys, torch, torchvision; print('test-python: Python', sys.version.split()[0], 'torch', torch.__version__, 'torchvision', torchvision.__version__)"

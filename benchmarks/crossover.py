@@ -22,6 +22,7 @@ has no ffmpeg CLI, so scripts/gpu-prefix.sh makes the videos here and gpu-check.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -49,8 +50,7 @@ def cell(workload: str, threads: int, repetitions: Optional[int] = None, samples
     if workload not in WORKLOADS:
         raise SystemExit(f"crossover: workload {workload!r}: allowed are {', '.join(WORKLOADS)}")
     name, data, default_samples = WORKLOADS[workload]
-    raw = load(os.path.join(EXPERIMENTS, name)).raw
-    raw = json.loads(json.dumps(raw))  # a copy
+    raw = copy.deepcopy(load(os.path.join(EXPERIMENTS, name)).raw)
     raw["name"] = f"crossover-{workload}-t{threads}"
     raw["dataset"]["path"] = data
     if "factory" not in raw["pipeline"]:

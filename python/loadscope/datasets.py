@@ -120,8 +120,7 @@ def _make_image(photo: np.ndarray, rng: np.random.Generator, short_side: Optiona
     y = int(rng.integers(0, h - ch + 1))
     x = int(rng.integers(0, w - cw + 1))
     crop = photo[y : y + ch, x : x + cw]
-    short = int(rng.integers(256, 513))  # ImageNet's range
-    short = short_side or short
+    short = short_side or int(rng.integers(256, 513))  # ImageNet's range
     out_w, out_h = (short, int(round(short * aspect))) if aspect >= 1 else (int(round(short / aspect)), short)
     img = Image.fromarray(crop).resize((out_w, out_h), Image.BICUBIC)
     if rng.random() < 0.5:

@@ -370,7 +370,7 @@ void VideoDecoder::decode(const std::vector<Request>& requests) {
     // NVDEC refused the stream before its first frame (a hardware-only decoder such as
     // FFmpeg's av1 then has no software path): the CPU decodes the video from the start.
     if (!s_->nvdec || work_.frames_decoded > 0 || !input_error().empty()) throw;
-    nvdec_missing_ = std::string("NVDEC failed: ") + e.what();
+    fallback_reason_ = std::string("NVDEC failed: ") + e.what();
     s_->nvdec = false;
     open_codec(avcodec_find_decoder(s_->stream->codecpar->codec_id), threads_);
     Pass(*this, requests).run();  // its packets and seeks add to the failed pass's

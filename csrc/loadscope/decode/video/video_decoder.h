@@ -122,8 +122,9 @@ class VideoDecoder {
   const VideoInfo& open_custom(const char* url, int stream, bool rotate, int threads);
   void scan_index(const ffmpeg::LogCapture& log);
   void index_by_decoding();
-  std::string cache_key_;      // set for files opened by path: see Note [index cache]
-  std::string nvdec_missing_;  // why this video's codec cannot use NVDEC (set_hwaccel only)
+  std::string cache_key_;  // set for files opened by path: see Note [index cache]
+  std::string
+      fallback_reason_;  // set_hwaccel: why the CPU decodes this video, if known at open or retry
 };
 
 }  // namespace loadscope::decode

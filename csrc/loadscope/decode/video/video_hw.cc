@@ -3,10 +3,10 @@
 // Note [NVDEC decodes, the CPU path converts]
 // The GPU decodes (entropy decoding, inverse transform, motion compensation: the part of a
 // clip's cost that grows with the source's resolution) and each frame that is output is copied
-// back to host memory (NV12, 3 MB for 1080p) and converted by the same swscale pass as a frame
-// the CPU decoded, into the same batch slot. H.264, HEVC, VP9 and AV1 decoding is exact by
-// their specifications, so the frames are the CPU path's up to swscale's handling of NV12
-// against planar 4:2:0 input; the clip reaches the GPU with the batch, through the pinned copy.
+// back to host memory (NV12, 3 MB for 1080p), made planar 4:2:0 and converted by the same
+// swscale pass as a frame the CPU decoded, into the same batch slot. Only codecs whose decoding
+// is exact by their specification go to NVDEC (exact_codec), so the frames are the CPU path's
+// byte for byte; the clip reaches the GPU with the batch, through the pinned copy.
 // Keeping frames on the GPU would need a colour conversion and resize there: the extension
 // links neither CUDA nor libtorch, and FFmpeg 5.1's CUDA filters convert between YUV formats
 // only. The first GPU run measures whether the copy back or the conversion binds.
@@ -114,7 +114,7 @@ void VideoDecoder::set_hwaccel(int cuda_device) {
 std::string VideoDecoder::cpu_fallback() const {
   const State& s = *s_;
   if (s.cuda_device < 0) return "";
-  if (!s.nvdec) return nvdec_missing_;
+  if (!s.nvdec) return fallback_reason_;
   if (work_.frames_decoded == work_.gpu_frames) return "";
   const char* profile = avcodec_profile_name(s.codec->codec_id, s.codec->profile);
   const char* format = av_get_pix_fmt_name(s.codec->sw_pix_fmt);
@@ -141,6 +141,9 @@ std::string VideoDecoder::hwaccel_unavailable(int cuda_device) {
 namespace video_parts {
 
 namespace {
+const char kExactOnly[] =
+    "NVDEC is used for H.264, HEVC, VP8, VP9 and AV1 only (exact decoding), not ";
+
 // Codecs whose decoding is exact by their specification, so that NVDEC's frames are the CPU's:
 // MPEG-1/2/4, VC-1 and MJPEG (which FFmpeg's NVDEC also takes) leave the IDCT's rounding to the
 // decoder, and their frames would drift from the CPU path's over a GOP.
@@ -173,9 +176,7 @@ bool has_nvdec(const AVCodec* codec) {
 
 const AVCodec* nvdec_decoder(const AVCodec* preferred, std::string* why) {
   if (!exact_codec(preferred->id)) {
-    *why =
-        std::string("NVDEC is used for H.264, HEVC, VP8, VP9 and AV1 only (exact decoding), not ") +
-        avcodec_get_name(preferred->id);
+    *why = kExactOnly + std::string(avcodec_get_name(preferred->id));
     return nullptr;
   }
   if (has_nvdec(preferred)) return preferred;
@@ -185,11 +186,7 @@ const AVCodec* nvdec_decoder(const AVCodec* preferred, std::string* why) {
   while (const AVCodec* c = av_codec_iterate(&it)) {
     if (c->id == preferred->id && av_codec_is_decoder(c) && has_nvdec(c)) return c;
   }
-  *why = exact_codec(preferred->id)
-             ? std::string("FFmpeg has no NVDEC path for ") + avcodec_get_name(preferred->id)
-             : std::string(
-                   "NVDEC is used for H.264, HEVC, VP8, VP9 and AV1 only (exact decoding), not ") +
-                   avcodec_get_name(preferred->id);
+  *why = std::string("FFmpeg has no NVDEC path for ") + avcodec_get_name(preferred->id);
   return nullptr;
 }
 

@@ -180,10 +180,10 @@ void VideoDecoder::open_common(int stream, bool rotate, int threads) {
   for (unsigned i = 0; i < s.fmt->nb_streams; ++i) {
     if (static_cast<int>(i) != rc) s.fmt->streams[i]->discard = AVDISCARD_ALL;  // audio, subtitles
   }
-  nvdec_missing_.clear();
+  fallback_reason_.clear();
   s.nvdec = false;
   if (s.cuda_device >= 0) {
-    const AVCodec* hw = video_parts::nvdec_decoder(codec, &nvdec_missing_);
+    const AVCodec* hw = video_parts::nvdec_decoder(codec, &fallback_reason_);
     s.nvdec = hw != nullptr;
     codec = hw ? hw : codec;
   }
