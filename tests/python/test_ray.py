@@ -190,7 +190,9 @@ def test_every_worker_lost_is_a_clear_error_after_the_pools_wait(shared, real):
     from loadscope._ray_pool import pool_state
 
     pool_state(shared).start()  # the shared pool holds two slots, whatever ran before
-    spec = image_spec(real)
+    # 12 batches: more than the 1 taken + n * in_flight = 4 the workers may have made before they
+    # are killed (with 3 batches, every one could arrive first and the epoch end without error).
+    spec = image_spec(real, repeat=4)
     workers = pool(wait=10)  # time to start two workers (torch imported) on 2 busy cores, too
     it = iter(ls.Loader(spec, workers=workers))
     next(it)
