@@ -4,8 +4,11 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <set>
 #include <thread>
+
+#include <oneapi/tbb/global_control.h>
 
 #include "helpers.h"
 #include "loadscope/core/engine.h"
@@ -518,4 +521,36 @@ TEST_CASE("the tuner's thread count bounds the samples running at once", "[engin
     CHECK(proc->most.load() <= limit);
     if (limit == 1) CHECK(proc->most.load() == 1);
   }
+}
+
+TEST_CASE("a telemetry made where a freed one lay gets its own worker slots",
+          "[engine][telemetry]") {
+  // The worker's slot was cached per thread, keyed on the telemetry's address: a loader made
+  // after another was dropped often gets its telemetry at the freed one's address, and its
+  // workers then wrote into the freed slots (a heap corruption under Python, where an abandoned
+  // epoch kept oneTBB's workers alive). Here the address is the same by construction, and a
+  // handle keeps the worker thread alive between runs, as that epoch did.
+  tbb::task_scheduler_handle keep(tbb::attach{});
+  void* storage =
+      ::operator new(sizeof(telemetry::Telemetry), std::align_val_t(alignof(telemetry::Telemetry)));
+  for (int round = 0; round < 4; ++round) {
+    std::shared_ptr<telemetry::Telemetry> t(new (storage) telemetry::Telemetry(true),
+                                            [](telemetry::Telemetry* p) { p->~Telemetry(); });
+    t->set_tracing(true);
+    {
+      EpochRun run(list_source(40), std::make_shared<FakeProcessor>(), options(1, 8), t);
+      run.start();
+      std::unique_ptr<Batch> b;
+      while (run.next(b, std::chrono::milliseconds(10000)) == EpochRun::Status::kBatch) {
+      }
+    }
+    int samples = 0;
+    for (const auto& [role, spans] : t->take_spans()) {
+      for (const telemetry::Span& s : spans)
+        samples += std::string(s.name) == "sample" && role.rfind("worker", 0) == 0;
+    }
+    CHECK(samples == 40);  // every sample recorded in this telemetry's own worker slot
+  }
+  ::operator delete(storage, std::align_val_t(alignof(telemetry::Telemetry)));
+  tbb::finalize(keep, std::nothrow);
 }

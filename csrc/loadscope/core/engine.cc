@@ -388,14 +388,15 @@ void EpochRun::run_sample(Job* job, int slot, int slot_base) {
     if (tuner_) ctx.decoder_threads = tuner_->decoder_threads();
     uint64_t cpu0 = 0, start_ns = 0;
     if (t_) {
-      // The worker's slot, looked up once per thread and telemetry (a lock otherwise).
-      thread_local const telemetry::Telemetry* cached_for = nullptr;
+      // The worker's slot, looked up once per thread and telemetry (a lock otherwise). Keyed
+      // on the telemetry's serial, not its address: see Telemetry::serial().
+      thread_local uint64_t cached_for = 0;
       thread_local int cached_index = -1;
       thread_local telemetry::Slot* cached_slot = nullptr;
       const int index = slot_base + std::max(tbb::this_task_arena::current_thread_index(), 0);
-      if (cached_for != t_ || cached_index != index) {
+      if (cached_for != t_->serial() || cached_index != index) {
         cached_slot = &t_->slot(2 + index, "worker", index);
-        cached_for = t_;
+        cached_for = t_->serial();
         cached_index = index;
       }
       ctx.telemetry = t_;

@@ -102,7 +102,12 @@ Slot::~Slot() {
   }
 }
 
-Telemetry::Telemetry(bool enabled) : enabled_(enabled), created_ns_(now_ns()) {
+namespace {
+std::atomic<uint64_t> g_serial{0};
+}  // namespace
+
+Telemetry::Telemetry(bool enabled)
+    : enabled_(enabled), created_ns_(now_ns()), serial_(g_serial.fetch_add(1) + 1) {
   depth_.reserve(4096);
 }
 

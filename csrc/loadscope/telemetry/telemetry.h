@@ -140,6 +140,10 @@ class Telemetry {
   ~Telemetry();
   bool enabled() const { return enabled_; }
   uint64_t created_ns() const { return created_ns_; }
+  // Unique in the process, never reused: what a per-thread cache of a slot is keyed on. The
+  // object's address is not enough: a telemetry made after another is freed often lands at
+  // the same address, and a cache keyed on it wrote into the freed one's slot.
+  uint64_t serial() const { return serial_; }
 
   // The calling thread's slot: 0 planner, 1 consumer, 2 + index for arena workers.
   // `role` (and `number`, if >= 0) name it when it is first created.
@@ -181,6 +185,7 @@ class Telemetry {
  private:
   const bool enabled_;
   const uint64_t created_ns_;
+  const uint64_t serial_;
   mutable std::mutex slots_mutex_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::atomic<int> prefetch_{0};
