@@ -523,26 +523,52 @@ TEST_CASE("the tuner's thread count bounds the samples running at once", "[engin
   }
 }
 
+namespace {
+// Remembers which threads ran its samples.
+class ThreadsProcessor : public FakeProcessor {
+ public:
+  std::set<std::thread::id> threads;
+  void process(Sample& s, Batch& b, int slot, SampleContext& ctx) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      threads.insert(std::this_thread::get_id());
+    }
+    FakeProcessor::process(s, b, slot, ctx);
+  }
+
+ private:
+  std::mutex mutex_;
+};
+}  // namespace
+
 TEST_CASE("a telemetry made where a freed one lay gets its own worker slots",
           "[engine][telemetry]") {
   // The worker's slot was cached per thread, keyed on the telemetry's address: a loader made
   // after another was dropped often gets its telemetry at the freed one's address, and its
   // workers then wrote into the freed slots (a heap corruption under Python, where an abandoned
   // epoch kept oneTBB's workers alive). Here the address is the same by construction, and a
-  // handle keeps the worker thread alive between runs, as that epoch did.
+  // handle keeps the worker thread alive between runs, as that epoch did; the test checks that
+  // one thread did serve two of them (otherwise it would have tested nothing). Its handle is
+  // released, not finalized: a blocking finalize with no run left to allow workers spun forever
+  // in a one-CPU process (engine.cc, Arena::shutdown).
   tbb::task_scheduler_handle keep(tbb::attach{});
   void* storage =
       ::operator new(sizeof(telemetry::Telemetry), std::align_val_t(alignof(telemetry::Telemetry)));
+  std::set<std::thread::id> before;
+  bool reused = false;
   for (int round = 0; round < 4; ++round) {
     std::shared_ptr<telemetry::Telemetry> t(new (storage) telemetry::Telemetry(true),
                                             [](telemetry::Telemetry* p) { p->~Telemetry(); });
     t->set_tracing(true);
+    auto processor = std::make_shared<ThreadsProcessor>();
     {
-      EpochRun run(list_source(40), std::make_shared<FakeProcessor>(), options(1, 8), t);
+      EpochRun run(list_source(40), processor, options(1, 8), t);
       run.start();
       std::unique_ptr<Batch> b;
-      while (run.next(b, std::chrono::milliseconds(10000)) == EpochRun::Status::kBatch) {
+      EpochRun::Status st;
+      while ((st = run.next(b, std::chrono::milliseconds(10000))) == EpochRun::Status::kBatch) {
       }
+      REQUIRE(st == EpochRun::Status::kEnd);
     }
     int samples = 0;
     for (const auto& [role, spans] : t->take_spans()) {
@@ -550,7 +576,9 @@ TEST_CASE("a telemetry made where a freed one lay gets its own worker slots",
         samples += std::string(s.name) == "sample" && role.rfind("worker", 0) == 0;
     }
     CHECK(samples == 40);  // every sample recorded in this telemetry's own worker slot
+    for (auto id : processor->threads) reused = reused || before.count(id);
+    before = processor->threads;
   }
   ::operator delete(storage, std::align_val_t(alignof(telemetry::Telemetry)));
-  tbb::finalize(keep, std::nothrow);
+  CHECK(reused);
 }

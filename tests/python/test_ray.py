@@ -190,8 +190,8 @@ def test_every_worker_lost_is_a_clear_error_after_the_pools_wait(shared, real):
     from loadscope._ray_pool import pool_state
 
     pool_state(shared).start()  # the shared pool holds two slots, whatever ran before
-    # 12 batches: more than the 1 taken + n * in_flight = 4 the workers may have made before they
-    # are killed (with 3 batches, every one could arrive first and the epoch end without error).
+    # 12 batches: more than the 5 that can exist before the kill (the 1 taken, and n * in_flight
+    # = 4 requested ahead); with 3, every one could arrive first and the epoch end without error.
     spec = image_spec(real, repeat=4)
     workers = pool(wait=10)  # time to start two workers (torch imported) on 2 busy cores, too
     it = iter(ls.Loader(spec, workers=workers))
