@@ -74,6 +74,21 @@ wait_for() {  # wait_for WHAT LOG COMMAND...
   done
 }
 
+# A `ceph` command, tried up to 3 times. The CLI first asks a monitor for its command list;
+# once in a CI run, with a second cluster starting beside this one, the fresh monitor refused
+# that request because it carried fsid 0 (mon log: "handle_command on fsid 0000... != ...";
+# CLI: "Error EPERM: problem getting command descriptions from mon."), so the command itself
+# was never sent. `osd new` with the same uuid and `osd crush add` of the same item are
+# idempotent besides, so trying again is safe.
+ceph_retry() {
+  local try
+  for try in 1 2 3; do
+    "$@" && return 0
+    [ $try = 3 ] || sleep 1
+  done
+  return 1
+}
+
 osd_up() { [[ $(timeout 10 ceph -c "$D/ceph.conf" osd stat) == *" 1 up"* ]]; }
 
 s3_ok() {  # a signed ListBuckets: proves radosgw, its pools and the user all work
@@ -183,11 +198,12 @@ EOF
   ceph-mon "${C[@]}" --mkfs -i a --monmap "$D/monmap" >>"$mlog" 2>&1 || fail "ceph-mon --mkfs failed" "$mlog"
   ceph-mon "${C[@]}" -i a >>"$mlog" 2>&1 || fail "ceph-mon failed" "$mlog"
   uuid=$(cat /proc/sys/kernel/random/uuid)
-  id=$(timeout 60 ceph "${C[@]}" --connect-timeout 60 osd new "$uuid" 2>>"$mlog") || fail "ceph osd new failed" "$mlog"
+  id=$(ceph_retry timeout 60 ceph "${C[@]}" --connect-timeout 60 osd new "$uuid" 2>>"$mlog") ||
+    fail "ceph osd new failed" "$mlog"
   olog=$D/log/osd.$id.log
   mkdir -p "$D/osd/$id"
   ceph-osd "${C[@]}" -i "$id" --mkfs --osd-uuid "$uuid" >>"$olog" 2>&1 || fail "ceph-osd --mkfs failed" "$olog"
-  timeout 30 ceph "${C[@]}" osd crush add "osd.$id" 1.0 root=default host=localhost >/dev/null 2>>"$mlog" ||
+  ceph_retry timeout 30 ceph "${C[@]}" osd crush add "osd.$id" 1.0 root=default host=localhost >/dev/null 2>>"$mlog" ||
     fail "ceph osd crush add failed" "$mlog"
   ceph-osd "${C[@]}" -i "$id" >>"$olog" 2>&1 || fail "ceph-osd failed" "$olog"
   wait_for "OSD up" "$olog" osd_up
