@@ -86,8 +86,8 @@ test-cpp: build
 
 # Two files at a time (pytest-xdist, whole files per worker: a file's session servers and
 # fixtures stay in one process), since much of the suite waits on subprocesses, servers and
-# pipes: 898 s and 729 s against 1411 s one at a time, in fresh-clone runs of different days
-# (not one controlled ratio). A test's leftovers checks look only at what its own process made
+# pipes: 898, 729 and 776 s against 1411 and 1413 s one at a time, in fresh-clone runs of
+# different commits and days (not one controlled ratio). A test's leftovers checks look only at what its own process made
 # (namespaces, cgroups and Ray folders carry the maker's pid).
 test-python: build
 	@$(PY) -c "import sys, torch, torchvision; print('test-python: Python', sys.version.split()[0], 'torch', torch.__version__, 'torchvision', torchvision.__version__)"

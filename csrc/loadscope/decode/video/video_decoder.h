@@ -123,8 +123,8 @@ class VideoDecoder {
   void scan_index(const ffmpeg::LogCapture& log);
   void index_by_decoding();
   std::string cache_key_;  // set for files opened by path: see Note [index cache]
-  std::string
-      fallback_reason_;  // set_hwaccel: why the CPU decodes this video, if known at open or retry
+  // set_hwaccel: why the CPU decodes this video, if known at open or retry.
+  std::string fallback_reason_;
 };
 
 }  // namespace loadscope::decode
