@@ -84,14 +84,15 @@ options-doc: build
 test-cpp: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Two files at a time (pytest-xdist, whole files per worker: a file's session servers and
-# fixtures stay in one process), since much of the suite waits on subprocesses, servers and
-# pipes: 898, 729 and 776 s against 1411 and 1413 s one at a time, in fresh-clone runs of
-# different commits and days (not one controlled ratio). A test's leftovers checks look only at what its own process made
-# (namespaces, cgroups and Ray folders carry the maker's pid).
+# One file at a time. Two at a time (pytest-xdist `-n 2 --dist loadfile`; 729-898 s against
+# about 1410 s in fresh-clone runs, not one controlled ratio) makes load-dependent failures show:
+# the telemetry heap corruption, the S3 server's start (both fixed), and test_recipes' Accelerate
+# rank 0 aborting at exit ("terminate called without an active exception", 2 of 4 fresh-clone
+# runs, not yet understood). Back to two at a time once that one is found. A test's leftovers
+# checks look only at what its own process made, so either way works.
 test-python: build
 	@$(PY) -c "import sys, torch, torchvision; print('test-python: Python', sys.version.split()[0], 'torch', torch.__version__, 'torchvision', torchvision.__version__)"
-	@$(PY) -m pytest tests/python -q -n 2 --dist loadfile
+	@$(PY) -m pytest tests/python -q
 
 # Every built-in A/B experiment at a small size: valid, correct between arms, report written.
 # Two at a time (pytest-xdist): the figures of a run this small mean nothing, and each
